@@ -1,0 +1,1 @@
+"""The serial protocol to the robot's microcontroller: framing, CRC, messages, host link, virtual MCU."""
