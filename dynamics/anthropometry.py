@@ -1,0 +1,233 @@
+"""Segment inertia parameters of a human scaled from body mass and stature (de Leva 1996).
+
+Source: de Leva P. (1996) Adjustments to Zatsiorsky-Seluyanov's segment inertia parameters.
+Journal of Biomechanics 29(9):1223-1230, Table 4 (values as matched across public transcriptions,
+models.md section 8). Scaling recipe (models.md 8.4), for body mass M (kg) and stature H (m)::
+
+    m_i = (m%_i / sum_j m%_j) M          (the female table sums to 99.99 %: renormalised to M)
+    L_i = L_ref,i H / H_ref               (geometric similarity)
+    p_cm = p_origin + CoM%_i (p_end - p_origin)
+    I_i = m_i (r_i L_i)^2                 for r_sag, r_trans, r_long (central principal moments)
+
+Frames: lab frame z up, x forward, y to the left; the body stands in the anatomical posture with
+every segment frame parallel to the lab frame. Long-axis-vertical segments take I_xx from r_sag,
+I_yy from r_trans, I_zz from r_long; the foot (long axis along x) takes I_xx from r_long, I_yy
+from r_trans, I_zz from r_sag.
+
+Pure computation: numbers in, numbers out (no I/O).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DeLevaRow:
+    """One row of de Leva's Table 4: a segment between two landmarks.
+
+    length: reference length L_ref (m); mass: fraction of body mass; com: CoM distance from the
+    origin landmark as a fraction of L; r_sag, r_trans, r_long: radii of gyration about the
+    sagittal (antero-posterior), transverse (medio-lateral) and longitudinal axes through the
+    CoM, fractions of L.
+    """
+
+    origin: str
+    end: str
+    length: float
+    mass: float
+    com: float
+    r_sag: float
+    r_trans: float
+    r_long: float
+
+
+def _rows(table: dict[str, tuple]) -> dict[str, DeLevaRow]:
+    # Percentages and millimetres as printed (models.md 8.2, 8.3) -> fractions and metres.
+    return {name: DeLevaRow(o, e, L / 1000, m / 100, c / 100, rs / 100, rt / 100, rl / 100)
+            for name, (o, e, L, m, c, rs, rt, rl) in table.items()}
+
+
+# name: (origin, end, L_ref mm, m %, CoM %, r_sag %, r_trans %, r_long %)
+DE_LEVA: dict[str, dict[str, DeLevaRow]] = {
+    "male": _rows({
+        "head": ("VERT", "CERV", 242.9, 6.94, 50.02, 30.3, 31.5, 26.1),
+        "trunk": ("CERV", "MIDH", 603.3, 43.46, 51.38, 32.8, 30.6, 16.9),
+        "upper_trunk": ("SUPR", "XYPH", 170.7, 15.96, 29.99, 71.6, 45.4, 65.9),
+        "upper_trunk_c7": ("CERV", "XYPH", 242.1, 15.96, 50.66, 50.5, 32.0, 46.5),
+        "middle_trunk": ("XYPH", "OMPH", 215.5, 16.33, 45.02, 48.2, 38.3, 46.8),
+        "lower_trunk": ("OMPH", "MIDH", 145.7, 11.17, 61.15, 61.5, 55.1, 58.7),
+        "upper_arm": ("SJC", "EJC", 281.7, 2.71, 57.72, 28.5, 26.9, 15.8),
+        "forearm": ("EJC", "WJC", 268.9, 1.62, 45.74, 27.6, 26.5, 12.1),
+        "hand": ("WJC", "MET3", 86.2, 0.61, 79.00, 62.8, 51.3, 40.1),
+        "thigh": ("HJC", "KJC", 422.2, 14.16, 40.95, 32.9, 32.9, 14.9),
+        "shank": ("KJC", "LMAL", 434.0, 4.33, 44.59, 25.5, 24.9, 10.3),
+        "shank_ajc": ("KJC", "AJC", 440.3, 4.33, 43.95, 25.1, 24.6, 10.2),
+        "foot": ("HEEL", "TTIP", 258.1, 1.37, 44.15, 25.7, 24.5, 12.4),
+    }),
+    "female": _rows({
+        "head": ("VERT", "CERV", 243.7, 6.68, 48.41, 27.1, 29.5, 26.1),
+        "trunk": ("CERV", "MIDH", 614.8, 42.57, 49.64, 30.7, 29.2, 14.7),
+        "upper_trunk": ("SUPR", "XYPH", 142.5, 15.45, 20.77, 74.6, 50.2, 71.8),
+        "upper_trunk_c7": ("CERV", "XYPH", 228.0, 15.45, 50.50, 46.6, 31.4, 44.9),
+        "middle_trunk": ("XYPH", "OMPH", 205.3, 14.65, 45.12, 43.3, 35.4, 41.5),
+        "lower_trunk": ("OMPH", "MIDH", 181.5, 12.47, 49.20, 43.3, 40.2, 44.4),
+        "upper_arm": ("SJC", "EJC", 275.1, 2.55, 57.54, 27.8, 26.0, 14.8),
+        "forearm": ("EJC", "WJC", 264.3, 1.38, 45.59, 26.1, 25.7, 9.4),
+        "hand": ("WJC", "MET3", 78.0, 0.56, 74.74, 53.1, 45.4, 33.5),
+        "thigh": ("HJC", "KJC", 368.5, 14.78, 36.12, 36.9, 36.4, 16.2),
+        "shank": ("KJC", "LMAL", 432.3, 4.81, 44.16, 27.1, 26.7, 9.3),
+        "shank_ajc": ("KJC", "AJC", 438.6, 4.81, 43.52, 26.7, 26.3, 9.2),
+        "foot": ("HEEL", "TTIP", 228.3, 1.29, 40.14, 29.9, 27.9, 13.9),
+    }),
+}
+
+# Reference subjects of Table 4: (stature m, body mass kg).
+REFERENCE = {"male": (1.741, 73.0), "female": (1.735, 61.9)}
+
+# The 14 pieces that make up the whole body (head, one-piece trunk, both sides of six limb segments).
+WHOLE_BODY = ("head", "trunk") + 2 * ("upper_arm", "forearm", "hand", "thigh", "shank_ajc", "foot")
+
+# Geometry that de Leva does not give, as fractions of stature H or of foot length (assumptions,
+# written into every generated model file): lateral joint-centre spacing and the ankle's position
+# along the foot.
+HIP_WIDTH = 0.10       # distance between the hip joint centres / H
+SHOULDER_WIDTH = 0.20  # distance between the shoulder joint centres / H
+ANKLE_FROM_HEEL = 0.25  # horizontal heel -> ankle-centre distance / foot length
+
+
+@dataclass(frozen=True)
+class ScaledSegment:
+    """One de Leva segment scaled to a subject.
+
+    mass (kg), length (m), com: CoM distance from the origin landmark (m), inertia: central
+    principal moments (I_sag, I_trans, I_long) in kg*m^2.
+    """
+
+    mass: float
+    length: float
+    com: float
+    inertia: tuple[float, float, float]
+
+
+def _check_subject(mass: float, height: float, sex: str) -> None:
+    if sex not in DE_LEVA:
+        raise ValueError(f"sex must be one of {sorted(DE_LEVA)}, got {sex!r}")
+    if not (np.isfinite(mass) and 20.0 <= mass <= 250.0):
+        raise ValueError(f"body mass must be 20..250 kg (an adult), got {mass!r}")
+    if not (np.isfinite(height) and 1.2 <= height <= 2.3):
+        raise ValueError(f"stature must be 1.2..2.3 m (an adult), got {height!r}")
+
+
+def scale_segment(name: str, mass: float, height: float, sex: str = "male") -> ScaledSegment:
+    """Scale de Leva row `name` to body mass `mass` (kg) and stature `height` (m) (models.md 8.4)."""
+    _check_subject(mass, height, sex)
+    table = DE_LEVA[sex]
+    if name not in table:
+        raise ValueError(f"no de Leva segment {name!r}; known: {', '.join(table)}")
+    row = table[name]
+    total = sum(table[s].mass for s in WHOLE_BODY)
+    m = row.mass / total * mass
+    L = row.length * height / REFERENCE[sex][0]
+    inertia = tuple(m * (r * L) ** 2 for r in (row.r_sag, row.r_trans, row.r_long))
+    return ScaledSegment(mass=m, length=L, com=row.com * L, inertia=inertia)
+
+
+@dataclass(frozen=True)
+class HumanSegment:
+    """One body of the generated human, in the standing posture (lab frame, z up, x forward, y left).
+
+    joint: "free" (the floating base), "spherical" or "revolute" (axis: unit 3-vector, lab frame);
+    joint_pos: joint centre (m); com: CoM (m); inertia: (3, 3) central inertia tensor in kg*m^2,
+    axes of the segment frame = lab axes in this posture; points: named points on the segment
+    (m, lab frame) such as landmarks and foot contact points.
+    """
+
+    name: str
+    parent: str | None
+    joint: str
+    axis: tuple[float, float, float] | None
+    joint_pos: np.ndarray
+    mass: float
+    com: np.ndarray
+    inertia: np.ndarray
+    points: dict[str, np.ndarray]
+
+
+def _vertical(s: ScaledSegment) -> np.ndarray:
+    return np.diag(s.inertia)  # x: sagittal axis (a-p), y: transverse (m-l), z: longitudinal
+
+
+def human15(mass: float, height: float, sex: str = "male") -> list[HumanSegment]:
+    """The 15-segment human, scaled from body mass (kg) and stature (m), standing, sole at z = 0.
+
+    Segments (parents before children): pelvis (de Leva lower trunk OMPH -> MIDH, floating base,
+    frame origin at MIDH); thorax (upper trunk CERV -> XYPH merged with middle trunk XYPH -> OMPH,
+    spherical lumbar joint at OMPH); head (VERT -> CERV, spherical neck at CERV); per side
+    (suffix _r, _l): upper_arm (spherical shoulder at SJC), forearm (elbow, revolute y), hand (wrist,
+    revolute y), thigh (spherical hip at HJC), shank (knee, revolute y; KJC -> AJC row), foot (ankle,
+    revolute y; HEEL -> TTIP). Vertical stack: VERT at H, then the head, trunk, thigh and shank
+    lengths downwards; the ankle centre sits above the sole by what is left of H. The shoulder
+    joint centres are at SUPR height (CERV minus the difference of the two upper-trunk variants'
+    lengths). Masses sum to `mass` exactly.
+    """
+    _check_subject(mass, height, sex)
+
+    def seg(name: str) -> ScaledSegment:
+        return scale_segment(name, mass, height, sex)
+
+    head, upper, middle, lower = seg("head"), seg("upper_trunk_c7"), seg("middle_trunk"), seg("lower_trunk")
+    arm, fore, hand, thigh, shank, foot = (seg(s) for s in ("upper_arm", "forearm", "hand", "thigh", "shank_ajc", "foot"))
+    z_vert = height
+    z_cerv = z_vert - head.length
+    z_xyph = z_cerv - upper.length
+    z_omph = z_xyph - middle.length
+    z_midh = z_omph - lower.length
+    z_knee = z_midh - thigh.length
+    z_ankle = z_knee - shank.length
+    if z_ankle <= 0:
+        raise ValueError(f"stacked segment lengths exceed the stature {height} m (ankle at {z_ankle:.4f} m)")
+    z_supr = z_cerv - (seg("upper_trunk_c7").length - seg("upper_trunk").length)
+    ey = (0.0, 1.0, 0.0)
+
+    # Thorax = upper + middle trunk pieces on one vertical axis: parallel-axis theorem about the
+    # merged CoM (x and y moments gain m d^2, z is unchanged).
+    pieces = [(upper, z_cerv - upper.com), (middle, z_xyph - middle.com)]
+    m_th = sum(p.mass for p, _ in pieces)
+    z_th = sum(p.mass * z for p, z in pieces) / m_th
+    I_th = sum(np.diag(p.inertia) + p.mass * (z - z_th) ** 2 * np.diag([1.0, 1.0, 0.0]) for p, z in pieces)
+
+    def at(z: float, y: float = 0.0, x: float = 0.0) -> np.ndarray:
+        return np.array([x, y, z])
+
+    segments = [
+        HumanSegment("pelvis", None, "free", None, at(z_midh), lower.mass, at(z_omph - lower.com), _vertical(lower),
+                     {"OMPH": at(z_omph), "MIDH": at(z_midh)}),
+        HumanSegment("thorax", "pelvis", "spherical", None, at(z_omph), m_th, at(z_th), I_th,
+                     {"CERV": at(z_cerv), "SUPR": at(z_supr), "XYPH": at(z_xyph)}),
+        HumanSegment("head", "thorax", "spherical", None, at(z_cerv), head.mass, at(z_vert - head.com),
+                     _vertical(head), {"VERT": at(z_vert)}),
+    ]
+    for side, sign in (("r", -1.0), ("l", 1.0)):
+        ys, yh = sign * SHOULDER_WIDTH * height / 2, sign * HIP_WIDTH * height / 2
+        z_elbow = z_supr - arm.length
+        z_wrist = z_elbow - fore.length
+        x_ankle = 0.0
+        x_heel = x_ankle - ANKLE_FROM_HEEL * foot.length
+        segments += [
+            HumanSegment(f"upper_arm_{side}", "thorax", "spherical", None, at(z_supr, ys), arm.mass,
+                         at(z_supr - arm.com, ys), _vertical(arm), {}),
+            HumanSegment(f"forearm_{side}", f"upper_arm_{side}", "revolute", ey, at(z_elbow, ys), fore.mass,
+                         at(z_elbow - fore.com, ys), _vertical(fore), {}),
+            HumanSegment(f"hand_{side}", f"forearm_{side}", "revolute", ey, at(z_wrist, ys), hand.mass,
+                         at(z_wrist - hand.com, ys), _vertical(hand), {"MET3": at(z_wrist - hand.length, ys)}),
+            HumanSegment(f"thigh_{side}", "pelvis", "spherical", None, at(z_midh, yh), thigh.mass,
+                         at(z_midh - thigh.com, yh), _vertical(thigh), {}),
+            HumanSegment(f"shank_{side}", f"thigh_{side}", "revolute", ey, at(z_knee, yh), shank.mass,
+                         at(z_knee - shank.com, yh), _vertical(shank), {}),
+            HumanSegment(f"foot_{side}", f"shank_{side}", "revolute", ey, at(z_ankle, yh, x_ankle), foot.mass,
+                         at(0.0, yh, x_heel + foot.com), np.diag([foot.inertia[2], foot.inertia[1], foot.inertia[0]]),
+                         {"HEEL": at(0.0, yh, x_heel), "TTIP": at(0.0, yh, x_heel + foot.length)}),
+        ]
+    return segments
