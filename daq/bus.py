@@ -1,0 +1,592 @@
+"""The stream bus: ZeroMQ publish/subscribe of `daq.frames` frames.
+
+A `Publisher` binds one endpoint and publishes frames of any number of streams, numbering each
+stream's frames 0, 1, 2, ... (``seq``) and stamping them with ``time.monotonic_ns()``. A
+`Subscriber` connects to one or more publishers, receives the streams it asked for, and keeps per
+stream counters (`StreamStats`): frames received, sequence gaps and dropped frames, frames missed
+because it joined late, malformed frames, measured rate and publish->receive latency.
+
+Endpoints: ``tcp://127.0.0.1:PORT`` (``PORT`` may be ``*`` to pick a free one; read
+`Publisher.endpoint`), ``ipc:///path/to/socket``, ``inproc://name``, and remote
+``tcp://HOST:PORT``. A non-loopback tcp endpoint (including ``tcp://*:PORT`` and
+``tcp://0.0.0.0:PORT``) requires CurveZMQ keys (`daq.security`): otherwise `EndpointError`.
+
+Slow joiners (ZeroMQ drops whatever a PUB publishes before a new subscription has arrived):
+
+1. *Handshake.* Each Subscriber subscribes to a private control topic
+   ``b"\\x00walklab/sub/<id>"``. The Publisher uses an XPUB socket, sees that subscription arrive
+   (which proves every subscription sent before it on that connection is in place) and answers on
+   that topic with a *welcome* carrying its next ``seq`` per stream. `Publisher.wait_for_subscribers`
+   blocks a publisher until N subscribers have arrived (use it before publishing the first frame
+   when nothing may be lost); `Subscriber.wait_connected` blocks a subscriber until every endpoint
+   has welcomed it. Publishers answer during `publish`/`send`/`poll_subscriptions`.
+2. *Late-join detection.* Whatever happens, a subscriber never loses frames silently: the first
+   frame of a stream with ``seq = s > 0`` records ``missed_at_join = s`` (frames 0..s-1 were
+   published before it joined; a warning is logged), and later jumps in ``seq`` count as gaps.
+
+Publishers are lossy (a PUB at its high-water mark drops frames for the slow subscriber and never
+blocks the acquisition loop); the subscriber counts every such loss from ``seq``.
+
+Sockets are not thread-safe: use each Publisher/Subscriber from one thread. `close` (or the
+``with`` block) sets a short linger so ``zmq.Context.term`` never hangs.
+"""
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+import os
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import msgpack
+import numpy as np
+import zmq
+
+from daq.frames import Frame, FrameError, decode, encode
+from daq.security import CurveClient, CurveServer
+
+log = logging.getLogger("walklab.bus")
+
+DEFAULT_SNDHWM = 10_000
+DEFAULT_RCVHWM = 10_000
+#: How long a closing publisher keeps trying to deliver queued frames [ms].
+PUBLISHER_LINGER_MS = 200
+#: Topics starting with this prefix are bus control messages, never frames.
+CONTROL_PREFIX = b"\x00walklab/"
+_SUB_TOKEN_PREFIX = CONTROL_PREFIX + b"sub/"
+_IPC_PATH_MAX = 107  # sockaddr_un.sun_path minus the terminating NUL
+#: Sliding window for the measured rates [ns].
+RATE_WINDOW_NS = 2_000_000_000
+
+
+class EndpointError(ValueError):
+    """An endpoint string that is malformed, unsupported or insecure (message names it)."""
+
+
+class BusError(OSError):
+    """A bind or connect that failed at the operating-system level (address in use, no such path)."""
+
+
+# ----------------------------------------------------------------------------------- endpoints
+
+
+def is_local_endpoint(endpoint: str) -> bool:
+    """True for ipc, inproc and tcp on a loopback address (127.0.0.0/8, ::1, localhost).
+
+    Raises EndpointError for a malformed or unsupported endpoint.
+    """
+    if not isinstance(endpoint, str):
+        raise EndpointError(f"endpoint must be a string like 'tcp://127.0.0.1:5555', got {endpoint!r}")
+    transport, sep, address = endpoint.partition("://")
+    if not sep or not address:
+        raise EndpointError(f"endpoint {endpoint!r}: expected TRANSPORT://ADDRESS (tcp, ipc or inproc)")
+    if transport == "ipc":
+        path = address[1:] if address.startswith("@") else address  # '@' = Linux abstract namespace
+        if len(os.fsencode(path)) > _IPC_PATH_MAX:
+            raise EndpointError(f"endpoint {endpoint!r}: ipc path longer than {_IPC_PATH_MAX} bytes")
+        return True
+    if transport == "inproc":
+        return True
+    if transport != "tcp":
+        raise EndpointError(f"endpoint {endpoint!r}: transport {transport!r} not supported (tcp, ipc, inproc)")
+    host, colon, port = address.rpartition(":")
+    if not colon or not host or not (port == "*" or port.isdigit()):
+        raise EndpointError(f"endpoint {endpoint!r}: expected tcp://HOST:PORT (PORT a number or *)")
+    host = host.strip("[]")
+    if ";" in host:  # tcp://src;dst form: judge the destination
+        host = host.split(";")[-1]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name or interface name (or '*'): not provably loopback
+
+
+def check_endpoint(endpoint: str, *, secured: bool, action: str) -> None:
+    """Refuse a non-loopback tcp endpoint without CurveZMQ keys (EndpointError names it)."""
+    if not is_local_endpoint(endpoint) and not secured:
+        raise EndpointError(
+            f"refusing to {action} {endpoint!r} without CurveZMQ keys: endpoints that are not loopback "
+            "or ipc must be secured (generate keys with `walklab keys` and set them in the lab config)")
+
+
+# ----------------------------------------------------------------------------------- publisher
+
+
+class _KeySet:
+    """ZAP credentials provider accepting the given client public keys."""
+
+    def __init__(self, keys: Iterable[bytes]):
+        self.keys = {bytes(k) for k in keys}
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return bytes(key) in self.keys  # pyzmq passes the client key Z85-encoded
+
+
+class Publisher:
+    """Binds ``endpoint`` and publishes frames; numbers each stream's frames from 0.
+
+    Args:
+        endpoint: where to bind (see module docstring); ``tcp://127.0.0.1:*`` picks a free port.
+        sndhwm: frames queued per subscriber before frames are dropped for that subscriber.
+        curve: server keys; required for a non-loopback tcp endpoint. With
+            ``curve.authorized_clients`` the publisher gets its own context running a ZAP
+            authenticator that admits only those client keys.
+        context: ZeroMQ context (default: the process-wide ``zmq.Context.instance()``).
+
+    Attributes:
+        endpoint: the bound endpoint, with the actual port when ``*`` was asked.
+        sent: frames sent per stream.
+    """
+
+    def __init__(self, endpoint: str, *, sndhwm: int = DEFAULT_SNDHWM, curve: CurveServer | None = None,
+                 context: zmq.Context | None = None):
+        check_endpoint(endpoint, secured=curve is not None, action="bind")
+        if not isinstance(sndhwm, int) or sndhwm < 0:
+            raise ValueError(f"sndhwm must be an integer >= 0 (0 = unlimited), got {sndhwm!r}")
+        self._own_context = curve is not None and curve.authorized_clients is not None
+        if self._own_context and context is not None:
+            raise ValueError("a publisher that authorizes client keys needs its own context: do not pass context=")
+        self._ctx = zmq.Context() if self._own_context else (context or zmq.Context.instance())
+        self._auth = None
+        self._sock = self._ctx.socket(zmq.XPUB)
+        self._closed = False
+        try:
+            self._sock.linger = PUBLISHER_LINGER_MS
+            self._sock.sndhwm = sndhwm
+            if curve is not None:
+                if curve.authorized_clients is not None:
+                    from zmq.auth.thread import ThreadAuthenticator
+
+                    self._auth = ThreadAuthenticator(self._ctx)
+                    self._auth.start()
+                    self._auth.configure_curve_callback("*", credentials_provider=_KeySet(curve.authorized_clients))
+                curve.apply(self._sock)
+            try:
+                self._sock.bind(endpoint)
+            except zmq.ZMQError as exc:
+                raise BusError(f"cannot bind {endpoint!r}: {exc}") from None
+            self.endpoint: str = self._sock.last_endpoint.decode()
+        except BaseException:
+            self.close()
+            raise
+        self._seq: dict[str, int] = {}
+        self.sent: dict[str, int] = {}
+        self._id = uuid.uuid4().hex
+        self._subscribers: set[bytes] = set()
+
+    # -- subscriptions and the handshake
+
+    @property
+    def subscribers(self) -> int:
+        """Number of walklab Subscribers whose subscription has reached this publisher."""
+        return len(self._subscribers)
+
+    def poll_subscriptions(self, timeout_s: float = 0.0) -> int:
+        """Handle subscription messages (welcoming new subscribers); returns the subscriber count.
+
+        Waits at most ``timeout_s`` for the first message. Called by every `send`.
+        """
+        sock = self._sock
+        if timeout_s > 0 and not sock.poll(int(math.ceil(timeout_s * 1000))):
+            return len(self._subscribers)
+        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            msg = sock.recv()
+            if not msg.startswith(b"\x01" + _SUB_TOKEN_PREFIX) and not msg.startswith(b"\x00" + _SUB_TOKEN_PREFIX):
+                continue  # an ordinary stream subscription
+            token = msg[1:]
+            if msg[0] == 1:
+                self._subscribers.add(token)
+                welcome = {"publisher": self._id, "endpoint": self.endpoint, "next_seq": dict(self._seq)}
+                sock.send_multipart([token, msgpack.packb(welcome)])
+            else:
+                self._subscribers.discard(token)
+        return len(self._subscribers)
+
+    def wait_for_subscribers(self, n: int, timeout_s: float) -> bool:
+        """Block until at least ``n`` Subscribers are connected and subscribed, or ``timeout_s`` passes.
+
+        Returns True when they are there. Frames published afterwards reach all of them (up to
+        their high-water marks).
+        """
+        deadline = time.monotonic() + timeout_s
+        while self.poll_subscriptions() < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self.poll_subscriptions(min(remaining, 0.05))
+        return True
+
+    # -- publishing
+
+    def publish(self, stream: str, data: np.ndarray, *, kind: str, rate_hz: float, channels: Sequence[str],
+                units: Sequence[str], t_device: int | None = None, t_host: int | None = None, t: int | None = None,
+                extra: dict[str, np.ndarray] | None = None, meta: dict[str, Any] | None = None) -> Frame:
+        """Publish one block of ``stream``; returns the Frame sent (with its ``seq`` and stamps).
+
+        Args:
+            data: shape (samples, channels), or (channels,) for a single sample; units per ``units``.
+            rate_hz: nominal sample rate [Hz] (0 for irregular streams).
+            t_device: device clock of sample 0 [ns] if the device has one.
+            t_host: host monotonic time of sample 0 [ns]; default: now minus (samples - 1) / rate_hz,
+                i.e. the last sample is taken as just acquired.
+            t: lab time of sample 0 [ns]; default ``t_host``.
+        Raises FrameError for data that cannot be framed (wrong shape, dtype, channel count).
+        """
+        arr = np.asarray(data)
+        if arr.ndim == 1:
+            arr = arr.reshape(1, -1)
+        if arr.ndim != 2 or arr.shape[1] != len(channels):
+            raise FrameError(f"stream {stream!r}: data shape {np.shape(data)} does not match "
+                             f"(samples, {len(channels)} channels)")
+        if t_host is None:
+            t_host = time.monotonic_ns()
+            if rate_hz > 0 and arr.shape[0] > 1:
+                t_host -= round((arr.shape[0] - 1) * 1e9 / rate_hz)
+        frame = Frame(stream=stream, kind=kind, seq=self._seq.get(stream, 0), t_device=t_device, t_host=t_host,
+                      t=t_host if t is None else t, rate_hz=rate_hz, channels=tuple(channels), units=tuple(units),
+                      data=arr, extra=extra or {}, meta=meta or {})
+        self.send(frame)
+        return frame
+
+    def send(self, frame: Frame) -> None:
+        """Send a complete Frame as is (its own ``seq``, e.g. in replay); stamps ``frame.t_pub``.
+
+        The next `publish` of that stream continues at ``frame.seq + 1``.
+        """
+        if self._closed:
+            raise BusError(f"publisher {self.endpoint!r} is closed")
+        if self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self.poll_subscriptions()
+        frame.t_pub = time.monotonic_ns()
+        parts = encode(frame)
+        self._sock.send_multipart(parts, copy=False)
+        self._seq[frame.stream] = frame.seq + 1
+        self.sent[frame.stream] = self.sent.get(frame.stream, 0) + 1
+
+    def close(self) -> None:
+        """Close the socket (queued frames get PUBLISHER_LINGER_MS to leave); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._sock.close(linger=PUBLISHER_LINGER_MS)
+        if self._auth is not None:
+            self._auth.stop()
+        if self._own_context:
+            self._ctx.term()
+
+    def __enter__(self) -> "Publisher":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ----------------------------------------------------------------------------------- subscriber
+
+
+@dataclass
+class StreamStats:
+    """Counters of one stream as seen by a Subscriber.
+
+    Attributes:
+        stream: stream name.
+        received: frames received and decoded.
+        samples: samples received (sum of the frames' rows).
+        gaps: number of jumps in ``seq`` after the first frame.
+        dropped: frames missing inside those jumps (published but never received).
+        missed_at_join: frames published before this subscriber joined (``first_seq``, or less when
+            the publisher's welcome says so); 0 when the subscriber saw the stream from its start.
+        restarts: times ``seq`` went back to 0 (the publisher restarted).
+        out_of_order: frames with a ``seq`` at or below one already seen (other than restarts).
+        malformed: messages on this topic rejected by `daq.frames.decode`.
+        first_seq, last_seq: first and latest ``seq`` received (None before the first frame).
+        rate_hz: measured sample rate over the last 2 s [Hz].
+        frames_per_s: measured frame rate over the last 2 s [1/s].
+        latency_p50_s, latency_p99_s, latency_max_s: publish->receive latency over the last frames
+            [s] (None without frames, or when an endpoint is remote and the clocks differ).
+    """
+
+    stream: str
+    received: int = 0
+    samples: int = 0
+    gaps: int = 0
+    dropped: int = 0
+    missed_at_join: int = 0
+    restarts: int = 0
+    out_of_order: int = 0
+    malformed: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    rate_hz: float = 0.0
+    frames_per_s: float = 0.0
+    latency_p50_s: float | None = None
+    latency_p99_s: float | None = None
+    latency_max_s: float | None = None
+
+
+class _Tracker:
+    """Mutable per-stream state behind a StreamStats."""
+
+    __slots__ = ("stats", "lat", "lat_n", "arrivals", "join_seq", "t_first")
+
+    def __init__(self, stream: str, history: int):
+        self.stats = StreamStats(stream)
+        self.lat = np.zeros(history, dtype=np.int64)
+        self.lat_n = 0
+        self.arrivals: deque[tuple[int, int]] = deque()
+        self.join_seq: int | None = None
+        self.t_first: int | None = None
+
+
+class Subscriber:
+    """Connects to publishers and receives frames of the chosen streams, counting every loss.
+
+    Args:
+        endpoints: one endpoint or several (one per publisher).
+        streams: stream names to receive (exact), or prefixes ending in ``*`` (``"forceplate/*"``);
+            empty: every stream.
+        rcvhwm: frames queued in this subscriber before further frames are dropped (and counted
+            as gaps).
+        curve: client keys; required for a non-loopback tcp endpoint.
+        context: ZeroMQ context (default: ``zmq.Context.instance()``).
+        expect: streams that must arrive (default: the exact names in ``streams``); they appear in
+            `stats` from the start, and `missing` lists those not yet seen.
+        history: number of recent frames per stream kept for the latency percentiles.
+    """
+
+    def __init__(self, endpoints: str | Sequence[str], streams: Iterable[str] = (), *, rcvhwm: int = DEFAULT_RCVHWM,
+                 curve: CurveClient | None = None, context: zmq.Context | None = None,
+                 expect: Iterable[str] | None = None, history: int = 1000):
+        self.endpoints = [endpoints] if isinstance(endpoints, str) else list(endpoints)
+        if not self.endpoints:
+            raise EndpointError("a subscriber needs at least one endpoint")
+        local = [is_local_endpoint(e) for e in self.endpoints]
+        for e in self.endpoints:
+            check_endpoint(e, secured=curve is not None, action="connect to")
+        if not isinstance(rcvhwm, int) or rcvhwm < 0:
+            raise ValueError(f"rcvhwm must be an integer >= 0 (0 = unlimited), got {rcvhwm!r}")
+        streams = list(streams)
+        for s in streams:
+            if not isinstance(s, str) or not s or s.startswith("\x00"):
+                raise ValueError(f"stream pattern {s!r} must be a non-empty name or 'prefix*'")
+        self._exact = {s for s in streams if not s.endswith("*")}
+        self._prefixes = tuple(s[:-1] for s in streams if s.endswith("*"))
+        self._all = not streams
+        self._latency_ok = all(local)  # monotonic clocks are comparable only on one host
+        self._history = history
+        self._trackers: dict[str, _Tracker] = {}
+        self.malformed = 0
+        self.last_error: str | None = None
+        self._welcomed: set[str] = set()
+        self._join_seq: dict[str, int] = {}
+        self._pending: deque[Frame] = deque()
+        self._token = _SUB_TOKEN_PREFIX + uuid.uuid4().hex.encode()
+        self._closed = False
+        self._sock = (context or zmq.Context.instance()).socket(zmq.SUB)
+        try:
+            self._sock.linger = 0
+            self._sock.rcvhwm = rcvhwm
+            if curve is not None:
+                curve.apply(self._sock)
+            if self._all:
+                self._sock.subscribe(b"")
+            else:
+                for s in self._exact:
+                    self._sock.subscribe(s.encode())
+                for p in self._prefixes:
+                    self._sock.subscribe(p.encode())
+            self._sock.subscribe(self._token)  # last: its arrival proves the ones above arrived
+            for e in self.endpoints:
+                try:
+                    self._sock.connect(e)
+                except zmq.ZMQError as exc:
+                    raise BusError(f"cannot connect to {e!r}: {exc}") from None
+        except BaseException:
+            self.close()
+            raise
+        self.expected = set(self._exact if expect is None else expect)
+        for s in self.expected:
+            self._tracker(s)
+
+    def _tracker(self, stream: str) -> _Tracker:
+        tr = self._trackers.get(stream)
+        if tr is None:
+            tr = self._trackers[stream] = _Tracker(stream, self._history)
+            tr.join_seq = self._join_seq.get(stream)
+        return tr
+
+    def _wanted(self, topic: str) -> bool:
+        return self._all or topic in self._exact or topic.startswith(self._prefixes)
+
+    # -- receiving
+
+    def recv(self, timeout_s: float | None = None) -> Frame | None:
+        """The next frame of a subscribed stream, or None after ``timeout_s`` seconds (None: wait forever).
+
+        Malformed messages are counted (`malformed`, per-stream ``malformed``), logged with their
+        reason and skipped; control messages are handled internally. ``frame.t_recv`` is set.
+        """
+        if self._pending:
+            return self._pending.popleft()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        sock = self._sock
+        while True:
+            try:
+                parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                if deadline is None:
+                    wait_ms = -1
+                else:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
+                    wait_ms = max(1, int(math.ceil(remaining * 1000)))
+                sock.poll(wait_ms)
+                continue
+            frame = self._handle(parts)
+            if frame is not None:
+                return frame
+
+    def _handle(self, parts: list[Any]) -> Frame | None:
+        t_recv = time.monotonic_ns()
+        topic_bytes = parts[0].bytes
+        if topic_bytes.startswith(CONTROL_PREFIX):
+            if topic_bytes == self._token and len(parts) == 2:
+                self._welcome(parts[1].bytes)
+            return None
+        try:
+            topic = topic_bytes.decode("utf-8")
+        except UnicodeDecodeError:
+            topic = None
+        if topic is not None and not self._wanted(topic):
+            return None  # a longer name sharing a subscribed prefix (FP1 vs FP10)
+        try:
+            frame = decode(parts)
+        except FrameError as exc:
+            self.malformed += 1
+            self.last_error = str(exc)
+            if topic is not None:
+                self._tracker(topic).stats.malformed += 1
+            if self.malformed <= 10 or self.malformed % 1000 == 0:
+                log.warning("dropped malformed frame #%d: %s", self.malformed, exc)
+            return None
+        frame.t_recv = t_recv
+        self._account(frame)
+        return frame
+
+    def _welcome(self, payload: bytes) -> None:
+        try:
+            w = msgpack.unpackb(payload, raw=False, max_str_len=65536, max_map_len=10000, max_array_len=0)
+            pub, next_seq = w["publisher"], w["next_seq"]
+            if not isinstance(pub, str) or not isinstance(next_seq, dict):
+                raise TypeError("bad field types")
+        except Exception as exc:  # a bad control message is counted like a malformed frame
+            self.malformed += 1
+            self.last_error = f"malformed welcome: {exc}"
+            log.warning("dropped malformed welcome message: %s", exc)
+            return
+        self._welcomed.add(pub)
+        for stream, seq in next_seq.items():
+            if isinstance(stream, str) and type(seq) is int:
+                self._join_seq.setdefault(stream, seq)
+                tr = self._trackers.get(stream)
+                if tr is not None and tr.join_seq is None:
+                    tr.join_seq = seq
+
+    def _account(self, frame: Frame) -> None:
+        tr = self._tracker(frame.stream)
+        st = tr.stats
+        seq = frame.seq
+        if st.last_seq is None:
+            st.first_seq = seq
+            late = seq if tr.join_seq is None else min(seq, tr.join_seq)
+            st.missed_at_join = late
+            if seq > late:  # published after we joined, lost before reaching us
+                st.gaps += 1
+                st.dropped += seq - late
+            if late:
+                log.warning("joined stream %r late: first seq %d, missed %d frame(s) published before joining",
+                            frame.stream, seq, late)
+        elif seq == st.last_seq + 1:
+            pass
+        elif seq > st.last_seq:
+            st.gaps += 1
+            st.dropped += seq - st.last_seq - 1
+        elif seq == 0:
+            st.restarts += 1
+            log.warning("stream %r restarted (seq back to 0 after %d)", frame.stream, st.last_seq)
+        else:
+            st.out_of_order += 1
+        st.last_seq = seq
+        st.received += 1
+        st.samples += frame.samples
+        if self._latency_ok:
+            tr.lat[tr.lat_n % len(tr.lat)] = frame.t_recv - frame.t_pub
+            tr.lat_n += 1
+        if tr.t_first is None:
+            tr.t_first = frame.t_recv
+        tr.arrivals.append((frame.t_recv, frame.samples))
+        limit = frame.t_recv - RATE_WINDOW_NS
+        while tr.arrivals[0][0] < limit:
+            tr.arrivals.popleft()
+
+    def wait_connected(self, timeout_s: float) -> bool:
+        """Block until every endpoint's publisher has welcomed this subscriber (see module docstring).
+
+        Frames received meanwhile are kept for `recv`. Returns False on timeout (a publisher that is
+        down, or idle: publishers answer while publishing or in `Publisher.wait_for_subscribers`).
+        """
+        deadline = time.monotonic() + timeout_s
+        while len(self._welcomed) < len(self.endpoints):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if self._sock.poll(max(1, int(remaining * 1000))):
+                frame = self._handle(self._sock.recv_multipart(copy=False))
+                if frame is not None:
+                    self._pending.append(frame)
+        return True
+
+    # -- counters
+
+    def stats(self) -> dict[str, StreamStats]:
+        """A snapshot of the counters of every stream seen or expected, by stream name."""
+        now = time.monotonic_ns()
+        out = {}
+        for name, tr in self._trackers.items():
+            st = StreamStats(**vars(tr.stats))
+            recent = [n for t, n in tr.arrivals if t >= now - RATE_WINDOW_NS]
+            if len(recent) > 1:
+                # over the window, or since the first frame for a stream younger than the window
+                span_ns = max(min(RATE_WINDOW_NS, now - tr.t_first), 1)
+                st.frames_per_s = len(recent) * 1e9 / span_ns
+                st.rate_hz = sum(recent) * 1e9 / span_ns
+            n = min(tr.lat_n, len(tr.lat))
+            if n:
+                lat = tr.lat[:n] * 1e-9
+                st.latency_p50_s, st.latency_p99_s = (float(v) for v in np.percentile(lat, [50, 99]))
+                st.latency_max_s = float(lat.max())
+            out[name] = st
+        return out
+
+    def missing(self) -> list[str]:
+        """Expected streams from which no frame has arrived yet."""
+        return sorted(s for s in self.expected if self._trackers[s].stats.received == 0)
+
+    def close(self) -> None:
+        """Close the socket at once (linger 0); idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._sock.close(linger=0)
+
+    def __enter__(self) -> "Subscriber":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,364 @@
+"""The frame schema: one ZeroMQ multipart message ``[topic, header, *buffers]`` per block of samples.
+
+- ``topic``: the UTF-8 stream name (``forceplate/FP1``); equal to ``header["stream"]``.
+- ``header``: a msgpack map (schema version ``v`` = 1)::
+
+      {"v": 1, "stream": str, "kind": str, "seq": int, "t_device": int | None, "t_host": int,
+       "t": int, "t_pub": int, "rate_hz": float, "channels": [str], "units": [str],
+       "buffers": [{"name": str, "dtype": str, "shape": [int]}], "meta": {str: value}}
+
+- ``buffers``: raw little-endian C-order array bytes, one message part per entry of
+  ``header["buffers"]``, in that order. Buffer 0 is always ``"data"``, shape
+  ``(samples, len(channels))``; further named buffers carry per-frame extras (e.g. a device's raw
+  sample counters).
+
+Clock domains (all integer nanoseconds, all stamps refer to the block's *first* sample, row 0):
+``t_device`` is the device clock (``None`` when the device has none); ``t_host`` the host
+``time.monotonic_ns()`` attributed to the sample on arrival; ``t`` the lab time after clock
+synchronisation (equal to ``t_host`` when no correction is known); ``t_pub`` the host monotonic time
+at which the frame was handed to ZeroMQ (for latency measurement). Sample ``i`` of a block is at
+``t + round(i * 1e9 / rate_hz)`` (sample counts, not wall-clock arithmetic, define times within a
+block); ``rate_hz`` is 0 for irregular streams (events, health).
+
+No pickle, ever: decoding accepts only the numeric dtypes of ``DTYPES`` and validates the whole
+header and every byte count before allocating anything; every violation is a `FrameError` naming
+the field, the bad value and what was expected.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import msgpack
+import numpy as np
+
+SCHEMA_VERSION = 1
+
+#: Accepted buffer dtypes (numpy ``dtype.str``): little-endian numeric types only.
+DTYPES = frozenset({
+    "|b1", "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8",
+    "<f2", "<f4", "<f8", "<c8", "<c16",
+})
+#: Largest buffer accepted by `decode` (bytes); a larger declared size is rejected before any allocation.
+MAX_BUFFER_BYTES = 256 * 2**20
+#: Largest msgpack header accepted by `decode` (bytes).
+MAX_HEADER_BYTES = 64 * 2**10
+#: Most extra buffers a frame may carry besides ``data``.
+MAX_BUFFERS = 16
+MAX_NDIM = 8
+MAX_NAME_BYTES = 255
+
+_INT64 = 2**63
+_UINT64 = 2**64
+_HEADER_KEYS = frozenset({
+    "v", "stream", "kind", "seq", "t_device", "t_host", "t", "t_pub", "rate_hz", "channels",
+    "units", "buffers", "meta",
+})
+_BUFFER_KEYS = frozenset({"name", "dtype", "shape"})
+
+
+class FrameError(ValueError):
+    """A frame that cannot be encoded or decoded; the message names the field and the reason."""
+
+
+@dataclass
+class Frame:
+    """One block of samples of one stream.
+
+    Attributes:
+        stream: stream name, e.g. ``"forceplate/FP1"`` (UTF-8, 1..255 bytes, no NUL, not starting
+            with ``"\\x00"`` which is reserved for bus control messages).
+        kind: what the samples are, e.g. ``"force"``, ``"markers"``, ``"health"``.
+        seq: per-stream frame counter, 0 for the first frame, +1 per frame (0 <= seq < 2**64).
+        t_device: device clock of sample 0 [ns], or None when the device has no clock.
+        t_host: host monotonic clock of sample 0 [ns].
+        t: lab time of sample 0 after clock synchronisation [ns].
+        rate_hz: nominal sample rate [Hz]; 0 for irregular streams.
+        channels: one name per column of ``data``.
+        units: one SI unit string per channel (``"N"``, ``"N*m"``, ``"m"``, ``"rad"``, ``"1"``).
+        data: array of shape (samples, channels), any dtype of `DTYPES` (numpy native order is
+            fine: it is little-endian on every supported machine; big-endian arrays are converted).
+        extra: further named arrays sent as raw buffers (any shape, dtype in `DTYPES`).
+        meta: small msgpack-able map (str keys; str/int/float/bool/None/bytes/list/map values).
+        t_pub: host monotonic clock when published [ns] (set by `daq.bus.Publisher`).
+        t_recv: host monotonic clock when received [ns] (set by `daq.bus.Subscriber`; not on the wire).
+    """
+
+    stream: str
+    kind: str
+    seq: int
+    t_device: int | None
+    t_host: int
+    t: int
+    rate_hz: float
+    channels: tuple[str, ...]
+    units: tuple[str, ...]
+    data: np.ndarray
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    t_pub: int = 0
+    t_recv: int | None = None
+
+    @property
+    def samples(self) -> int:
+        """Number of samples (rows) in the block."""
+        return int(self.data.shape[0])
+
+    def sample_times(self, clock: str = "t") -> np.ndarray:
+        """Times of every sample of the block [ns], shape (samples,), int64.
+
+        ``times[i] = T + round(i * 1e9 / rate_hz)`` with ``T`` the frame stamp named by ``clock``
+        (``"t"``, ``"t_host"`` or ``"t_device"``). Raises FrameError for irregular streams
+        (``rate_hz == 0``) with more than one sample, or a missing device clock.
+        """
+        if clock not in ("t", "t_host", "t_device"):
+            raise FrameError(f"sample_times: clock must be 't', 't_host' or 't_device', got {clock!r}")
+        t0 = getattr(self, clock)
+        if t0 is None:
+            raise FrameError(f"sample_times: stream {self.stream!r} has no {clock}")
+        n = self.samples
+        if n > 1 and self.rate_hz <= 0:
+            raise FrameError(f"sample_times: stream {self.stream!r} is irregular (rate_hz=0)")
+        period = 1e9 / self.rate_hz if n > 1 else 0.0
+        return t0 + np.rint(np.arange(n) * period).astype(np.int64)
+
+
+# ----------------------------------------------------------------------------------- encoding
+
+
+def _wire_array(name: str, arr: Any) -> np.ndarray:
+    """The array as it goes on the wire: little-endian, C-contiguous (a copy only if needed)."""
+    if not isinstance(arr, np.ndarray):
+        raise FrameError(f"buffer {name!r}: expected a numpy array, got {type(arr).__name__}")
+    dt = arr.dtype
+    if dt.byteorder == ">":
+        dt = dt.newbyteorder("<")
+    if dt.str not in DTYPES:
+        raise FrameError(f"buffer {name!r}: dtype {arr.dtype.str!r} is not one of {sorted(DTYPES)}")
+    if arr.ndim > MAX_NDIM:
+        raise FrameError(f"buffer {name!r}: {arr.ndim} dimensions, at most {MAX_NDIM} allowed")
+    if arr.nbytes > MAX_BUFFER_BYTES:
+        raise FrameError(f"buffer {name!r}: {arr.nbytes} bytes exceeds MAX_BUFFER_BYTES={MAX_BUFFER_BYTES}")
+    return np.ascontiguousarray(arr, dtype=dt)
+
+
+def header_of(frame: Frame, buffers: Sequence[tuple[str, np.ndarray]]) -> dict[str, Any]:
+    """The header map of ``frame`` for the wire arrays ``buffers`` (validated like `decode` would)."""
+    header = {
+        "v": SCHEMA_VERSION,
+        "stream": frame.stream,
+        "kind": frame.kind,
+        "seq": frame.seq,
+        "t_device": frame.t_device,
+        "t_host": frame.t_host,
+        "t": frame.t,
+        "t_pub": frame.t_pub,
+        "rate_hz": float(frame.rate_hz) if isinstance(frame.rate_hz, (int, float, np.number)) else frame.rate_hz,
+        "channels": list(frame.channels) if isinstance(frame.channels, (list, tuple)) else frame.channels,
+        "units": list(frame.units) if isinstance(frame.units, (list, tuple)) else frame.units,
+        "buffers": [{"name": n, "dtype": a.dtype.str, "shape": list(a.shape)} for n, a in buffers],
+        "meta": frame.meta,
+    }
+    # Integers from numpy (np.int64 seq, stamps) are accepted and converted.
+    for key in ("seq", "t_device", "t_host", "t", "t_pub"):
+        if isinstance(header[key], np.integer):
+            header[key] = int(header[key])
+    _check_header(header)
+    return header
+
+
+def encode(frame: Frame) -> list[bytes | memoryview]:
+    """The multipart message ``[topic, header, data, *extra]`` of ``frame``.
+
+    Zero-copy: contiguous little-endian arrays are returned as memoryviews on their own memory
+    (send them with ``copy=False`` and do not modify them until ZeroMQ has sent them); others are
+    converted once. Raises FrameError for anything `decode` would reject.
+    """
+    if not isinstance(frame.data, np.ndarray) or frame.data.ndim != 2:
+        shape = getattr(frame.data, "shape", None)
+        raise FrameError(f"stream {frame.stream!r}: data must be a 2-D array (samples, channels), got shape {shape}")
+    if not isinstance(frame.extra, dict):
+        raise FrameError(f"stream {frame.stream!r}: extra must be a dict of arrays, got {type(frame.extra).__name__}")
+    if len(frame.extra) > MAX_BUFFERS:
+        raise FrameError(f"stream {frame.stream!r}: {len(frame.extra)} extra buffers, at most {MAX_BUFFERS}")
+    buffers = [("data", _wire_array("data", frame.data))]
+    for name, arr in frame.extra.items():
+        buffers.append((name, _wire_array(name, arr)))
+    header = header_of(frame, buffers)
+    try:
+        packed = msgpack.packb(header, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise FrameError(f"stream {frame.stream!r}: header not encodable with msgpack: {exc}") from None
+    if len(packed) > MAX_HEADER_BYTES:
+        raise FrameError(f"stream {frame.stream!r}: header is {len(packed)} bytes, at most {MAX_HEADER_BYTES}")
+    return [frame.stream.encode("utf-8"), packed,
+            *(memoryview(a.reshape(-1).view(np.uint8)) for _, a in buffers)]
+
+
+# ----------------------------------------------------------------------------------- decoding
+
+
+def _reject_ext(code: int, data: bytes) -> Any:
+    raise FrameError(f"header: msgpack extension type {code} is not allowed")
+
+
+def _is_int(x: Any) -> bool:
+    return type(x) is int  # bool is an int subclass and must not pass
+
+
+def _check_name(what: str, value: Any) -> None:
+    if not isinstance(value, str):
+        raise FrameError(f"header: {what} must be a string, got {type(value).__name__}")
+    n = len(value.encode("utf-8", "surrogatepass"))
+    if not 1 <= n <= MAX_NAME_BYTES or "\x00" in value:
+        raise FrameError(f"header: {what} {value[:40]!r} must be 1..{MAX_NAME_BYTES} bytes without NUL")
+
+
+def _check_meta(value: Any, path: str, depth: int = 0) -> None:
+    if depth > 8:
+        raise FrameError(f"header: {path} nested deeper than 8 levels")
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        if _is_int(value) and not -_INT64 <= value < _UINT64:
+            raise FrameError(f"header: {path} integer {value} out of 64-bit range")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_meta(v, f"{path}[{i}]", depth + 1)
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise FrameError(f"header: {path} key {k!r} must be a string")
+            _check_meta(v, f"{path}.{k}", depth + 1)
+        return
+    raise FrameError(f"header: {path} has unsupported type {type(value).__name__}")
+
+
+def _check_header(h: Any) -> None:
+    """Validate a header map in full; raises FrameError naming the first bad field."""
+    if not isinstance(h, dict):
+        raise FrameError(f"header: expected a msgpack map, got {type(h).__name__}")
+    missing = _HEADER_KEYS - h.keys()
+    if missing:
+        raise FrameError(f"header: missing field(s) {sorted(missing)}")
+    unknown = h.keys() - _HEADER_KEYS
+    if unknown:
+        raise FrameError(f"header: unknown field(s) {sorted(map(str, unknown))}")
+    if h["v"] != SCHEMA_VERSION or not _is_int(h["v"]):
+        raise FrameError(f"header: schema version v={h['v']!r}, this reader understands v={SCHEMA_VERSION}")
+    _check_name("stream", h["stream"])
+    if h["stream"].startswith("\x00"):
+        raise FrameError("header: stream names starting with NUL are reserved for bus control")
+    _check_name("kind", h["kind"])
+    if not _is_int(h["seq"]) or not 0 <= h["seq"] < _UINT64:
+        raise FrameError(f"header: seq must be an integer in [0, 2**64), got {h['seq']!r}")
+    for key in ("t_host", "t", "t_pub"):
+        if not _is_int(h[key]) or not -_INT64 <= h[key] < _INT64:
+            raise FrameError(f"header: {key} must be an int64 nanosecond stamp, got {h[key]!r}")
+    if h["t_device"] is not None and (not _is_int(h["t_device"]) or not -_INT64 <= h["t_device"] < _INT64):
+        raise FrameError(f"header: t_device must be an int64 nanosecond stamp or nil, got {h['t_device']!r}")
+    rate = h["rate_hz"]
+    if type(rate) not in (int, float) or not math.isfinite(rate) or rate < 0:
+        raise FrameError(f"header: rate_hz must be a finite number >= 0, got {rate!r}")
+    for key in ("channels", "units"):
+        if not isinstance(h[key], list):
+            raise FrameError(f"header: {key} must be a list of strings, got {type(h[key]).__name__}")
+        for item in h[key]:
+            if not isinstance(item, str) or len(item) > MAX_NAME_BYTES:
+                raise FrameError(f"header: {key} entries must be strings of <= {MAX_NAME_BYTES} chars, got {item!r:.60}")
+    if len(h["units"]) != len(h["channels"]):
+        raise FrameError(f"header: {len(h['channels'])} channels but {len(h['units'])} units")
+    buffers = h["buffers"]
+    if not isinstance(buffers, list) or not 1 <= len(buffers) <= MAX_BUFFERS + 1:
+        raise FrameError(f"header: buffers must be a list of 1..{MAX_BUFFERS + 1} descriptors")
+    names = set()
+    for i, b in enumerate(buffers):
+        if not isinstance(b, dict) or b.keys() != _BUFFER_KEYS:
+            raise FrameError(f"header: buffers[{i}] must be a map with exactly {sorted(_BUFFER_KEYS)}")
+        _check_name(f"buffers[{i}].name", b["name"])
+        if b["name"] in names:
+            raise FrameError(f"header: buffer name {b['name']!r} repeated")
+        names.add(b["name"])
+        if b["dtype"] not in DTYPES:
+            raise FrameError(f"header: buffers[{i}] ({b['name']!r}) dtype {b['dtype']!r:.40} is not one of {sorted(DTYPES)}")
+        shape = b["shape"]
+        if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(_is_int(d) and d >= 0 for d in shape):
+            raise FrameError(f"header: buffers[{i}] ({b['name']!r}) shape {shape!r:.60} must be <= {MAX_NDIM} non-negative ints")
+        nbytes = math.prod(shape) * int(b["dtype"][2:])  # dtype.str ends with the item size
+        if nbytes > MAX_BUFFER_BYTES:
+            raise FrameError(f"header: buffers[{i}] ({b['name']!r}) declares {nbytes} bytes, more than MAX_BUFFER_BYTES={MAX_BUFFER_BYTES}")
+    data = buffers[0]
+    if data["name"] != "data" or len(data["shape"]) != 2 or data["shape"][1] != len(h["channels"]):
+        raise FrameError(f"header: buffer 0 must be 'data' of shape (samples, {len(h['channels'])}), "
+                         f"got {data['name']!r} {data['shape']}")
+    _check_meta(h["meta"], "meta")
+    if not isinstance(h["meta"], dict):
+        raise FrameError(f"header: meta must be a map, got {type(h['meta']).__name__}")
+
+
+def _buffer(part: Any) -> memoryview:
+    """A read-only byte view of a message part (bytes, memoryview, or zmq.Frame)."""
+    buf = getattr(part, "buffer", part)  # zmq.Frame exposes its memory as .buffer
+    try:
+        view = memoryview(buf)
+    except TypeError:
+        raise FrameError(f"message part of type {type(part).__name__} is not a byte buffer") from None
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    return view
+
+
+def decode(parts: Sequence[Any]) -> Frame:
+    """The Frame of a multipart message ``[topic, header, *buffers]``.
+
+    Validates the topic (UTF-8, equal to the header's stream), the header (`_check_header`), the
+    part count and every buffer's byte count against its declared dtype and shape *before* creating
+    any array. The arrays are read-only views on the message memory (no copy); ``.copy()`` them to
+    modify. Raises FrameError with the reason for any malformed message.
+    """
+    if not isinstance(parts, (list, tuple)) or len(parts) < 2:
+        raise FrameError(f"message has {len(parts) if isinstance(parts, (list, tuple)) else '?'} parts, "
+                         "expected [topic, header, *buffers]")
+    topic_buf = _buffer(parts[0])
+    if len(topic_buf) > MAX_NAME_BYTES:
+        raise FrameError(f"topic is {len(topic_buf)} bytes, at most {MAX_NAME_BYTES}")
+    try:
+        topic = bytes(topic_buf).decode("utf-8")
+    except UnicodeDecodeError:
+        raise FrameError(f"topic {bytes(topic_buf)[:40]!r} is not UTF-8") from None
+    header_buf = _buffer(parts[1])
+    if len(header_buf) > MAX_HEADER_BYTES:
+        raise FrameError(f"topic {topic!r}: header is {len(header_buf)} bytes, at most {MAX_HEADER_BYTES}")
+    try:
+        header = msgpack.unpackb(
+            header_buf, raw=False, strict_map_key=True, ext_hook=_reject_ext, use_list=True,
+            max_str_len=MAX_HEADER_BYTES, max_bin_len=MAX_HEADER_BYTES,
+            max_array_len=4096, max_map_len=1024, max_ext_len=0, timestamp=0,
+        )
+    except FrameError:
+        raise
+    except Exception as exc:  # msgpack raises several types (ExtraData, FormatError, ValueError, ...)
+        raise FrameError(f"topic {topic!r}: header is not valid msgpack: {type(exc).__name__}: {exc}"[:300]) from None
+    _check_header(header)
+    if header["stream"] != topic:
+        raise FrameError(f"topic {topic!r} differs from header stream {header['stream']!r}")
+    descs = header["buffers"]
+    if len(parts) != 2 + len(descs):
+        raise FrameError(f"stream {topic!r}: header declares {len(descs)} buffers, message has {len(parts) - 2}")
+    arrays = []
+    for desc, part in zip(descs, parts[2:]):
+        view = _buffer(part)
+        dtype = np.dtype(desc["dtype"])
+        expected = math.prod(desc["shape"]) * dtype.itemsize
+        if len(view) != expected:
+            raise FrameError(f"stream {topic!r}: buffer {desc['name']!r} has {len(view)} bytes, "
+                             f"dtype {desc['dtype']} shape {desc['shape']} needs {expected}")
+        arrays.append(np.frombuffer(view, dtype=dtype).reshape(desc["shape"]))
+    return Frame(
+        stream=topic, kind=header["kind"], seq=header["seq"], t_device=header["t_device"],
+        t_host=header["t_host"], t=header["t"], rate_hz=float(header["rate_hz"]),
+        channels=tuple(header["channels"]), units=tuple(header["units"]), data=arrays[0],
+        extra={d["name"]: a for d, a in zip(descs[1:], arrays[1:])}, meta=header["meta"],
+        t_pub=header["t_pub"],
+    )
