@@ -94,7 +94,9 @@ class TrialPlate:
 @dataclass(frozen=True)
 class Trial:
     """A C3D trial: markers, analogs, plates; body_mass kg from PROCESSING:Bodymass or None;
-    first_frame: the header's first point frame (1-based in the file, as ezc3d reports it)."""
+    first_frame: 0-based index of the first point frame (the file stores it 1-based), so point
+    frame i is at time (first_frame + i) / markers.rate and analog sample j at
+    first_frame / markers.rate + j / analogs.rate, s."""
 
     path: Path
     markers: Markers
