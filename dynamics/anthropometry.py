@@ -231,3 +231,151 @@ def human15(mass: float, height: float, sex: str = "male") -> list[HumanSegment]
                          {"HEEL": at(0.0, yh, x_heel), "TTIP": at(0.0, yh, x_heel + foot.length)}),
         ]
     return segments
+
+
+# Joint axes in the segment frame (parallel to the lab in the standing posture, y to the left),
+# oriented so that flexion / dorsiflexion is positive.
+FLEXION_AXIS = {"forearm": (0.0, -1.0, 0.0), "hand": (0.0, -1.0, 0.0), "shank": (0.0, 1.0, 0.0),
+                "foot": (0.0, -1.0, 0.0)}
+JOINT_NAMES = {"pelvis": "base", "thorax": "lumbar", "head": "neck", "upper_arm": "shoulder", "forearm": "elbow",
+               "hand": "wrist", "thigh": "hip", "shank": "knee", "foot": "ankle"}
+
+
+def _vec(x: np.ndarray) -> list[float]:
+    return [round(float(v), 12) + 0.0 for v in x]  # + 0.0 turns -0.0 into 0.0
+
+
+def human15_table(mass: float, height: float, sex: str = "male", hip: str = "spherical") -> dict:
+    """The 15-segment human as a model table in the TOML model format of docs/models.md.
+
+    mass (kg), height (m), sex "male" or "female". hip = "spherical" gives each hip one
+    spherical joint; "revolute" gives three revolute joints (flexion about -y, adduction about
+    x, internal rotation about z, in this order, through two massless segments) so that an
+    actuator can drive hip flexion. Segment frames are parallel to the lab frame in the standing
+    posture, origins on the joint centres; the floating base (pelvis, origin MIDH) has q = 0 at the
+    lab origin, so standing on the floor needs base z = meta.standing_base_height.
+    """
+    if hip not in ("spherical", "revolute"):
+        raise ValueError(f"hip must be 'spherical' or 'revolute', got {hip!r}")
+    segs = human15(mass, height, sex)
+    pos = {s.name: s.joint_pos for s in segs}
+    out = []
+    for s in segs:
+        kind = s.name.rsplit("_", 1)[0] if s.name.endswith(("_r", "_l")) else s.name
+        side = s.name[-2:] if s.name.endswith(("_r", "_l")) else ""
+        origin = s.joint_pos - (pos[s.parent] if s.parent else 0.0)
+        row: dict = {"name": s.name, "parent": s.parent or "world", "joint_name": JOINT_NAMES[kind] + side}
+        if kind == "thigh" and hip == "revolute":
+            for dof, axis in (("flexion", [0.0, -1.0, 0.0]), ("adduction", [1.0, 0.0, 0.0])):
+                link = f"hip_{dof[:4]}{side}"
+                out.append({"name": link, "parent": row["parent"], "joint": "revolute",
+                            "joint_name": f"hip_{dof}{side}", "axis": axis, "origin": _vec(origin),
+                            "notes": "massless link of the three-revolute hip"})
+                row["parent"], origin = link, np.zeros(3)
+            row.update(joint="revolute", axis=[0.0, 0.0, 1.0], joint_name=f"hip_rotation{side}")
+        elif s.joint == "free":
+            row["joint"] = "free_flyer"
+        elif s.joint == "spherical":
+            row["joint"] = "spherical"
+        else:
+            row.update(joint="revolute", axis=list(FLEXION_AXIS[kind]))
+        I = s.inertia
+        row.update(origin=_vec(origin), mass=round(s.mass, 12), com=_vec(s.com - s.joint_pos),
+                   inertia=_vec([I[0, 0], I[1, 1], I[2, 2]]))
+        marks = {f"{k}{side}": _vec(p - s.joint_pos) for k, p in s.points.items() if k not in ("HEEL", "TTIP")}
+        if marks:
+            row["markers"] = marks
+        if kind == "foot":
+            row["contacts"] = {f"heel{side}": _vec(s.points["HEEL"] - s.joint_pos),
+                               f"toe{side}": _vec(s.points["TTIP"] - s.joint_pos)}
+        out.append(row)
+    ref_h, ref_m = REFERENCE[sex]
+    return {
+        "name": "human15",
+        "description": (f"3-D 15-segment human ({sex}, {mass:g} kg, {height:g} m), floating base at the pelvis, "
+                        "standing anatomical posture at q = neutral (base at the lab origin)."),
+        "source": ("de Leva P. (1996) Adjustments to Zatsiorsky-Seluyanov's segment inertia parameters. "
+                   "J. Biomech. 29(9):1223-1230, Table 4 (models.md section 8), scaled by dynamics.anthropometry."),
+        "notes": [
+            f"Masses m_i = m%_i M (table fractions renormalised to sum to 1); lengths L_ref H / {ref_h} m "
+            f"(reference subject {ref_h} m, {ref_m} kg); CoM and central principal moments m (r L)^2 per models.md 8.4.",
+            "Segments: pelvis = lower trunk OMPH->MIDH; thorax = upper trunk CERV->XYPH (C7 variant) merged with "
+            "middle trunk XYPH->OMPH (parallel-axis theorem); head VERT->CERV; shank KJC->AJC; foot HEEL->TTIP.",
+            "Axes: x forward, y left, z up. I_xx from r_sag, I_yy from r_trans, I_zz from r_long; the foot "
+            "(long axis x) takes I_xx from r_long, I_zz from r_sag (models.md 8.4; the sag/trans naming of Table 4 "
+            "is ambiguous, see its caveat).",
+            "Standing stack: VERT at H, then head, C7 trunk, thigh and shank lengths straight down; the ankle sits "
+            "above the sole by what is left of H (1.9 % H male, 4.0 % H female: de Leva's mean lengths overshoot "
+            "a real ankle height for the male set). Foot CoM on the heel-toe line (the sole), as Table 4 defines it.",
+            f"Assumptions not in de Leva: shoulder joint centres at SUPR height (CERV minus the length difference of "
+            f"the two upper-trunk rows), {SHOULDER_WIDTH:g} H apart; hip joint centres at MIDH height, "
+            f"{HIP_WIDTH:g} H apart; ankle centre above the sole at {ANKLE_FROM_HEEL:g} of the foot length from "
+            "the heel; arms hanging straight, palms forward.",
+            "Joint axes: flexion positive (elbow, wrist, hip flexion about -y; knee about +y; ankle dorsiflexion "
+            "about -y). Generated file: regenerate with `walklab model human --mass M --height H [--sex S] -o FILE`.",
+        ],
+        "meta": {"sex": sex, "body_mass": float(mass), "stature": float(height),
+                 "standing_base_height": round(float(pos["pelvis"][2]), 9), "hip": hip},
+        "segment": out,
+    }
+
+
+# Generic lower-limb exoskeleton worn over human15: design values for a prototype of this class
+# (bodies: name, human segment it is strapped to, mass kg, CoM in the human segment's frame as
+# fractions (x, y of the segment's lateral side, z of the human segment length), box size m).
+EXO_MOTOR = {"gear_ratio": 100.0, "torque_limit": 80.0, "velocity_limit": 6.0, "rotor_inertia": 3.3e-5}
+EXO_LIMITS = {"hip_flexion": (-0.5, 2.0), "knee": (0.0, 2.1)}
+
+
+def _box(mass: float, size) -> list[float]:
+    """Central principal moments (kg*m^2) of a uniform box of size (x, y, z) m."""
+    a, b, c = size
+    return _vec(mass / 12 * np.array([b * b + c * c, a * a + c * c, a * a + b * b]))
+
+
+def exoskeleton_table(mass: float, height: float, sex: str = "male") -> dict:
+    """human15 (three-revolute hips) wearing a lower-limb exoskeleton, as a model table.
+
+    Exoskeleton bodies are rigidly attached (fixed joints) to the human segment they are strapped
+    to: a hip belt with the two hip motors and the battery on the pelvis (4.0 kg), per leg a thigh
+    link carrying the knee motor at its distal end (2.2 kg) and a shank link with the cuff
+    (0.7 kg). Actuators: hip flexion and knee per leg, gear 100, 80 N*m and 6 rad/s joint side.
+    """
+    table = human15_table(mass, height, sex, hip="revolute")
+    segs = table["segment"]
+    by = {s["name"]: s for s in segs}
+    H = height
+    extra = [("exo_pelvis", "pelvis", 4.0, [-0.12, 0.0, 0.02], (0.12, HIP_WIDTH * H + 0.14, 0.15))]
+    for side, sign in (("_r", -1.0), ("_l", 1.0)):
+        thigh_len = -by[f"shank{side}"]["origin"][2]
+        shank_len = -by[f"foot{side}"]["origin"][2]
+        extra += [
+            (f"exo_thigh{side}", f"thigh{side}", 2.2, [0.0, sign * 0.09, -0.75 * thigh_len], (0.06, 0.05, thigh_len)),
+            (f"exo_shank{side}", f"shank{side}", 0.7, [0.0, sign * 0.07, -0.35 * shank_len], (0.05, 0.04, 0.6 * shank_len)),
+        ]
+    for name, parent, m, com, size in extra:
+        segs.insert(next(i for i, s in enumerate(segs) if s["name"] == parent) + 1, {
+            "name": name, "parent": parent, "joint": "fixed", "mass": m, "com": _vec(com), "inertia": _box(m, size),
+            "notes": "exoskeleton body strapped to the human segment (fixed joint); uniform box inertia"})
+    for seg in segs:
+        for joint, (lo, hi) in EXO_LIMITS.items():
+            if seg.get("joint_name", "").startswith(joint + "_"):
+                seg["limits"] = {"lower": lo, "upper": hi, "velocity": EXO_MOTOR["velocity_limit"],
+                                 "effort": EXO_MOTOR["torque_limit"]}
+    table["actuator"] = [
+        {"name": f"{joint}_motor{side}", "joint": f"{seg}{side}", **EXO_MOTOR}
+        for side in ("_r", "_l") for joint, seg in (("hip", "hip_flex"), ("knee", "shank"))]
+    table["name"] = "exoskeleton"
+    table["description"] = (f"Lower-limb exoskeleton (hip flexion and knee actuators per leg) worn by the human15 "
+                            f"subject ({sex}, {mass:g} kg, {height:g} m); floating base at the pelvis.")
+    table["notes"] = table["notes"] + [
+        "Exoskeleton: generic design values for a prototype of this class, not a product datasheet. Hip belt "
+        "4.0 kg (hip motors, battery, electronics) on the pelvis; per leg a 2.2 kg thigh link (knee motor near "
+        "the knee) and a 0.7 kg shank link, each a uniform box rigidly strapped (fixed joint) to the human "
+        "segment. Human hips are three revolute joints so the hip motor drives hip flexion.",
+        f"Actuators: harmonic-drive motors, gear {EXO_MOTOR['gear_ratio']:g}:1, {EXO_MOTOR['torque_limit']:g} N*m "
+        f"and {EXO_MOTOR['velocity_limit']:g} rad/s joint side, rotor {EXO_MOTOR['rotor_inertia']:g} kg*m^2; "
+        f"joint limits hip flexion {EXO_LIMITS['hip_flexion']} rad, knee {EXO_LIMITS['knee']} rad.",
+    ]
+    table["meta"]["exoskeleton_mass"] = round(sum(m for _, _, m, _, _ in extra), 9)
+    return table

@@ -183,3 +183,45 @@ def joint_moments(chain: PlanarChain, U: np.ndarray) -> np.ndarray:
     if U.shape[-1:] != (chain.n,):
         raise ValueError(f"U has shape {U.shape}, expected ({chain.n},) or (N, {chain.n})")
     return U @ chain.mu
+
+
+def planar_chain_from_model(model) -> PlanarChain:
+    """The PlanarChain of a planar Zinkovsky tree `Model` (docs/models.md, "Planar Zinkovsky segments").
+
+    Requires gravity (0, -g, 0); segment 1 on the world through a `planar` joint at the lab origin;
+    every other joint revolute about +z, unrotated, at origin (0, -l_parent, 0) of its parent (all
+    children of one segment at the same distal point); CoMs in the x-y plane. Then a1 = -com_y,
+    a2 = com_x, Jc = izz and l of a segment = its children's distance; a leaf's length is not in the
+    model and does not enter the dynamics, so it is set to 0. Model q and v are (x0, y0, phi_1,
+    psi_2..psi_n) with relative angles psi; the closed form's absolute angles are phi = mu psi
+    (psi_1 = phi_1). ValueError naming the segment if the model is not of this form.
+    """
+    segs = model.segments
+    where = f"model {model.name!r}"
+    g = np.asarray(model.gravity, dtype=float)
+    if not (g[0] == 0 and g[2] == 0 and g[1] < 0):
+        raise ValueError(f"{where}: gravity {g.tolist()} is not (0, -g, 0) of a planar model")
+    n = len(segs)
+    index = {s.name: i for i, s in enumerate(segs)}
+    parent = np.zeros(n, dtype=int)
+    l = np.full(n, np.nan)
+    for i, s in enumerate(segs):
+        j = s.joint
+        w = f"{where}: segment {s.name!r}"
+        if i == 0:
+            if s.parent is not None or j.type != "planar" or np.any(j.translation != 0) or np.any(j.rotation != np.eye(3)):
+                raise ValueError(f"{w}: the first segment must hang on the world by a planar joint at the origin")
+        else:
+            if s.parent is None or j.type != "revolute" or not np.allclose(j.axis, [0, 0, 1]) \
+                    or not np.allclose(j.rotation, np.eye(3)):
+                raise ValueError(f"{w}: expected a revolute joint about +z on a parent segment")
+            p = index[s.parent]
+            t = np.asarray(j.translation)
+            if t[0] != 0 or t[2] != 0 or t[1] > 0 or (np.isfinite(l[p]) and l[p] != -t[1]):
+                raise ValueError(f"{w}: joint origin {t.tolist()} is not the parent's distal point (0, -l, 0)")
+            parent[i], l[p] = p + 1, -t[1]
+        if s.com[2] != 0:
+            raise ValueError(f"{w}: CoM {np.asarray(s.com).tolist()} is not in the x-y plane")
+    return PlanarChain(parent=parent, l=np.nan_to_num(l, nan=0.0), m=np.array([s.mass for s in segs]),
+                       a1=np.array([-s.com[1] for s in segs]), a2=np.array([s.com[0] for s in segs]),
+                       Jc=np.array([s.inertia[2, 2] for s in segs]))

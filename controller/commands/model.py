@@ -1,0 +1,198 @@
+"""`walklab model`: inspect model files, report linkage gait metrics, generate a scaled human.
+
+    walklab model show NAME|FILE
+    walklab model linkage NAME|FILE [--crank-speed RAD_S] [--ground-penetration M] [--json]
+    walklab model human --mass KG --height M [--sex male|female] [--hip spherical|revolute]
+                        [--exoskeleton] [-o FILE]
+
+NAME is a shipped model (configs/models/NAME.toml); FILE a path to a TOML model file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("model", help="show a model, report linkage metrics, generate a scaled human",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="model_command", metavar="SUBCOMMAND", required=True)
+
+    show = sub.add_parser("show", help="print a model's segments (or a linkage's bodies), joints, masses, totals")
+    show.add_argument("model", metavar="NAME|FILE", help="shipped model name or TOML file path")
+    show.set_defaults(func=_show)
+
+    link = sub.add_parser("linkage", help="gait metrics, crank torque and energy of a crank-driven leg linkage")
+    link.add_argument("model", metavar="NAME|FILE", help="linkage model (e.g. jansen_leg, chebyshev_leg)")
+    link.add_argument("--crank-speed", type=float, default=2 * math.pi, metavar="RAD_S",
+                      help="constant crank speed in rad/s (default 2*pi)")
+    link.add_argument("--ground-penetration", type=float, default=0.008, metavar="M",
+                      help="ground level above the lowest foot point in m (default 0.008)")
+    link.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    link.set_defaults(func=_linkage)
+
+    human = sub.add_parser("human", help="write a 15-segment human (optionally wearing the exoskeleton) "
+                                         "scaled from body mass and stature (de Leva 1996)")
+    human.add_argument("--mass", type=float, required=True, metavar="KG", help="body mass in kg")
+    human.add_argument("--height", type=float, required=True, metavar="M", help="stature in m")
+    human.add_argument("--sex", choices=("male", "female"), default="male", help="de Leva table (default male)")
+    human.add_argument("--hip", choices=("spherical", "revolute"), default="spherical",
+                       help="one spherical joint or three revolutes per hip (default spherical)")
+    human.add_argument("--exoskeleton", action="store_true",
+                       help="add the lower-limb exoskeleton (hip and knee actuators; implies --hip revolute)")
+    human.add_argument("-o", "--output", metavar="FILE", help="TOML file to write (default: standard output)")
+    human.set_defaults(func=_human)
+
+
+def _fmt(v: float, width: int = 9) -> str:
+    return f"{v:{width}.4g}"
+
+
+def _vec(v) -> str:
+    return "(" + ", ".join(f"{float(x):.4g}" for x in v) + ")"
+
+
+def _show(args: argparse.Namespace) -> int:
+    from dynamics import Model, load_model
+
+    model = load_model(args.model)  # a tree Model, or a closed-chain Linkage for kind = "linkage"
+    print(_tree_text(model) if isinstance(model, Model) else _linkage_text(model))
+    return 0
+
+
+def _tree_text(model) -> str:
+    lines = [f"model {model.name}" + (f"  ({model.source})" if model.source else ""),
+             f"gravity {_vec(model.gravity)} m/s^2", "",
+             f"{'#':>3} {'segment':<14} {'parent':<14} {'joint':<18} {'type':<11} {'axis':<16} "
+             f"{'mass kg':>9} {'com m (segment frame)':<24}"]
+    for i, s in enumerate(model.segments, start=1):
+        axis = _vec(s.joint.axis) if s.joint.type in ("revolute", "revolute_unbounded", "prismatic") else "-"
+        lines.append(f"{i:>3} {s.name:<14} {s.parent or 'world':<14} {s.joint_name or s.name:<18} "
+                     f"{s.joint.type:<11} {axis:<16} {_fmt(s.mass)} {_vec(s.com):<24}")
+    if model.actuators:
+        lines += ["", f"{'actuator':<18} {'joint (segment)':<16} {'gear':>7} {'torque N*m':>11} {'speed rad/s':>12}"]
+        for a in model.actuators:
+            lines.append(f"{a.name:<18} {a.joint:<16} {_fmt(a.gear_ratio, 7)} {_fmt(a.torque_limit, 11)} "
+                         f"{_fmt(a.velocity_limit, 12)}")
+    n_points = len(model.marker_names) + len(model.contact_names)
+    lines += ["", f"total: {len(model.segments)} segments, mass {model.total_mass:.4f} kg, nq = {model.nq}, "
+                  f"nv = {model.nv}, {len(model.actuators)} actuators, {n_points} markers/contact points"]
+    return "\n".join(lines)
+
+
+def _linkage_text(link) -> str:
+    lines = [f"linkage {link.name}  ({link.source})", f"gravity {link.gravity:g} m/s^2 along -y, "
+             f"foot point {link.foot}, fixed pivot {link.pivot}", "",
+             f"{'#':>3} {'body':<10} {'ends':<10} {'length m':>9} {'mass kg':>9} {'J kg*m^2':>10}"]
+    for i, (b, ends) in enumerate(zip(link.bodies, link.body_ends), start=1):
+        lines.append(f"{i:>3} {b.name:<10} {ends[0] + '-' + ends[1]:<10} {_fmt(b.length)} {_fmt(b.mass)} "
+                     f"{_fmt(b.inertia, 10)}")
+    lines += ["", "ground points: " + ", ".join(f"{k} {_vec(v)}" for k, v in link.ground_points.items()),
+              f"joints (constraint rows): {', '.join(link.row_names)}", "",
+              f"total: {link.n_bodies} bodies, mass {sum(b.mass for b in link.bodies):.4f} kg, "
+              f"{link.n_coords} coordinates, {link.n_rows} constraint rows, "
+              f"{link.n_coords - link.n_rows} DOF before the driver is counted, input {link.input_kind}"]
+    return "\n".join(lines)
+
+
+LINKAGE_KEYS = [("step_length", "m"), ("step_height", "m"), ("path_width", "m"), ("leg_length", "m"),
+                ("duty_factor", "-"), ("torque_min", "N*m"), ("torque_max", "N*m"), ("energy_abs_per_cycle", "J")]
+
+
+def _linkage(args: argparse.Namespace) -> int:
+    if not (math.isfinite(args.crank_speed) and args.crank_speed > 0):
+        raise ValueError(f"--crank-speed must be a positive number of rad/s, got {args.crank_speed}")
+    if not (math.isfinite(args.ground_penetration) and args.ground_penetration >= 0):
+        raise ValueError(f"--ground-penetration must be a non-negative number of m, got {args.ground_penetration}")
+    from dynamics.linkage.report import linkage_report
+
+    report = linkage_report(args.model, crank_speed=args.crank_speed, ground_penetration=args.ground_penetration)
+    if args.json:
+        print(json.dumps({k: _plain(v) for k, v in report.items()}))
+        return 0
+    print(f"linkage {args.model}: crank speed {args.crank_speed:g} rad/s, "
+          f"ground level = lowest foot point + {args.ground_penetration:g} m")
+    known = dict(LINKAGE_KEYS)
+    for key in [k for k, _ in LINKAGE_KEYS if k in report] + [k for k in report if k not in known]:
+        value = report[key]
+        text = f"{value:12.6g}" if isinstance(value, (int, float)) else f"{value!s:>12}"
+        print(f"  {key:<22}{text}  {known.get(key, '')}")
+    return 0
+
+
+def _plain(v):
+    """JSON-safe value (numpy scalars and arrays to Python numbers and lists)."""
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    return v
+
+
+def _human(args: argparse.Namespace) -> int:
+    from dynamics import model_from_dict
+    from dynamics.anthropometry import exoskeleton_table, human15_table
+
+    if args.exoskeleton:
+        table = exoskeleton_table(args.mass, args.height, args.sex)
+    else:
+        table = human15_table(args.mass, args.height, args.sex, hip=args.hip)
+    model_from_dict(table)  # validate before writing
+    command = " ".join(["walklab model human", f"--mass {args.mass:g}", f"--height {args.height:g}",
+                        f"--sex {args.sex}"] + (["--exoskeleton"] if args.exoskeleton else [f"--hip {args.hip}"]))
+    text = toml_dumps(table, header=[f"Generated by `{command}` (dynamics.anthropometry).",
+                                     "Format: docs/models.md. Edit the generator, not this file."])
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}: {table['name']}, {len(table['segment'])} segments, "
+              f"{sum(s.get('mass', 0.0) for s in table['segment']):.4f} kg", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        if not math.isfinite(v):
+            raise ValueError(f"cannot write the non-finite number {v!r} to TOML")
+        return repr(float(v)) if isinstance(v, float) else str(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a valid TOML basic string
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    raise ValueError(f"cannot write {type(v).__name__} {v!r} to TOML")
+
+
+def _key(k: str) -> str:
+    return k if k.replace("_", "").replace("-", "").isalnum() and k.isascii() else json.dumps(k)
+
+
+def toml_dumps(table: dict, header: list[str] = ()) -> str:
+    """TOML text of a model table (docs/models.md layout): scalars and inline values first, then
+    plain sub-tables, then arrays of tables; long string lists one item per line."""
+    out = [f"# {line}" for line in header]
+    scalars = {k: v for k, v in table.items() if not isinstance(v, dict) and not _is_table_array(v)}
+    for k, v in scalars.items():
+        if isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+            out.append(f"{_key(k)} = [")
+            out += [f"    {_value(x)}," for x in v]
+            out.append("]")
+        else:
+            out.append(f"{_key(k)} = {_value(v)}")
+    for k, v in table.items():
+        if isinstance(v, dict):
+            out += ["", f"[{_key(k)}]"] + [f"{_key(a)} = {_value(b)}" for a, b in v.items()]
+    for k, v in table.items():
+        if _is_table_array(v):
+            for row in v:
+                out += ["", f"[[{_key(k)}]]"] + [f"{_key(a)} = {_value(b)}" for a, b in row.items()]
+    return "\n".join(out) + "\n"
+
+
+def _is_table_array(v) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
