@@ -1,0 +1,25 @@
+"""``walklab run [CONFIG]``: start a lab's processes under the supervisor until Ctrl-C/SIGTERM."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run", help="start the processes of a lab config under the supervisor",
+        description="Start every process of a lab config, restart crashed ones with exponential "
+                    "backoff, print a status line periodically, and stop them all cleanly on "
+                    "Ctrl-C or SIGTERM. Watch the streams with `walklab bus monitor` from "
+                    "another terminal.")
+    parser.add_argument("config", metavar="CONFIG", nargs="?", default=None,
+                        help="lab config (default: the shipped configs/sim.toml)")
+    parser.set_defaults(func=run_handler)
+
+
+def run_handler(args: argparse.Namespace) -> int:
+    import configs
+    from controller import config
+    from controller.supervisor import run_lab
+
+    lab = config.load(args.config if args.config is not None else configs.path("sim.toml"))
+    return run_lab(lab)

@@ -1,0 +1,198 @@
+"""Process runtime: the entry point of every process `walklab run` starts, and the bus set-up of a lab.
+
+The supervisor starts each ``[[processes]]`` entry as::
+
+    python -m controller.proc --config FILE --name NAME [ARGS...]
+
+which, before anything else, asks the kernel to send it SIGTERM when the supervisor dies
+(``PR_SET_PDEATHSIG``; it exits at once if the supervisor is already gone), turns SIGTERM and
+SIGINT into a stop request, loads the lab config, binds the process's `Publisher` on its
+``bind`` endpoint, creates its `Health` (``health/NAME``), imports ``MODULE`` and calls::
+
+    MODULE.run(ctx: ProcessContext, args: list[str]) -> int     # exit status
+
+``run`` loops while ``not ctx.stopping``, sleeping with `ProcessContext.sleep_until` (which also
+publishes the health frame once a second) and returns when asked to stop; the runtime then closes
+the sockets (no hanging ``zmq.Context.term``). A config or argument error exits with status 2 and
+one log line.
+
+`publisher_for` and `subscriber_for` map a lab config onto `daq.bus` (high-water marks, CurveZMQ
+keys); the supervisor and `walklab bus monitor` use them too.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any, Iterable, Sequence
+
+from controller.config import Device, Lab, Process
+
+log = logging.getLogger("walklab.proc")
+
+SUPERVISOR_PID_ENV = "WALKLAB_SUPERVISOR_PID"
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(expected_parent: int | None) -> None:
+    """Ask Linux to SIGTERM this process when its parent dies; exit now if it already has.
+
+    `expected_parent`: the supervisor's pid (None: no check). Elsewhere than Linux: nothing.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    # The supervisor may have died between our fork and the prctl: then we are already orphaned.
+    if expected_parent is not None and os.getppid() != expected_parent:
+        os._exit(0)
+
+
+def logging_setup(name: str) -> None:
+    """Log lines as ``HH:MM:SS.mmm NAME LEVEL message`` on stderr."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s.%(msecs)03d {name} %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+
+
+def publisher_for(lab: Lab, bind: str):
+    """A `daq.bus.Publisher` bound at `bind` with the lab's sndhwm and CurveZMQ server keys."""
+    from daq.bus import Publisher
+    from daq.security import CurveServer
+
+    curve = lab.bus.curve
+    server = None if curve is None else CurveServer.from_files(curve.server_key, curve.authorized_keys)
+    return Publisher(bind, sndhwm=lab.bus.sndhwm, curve=server)
+
+
+def subscriber_for(lab: Lab | None, endpoints: Sequence[str], streams: Iterable[str] = (), *,
+                   expect: Iterable[str] | None = None):
+    """A `daq.bus.Subscriber` of `endpoints` with the lab's rcvhwm and CurveZMQ client keys.
+
+    `lab` None (bare endpoints): default high-water mark, no keys.
+    """
+    from daq.bus import DEFAULT_RCVHWM, Subscriber
+    from daq.security import CurveClient
+
+    if lab is None:
+        return Subscriber(list(endpoints), streams, expect=expect, rcvhwm=DEFAULT_RCVHWM)
+    curve = lab.bus.curve
+    client = None if curve is None else CurveClient.from_files(curve.server_public, curve.client_key)
+    return Subscriber(list(endpoints), streams, rcvhwm=lab.bus.rcvhwm, curve=client, expect=expect)
+
+
+class ProcessContext:
+    """What a process's ``run(ctx, args)`` gets: its config, its publisher and health, a stop flag.
+
+    Attributes:
+        lab: the whole lab config; spec: this process's entry; name: ``spec.name``.
+        devices: the ``[devices.NAME]`` sections listed in ``spec.devices``, by name.
+        publisher: bound at ``spec.bind``; health: publishes ``health/NAME`` (`tick` it).
+        stopping: True once SIGTERM/SIGINT arrived (or `request_stop` was called).
+    """
+
+    def __init__(self, lab: Lab, spec: Process) -> None:
+        from daq.health import Health
+
+        self.lab = lab
+        self.spec = spec
+        self.name = spec.name
+        self.devices: dict[str, Device] = {d: lab.devices[d] for d in spec.devices}
+        self.stopping = False
+        self.publisher = publisher_for(lab, spec.bind)
+        self.health = Health(spec.name, self.publisher)
+        self._subscribers: list[Any] = []
+
+    def request_stop(self, *_: Any) -> None:
+        self.stopping = True
+
+    def subscriber(self, streams: Iterable[str] = (), *, expect: Iterable[str] | None = None):
+        """A Subscriber to every publisher of the lab (this one included), watched by `health`."""
+        sub = subscriber_for(self.lab, list(self.lab.endpoints().values()), streams, expect=expect)
+        self.health.watch(sub)
+        self._subscribers.append(sub)
+        return sub
+
+    def sleep_until(self, deadline_ns: int) -> bool:
+        """Sleep until ``time.monotonic_ns() >= deadline_ns``, publishing health when due.
+
+        Returns False as soon as a stop is requested (check it and return from ``run``).
+        """
+        while not self.stopping:
+            self.health.tick()
+            self.publisher.poll_subscriptions()
+            remaining = deadline_ns - time.monotonic_ns()
+            if remaining <= 0:
+                return True
+            # Short slices keep the stop latency and the health period bounded.
+            time.sleep(min(remaining, 50_000_000) * 1e-9)
+        return False
+
+    def close(self) -> None:
+        """Publish a last health frame (state "stopped") and close every socket."""
+        import zmq
+
+        self.health.state = "stopped"
+        try:
+            self.health.publish()
+        finally:
+            for sub in self._subscribers:
+                sub.close()
+            self.publisher.close()
+            zmq.Context.instance().term()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m controller.proc --config FILE --name NAME [ARGS...]``; returns the exit status."""
+    parent = os.environ.get(SUPERVISOR_PID_ENV)
+    die_with_parent(int(parent) if parent and parent.isdigit() else None)
+    ctx: ProcessContext | None = None
+    stop_early = {"flag": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if ctx is not None:
+            ctx.request_stop()
+        stop_early["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    parser = argparse.ArgumentParser(prog="python -m controller.proc",
+                                     description="Run one process of a walklab lab config.")
+    parser.add_argument("--config", required=True, help="lab config (TOML)")
+    parser.add_argument("--name", required=True, help="the [[processes]] entry to run")
+    opts, rest = parser.parse_known_args(argv)
+    logging_setup(opts.name)
+    from controller.config import load
+    try:
+        lab = load(opts.config)
+        spec = lab.process(opts.name)
+        module = importlib.import_module(spec.module)
+        run = getattr(module, "run", None)
+        if not callable(run):
+            raise LookupError(f"{opts.config}: module {spec.module!r} of process {spec.name!r} "
+                              "defines no run(ctx, args) function")
+        ctx = ProcessContext(lab, spec)
+    except (ValueError, OSError, LookupError) as exc:
+        log.error("%s", exc)
+        return 2
+    try:
+        ctx.stopping = stop_early["flag"]
+        status = int(run(ctx, list(rest)) or 0)
+    except SystemExit as exc:  # argparse inside run() on bad ARGS
+        status = exc.code if isinstance(exc.code, int) else 2
+    except (ValueError, OSError, LookupError) as exc:
+        log.error("%s", exc)
+        status = 2
+    finally:
+        ctx.close()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""The supervisor behind `walklab run`: start a lab's processes, restart crashed ones, stop them all.
+
+Each enabled ``[[processes]]`` entry becomes a real subprocess
+``python -m controller.proc --config FILE --name NAME ARGS...`` (which runs ``MODULE.run``) in its
+own session (process group), so a
+Ctrl-C typed in the terminal reaches only the supervisor, which then stops the children in order.
+Children started through `controller.proc` also ask the kernel for SIGTERM when the supervisor
+dies (``PR_SET_PDEATHSIG``), so even a SIGKILLed supervisor leaves no orphans behind.
+
+Restart policy per process: ``always``, ``on-failure`` (non-zero exit status or killed by a
+signal) or ``never``. The delay before restart ``k`` (k = 1, 2, ...) is
+
+    delay_k = min(backoff_initial_s * 2**(k-1), backoff_max_s)
+
+and ``k`` falls back to 1 when the process had run at least ``backoff_reset_s`` before crashing.
+Every exit, restart and give-up is an event: a log line and a frame on ``events/supervisor``.
+
+Stopping (SIGINT, SIGTERM, SIGHUP or `Supervisor.stop`): SIGTERM to every child's process group,
+up to ``stop_grace_s`` for them to exit, SIGKILL to those left, then reap them all.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from controller.config import Lab, Process
+from controller.proc import SUPERVISOR_PID_ENV
+
+log = logging.getLogger("walklab.supervisor")
+
+EventSink = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class Child:
+    """Runtime state of one supervised process."""
+    spec: Process
+    popen: subprocess.Popen | None = None
+    state: str = "pending"       # pending | running | backoff | exited | failed | stopped
+    started: float = 0.0         # time.monotonic() of the last start
+    restarts: int = 0            # restarts done so far
+    streak: int = 0              # consecutive quick crashes: sets the backoff exponent
+    next_start: float = 0.0      # time.monotonic() of the scheduled restart (state backoff)
+    last_status: int | None = None  # last exit status (negative: killed by that signal)
+    pids: list[int] = field(default_factory=list)  # every pid this child had, oldest first
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen is not None and self.state == "running" else None
+
+
+def backoff_delay(k: int, initial_s: float, max_s: float) -> float:
+    """Delay before the k-th consecutive restart: ``min(initial_s * 2**(k-1), max_s)`` [s]."""
+    return min(initial_s * 2.0 ** max(k - 1, 0), max_s)
+
+
+def _describe_status(status: int) -> str:
+    if status < 0:
+        try:
+            return f"killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"killed by signal {-status}"
+    return f"exit status {status}"
+
+
+class Supervisor:
+    """Starts, watches and stops the processes of `lab`.
+
+    `events` receives ``(event, fields)`` for every exit/restart/give-up (the run command publishes
+    them on the bus); `now` is the clock (``time.monotonic``), injectable for tests.
+    """
+
+    def __init__(self, lab: Lab, *, events: EventSink | None = None,
+                 now: Callable[[], float] = time.monotonic) -> None:
+        self.lab = lab
+        self.children = [Child(p) for p in lab.processes if p.enabled]
+        self._events = events or (lambda event, fields: None)
+        self._now = now
+        self._stopped = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every enabled process (non-blocking)."""
+        for child in self.children:
+            self._spawn(child)
+
+    def poll(self) -> None:
+        """Reap exited children, apply restart policies and start the restarts that are due."""
+        if self._stopped:
+            return
+        now = self._now()
+        for child in self.children:
+            if child.state == "running" and child.popen.poll() is not None:
+                self._on_exit(child, child.popen.returncode, now)
+            if child.state == "backoff" and now >= child.next_start:
+                child.restarts += 1
+                self._spawn(child)
+                self._event("restart", child, restarts=child.restarts, pid=child.popen.pid)
+
+    def stop(self) -> None:
+        """Stop every child: SIGTERM to its group, SIGKILL after the grace period; reap all."""
+        if self._stopped:
+            return
+        self._stopped = True
+        live = [c for c in self.children if c.state == "running"]
+        for c in live:
+            _signal_group(c.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.lab.supervisor.stop_grace_s
+        while any(c.popen.poll() is None for c in live) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for c in live:
+            if c.popen.poll() is None:
+                log.warning("%s (pid %d) ignored SIGTERM for %.1f s: SIGKILL", c.spec.name, c.popen.pid,
+                            self.lab.supervisor.stop_grace_s)
+                _signal_group(c.popen.pid, signal.SIGKILL)
+        for c in live:
+            c.popen.wait()
+            c.last_status = c.popen.returncode
+        for c in self.children:
+            c.state = "stopped"
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def status_line(self) -> str:
+        """One compact line: every process with its state, pid and restart count."""
+        now = self._now()
+        parts = []
+        for c in self.children:
+            if c.state == "running":
+                s = f"{c.spec.name} up {now - c.started:.0f}s pid {c.popen.pid}"
+            elif c.state == "backoff":
+                s = f"{c.spec.name} restarting in {max(c.next_start - now, 0):.1f}s"
+            else:
+                s = f"{c.spec.name} {c.state}"
+            if c.restarts:
+                s += f" ({c.restarts} restarts)"
+            parts.append(s)
+        return f"[{self.lab.lab.name}] " + " | ".join(parts)
+
+    def health(self) -> dict[str, Any]:
+        """Per-process state for the supervisor's health frame."""
+        return {c.spec.name: {"state": c.state, "pid": c.pid, "restarts": c.restarts,
+                              "last_status": c.last_status} for c in self.children}
+
+    # -- internals -------------------------------------------------------------------------
+
+    def command(self, spec: Process) -> list[str]:
+        """The argv of process `spec` (see `controller.proc`)."""
+        return [sys.executable, "-m", "controller.proc", "--config", str(self.lab.source.resolve()),
+                "--name", spec.name, *spec.args]
+
+    def _spawn(self, child: Child) -> None:
+        env = dict(os.environ, **{SUPERVISOR_PID_ENV: str(os.getpid())})
+        # start_new_session: own process group, so terminal Ctrl-C hits only the supervisor and
+        # a stop can signal the child together with anything it spawned.
+        child.popen = subprocess.Popen(self.command(child.spec), env=env, start_new_session=True,
+                                       stdin=subprocess.DEVNULL, close_fds=True)
+        child.pids.append(child.popen.pid)
+        child.started = self._now()
+        child.state = "running"
+        log.info("started %s (pid %d): %s.run", child.spec.name, child.popen.pid, child.spec.module)
+
+    def _on_exit(self, child: Child, status: int, now: float) -> None:
+        spec, sup = child.spec, self.lab.supervisor
+        child.last_status = status
+        ran = now - child.started
+        # Reap anything the child left in its group (it was the group leader).
+        _signal_group(child.popen.pid, signal.SIGKILL)
+        wants = spec.restart == "always" or (spec.restart == "on-failure" and status != 0)
+        if not wants:
+            child.state = "exited" if status == 0 else "failed"
+            self._event("exit", child, status=status, ran_s=round(ran, 3))
+            return
+        if spec.max_restarts and child.restarts >= spec.max_restarts:
+            child.state = "failed"
+            self._event("gave-up", child, status=status, restarts=child.restarts)
+            return
+        child.streak = 1 if ran >= sup.backoff_reset_s else child.streak + 1
+        delay = backoff_delay(child.streak, sup.backoff_initial_s, sup.backoff_max_s)
+        child.state = "backoff"
+        child.next_start = now + delay
+        self._event("crash", child, status=status, ran_s=round(ran, 3), restart_in_s=delay)
+
+    def _event(self, event: str, child: Child, **fields: Any) -> None:
+        fields = {"process": child.spec.name, **fields}
+        if "status" in fields:
+            how = _describe_status(fields["status"])
+        else:
+            how = ""
+        if event == "crash":
+            log.warning("%s %s after %.1f s; restart in %.1f s", child.spec.name, how, fields["ran_s"],
+                        fields["restart_in_s"])
+        elif event == "restart":
+            log.warning("%s restarted (restart %d, pid %d)", child.spec.name, fields["restarts"], fields["pid"])
+        elif event == "gave-up":
+            log.error("%s %s; gave up after %d restarts (max_restarts)", child.spec.name, how,
+                      fields["restarts"])
+        else:
+            log.info("%s %s; restart policy %r: not restarted", child.spec.name, how, child.spec.restart)
+        self._events(event, fields)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    """Send `sig` to process group `pgid` (a child started with start_new_session); gone is fine."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_lab(lab: Lab, *, out: Any = None) -> int:
+    """`walklab run`: supervise `lab` until SIGINT/SIGTERM/SIGHUP; returns the exit status (0).
+
+    Publishes ``events/supervisor`` (kind ``"event"``, no samples; ``meta`` holds the event name
+    and its fields) and ``health/supervisor`` on ``[supervisor] bind``; prints `status_line`
+    every ``status_interval_s`` on `out` (stdout).
+    """
+    import numpy as np
+    import zmq
+
+    from controller.proc import logging_setup, publisher_for
+    from daq.health import Health
+
+    out = out or sys.stdout
+    logging_setup("supervisor")
+    stop = {"signal": None}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["signal"] = signum
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    pub = publisher_for(lab, lab.supervisor.bind)
+    health = Health("supervisor", pub)
+
+    def publish_event(event: str, fields: dict[str, Any]) -> None:
+        health.count(f"events/{event}")
+        pub.publish("events/supervisor", np.zeros((1, 0)), kind="event", rate_hz=0.0, channels=(),
+                    units=(), meta={"event": event, **fields})
+
+    sup = Supervisor(lab, events=publish_event)
+    interval = lab.supervisor.status_interval_s
+    try:
+        sup.start()
+        next_status = time.monotonic() + min(interval, 2.0)  # a first line soon after start
+        while stop["signal"] is None:
+            sup.poll()
+            health.tick()
+            pub.poll_subscriptions()
+            if interval > 0 and time.monotonic() >= next_status:
+                next_status = time.monotonic() + interval
+                print(sup.status_line(), file=out, flush=True)
+            time.sleep(0.02)
+        log.info("%s: stopping %d process(es)", signal.Signals(stop["signal"]).name, len(sup.children))
+    finally:
+        sup.stop()
+        health.state = "stopped"
+        try:
+            publish_event("stopped", {"process": "supervisor"})
+            health.publish()
+        finally:
+            pub.close()
+            zmq.Context.instance().term()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    log.info("all processes stopped")
+    return 0
