@@ -12,7 +12,7 @@ Edge conversions done here (and nowhere else):
   POINT:UNITS (mm, cm or m; moments are N·mm when it is mm, whatever ANALOG:UNITS says — e.g.
   ``gait-raw.c3d`` labels N·mm channels "Nm"); FORCE_PLATFORM:UNITS must be N when present;
 * a type-4 CAL_MATRIX is rescaled so that it maps raw channels to N and N·m;
-* markers whose residual is negative (invalid) are NaN;
+* markers whose residual is negative (invalid) or at exactly (0, 0, 0) (a gap) are NaN;
 * only the first FORCE_PLATFORM:USED plates are read, their channels through FORCE_PLATFORM:CHANNEL
   (1-based, possibly interleaved with other channels).
 """
@@ -145,7 +145,9 @@ def _read_markers(c, path: Path, length: float) -> Markers:
     keep = [i for i, lab in enumerate(labels) if lab not in outputs]
     pos = np.transpose(pts[:3, keep, :], (2, 1, 0)) * length
     residual = np.transpose(c["data"]["meta_points"]["residuals"][0, keep, :])
-    pos[residual < 0] = np.nan
+    # A negative residual marks an invalid sample; some writers (Qualisys, in
+    # Walking_Hybrid_1_1.c3d) mark gaps with exactly (0, 0, 0) and a positive residual instead.
+    pos[(residual < 0) | np.all(pos == 0.0, axis=2)] = np.nan
     rate = float(c["header"]["points"]["frame_rate"])
     return Markers(labels=tuple(labels[i] for i in keep), positions=pos, rate=rate)
 
