@@ -1,0 +1,157 @@
+"""Shared test vectors (tests/vectors/protocol_v1.json): Python and the C reference agree on each.
+
+The C header is compiled with the system C compiler into a temporary folder; its driver answers one
+line per request (hex in, hex out), so every vector crosses a real process boundary.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from firmware_bridge import cobs, crc
+from firmware_bridge import protocol as P
+
+REPO = Path(__file__).resolve().parents[2]
+VECTORS = json.loads((REPO / "tests" / "vectors" / "protocol_v1.json").read_text())
+C_DIR = REPO / "firmware_bridge" / "c"
+C_ERR = {"cobs": -1, "short": -2, "crc": -3, "version": -4, "length": -5}
+
+
+def message(v: dict) -> P.Message:
+    """The message of a frame vector, rebuilt from its JSON fields."""
+    cls = getattr(P, v["message"])
+    f = v["fields"]
+    if cls is P.State:
+        return P.State(tuple(P.MotorState(*m) for m in f["motors"]))
+    if cls is P.Command:
+        return P.Command(tuple(P.MotorCommand(*m) for m in f["motors"]))
+    return cls(**{k: (tuple(x) if isinstance(x, list) else x) for k, x in f.items()})
+
+
+def bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def pack_line(msg: P.Message) -> str | None:
+    """The wl_tool request that packs `msg` from its fields (None for empty payloads)."""
+    if isinstance(msg, P.State):
+        return f"pack state {len(msg.motors)} " + " ".join(
+            f"{m.count} {m.vel} {m.current_ma} {m.flags}" for m in msg.motors)
+    if isinstance(msg, P.Command):
+        return f"pack command {len(msg.motors)} " + " ".join(f"{m.mode} {bits(m.setpoint)}" for m in msg.motors)
+    if isinstance(msg, P.Config):
+        return (f"pack config {msg.motor} {bits(msg.kp)} {bits(msg.ki)} {bits(msg.kd)} {bits(msg.max_current)} "
+                f"{bits(msg.max_velocity)} {msg.watchdog_ms} {msg.stream_hz}")
+    if isinstance(msg, P.Heartbeat):
+        return f"pack heartbeat {msg.status}"
+    if isinstance(msg, P.Ack):
+        return f"pack ack {msg.seq} {msg.type}"
+    if isinstance(msg, P.Nack):
+        return f"pack nack {msg.seq} {msg.type} {msg.error}"
+    if isinstance(msg, P.Estop):
+        return f"pack estop {msg.reason}"
+    if isinstance(msg, P.Log):
+        return f"pack log {msg.level} {msg.text.encode().hex()}"
+    if isinstance(msg, P.Force):
+        return f"pack force {len(msg.channels)} " + " ".join(str(bits(c)) for c in msg.channels)
+    if isinstance(msg, P.Caps):
+        return (f"pack caps {msg.firmware[0]} {msg.firmware[1]} {msg.firmware[2]} {msg.n_force} {msg.heartbeat_hz} "
+                f"{len(msg.cpr)} {' '.join(map(str, msg.cpr))} {len(msg.rates_hz)} {' '.join(map(str, msg.rates_hz))} "
+                f"{msg.name.encode().hex()}")
+    return None
+
+
+def test_crc_and_cobs_vectors_are_the_spec_values():
+    assert VECTORS["crc"]["check"] == 0x29B1 and VECTORS["crc"]["name"] == "CRC-16/CCITT-FALSE"
+    for case in VECTORS["crc"]["cases"]:
+        assert crc.crc16(bytes.fromhex(case["data"])) == case["crc"]
+    assert {"decoded": "11220033", "encoded": "0311220233"} in VECTORS["cobs"]  # ecosystem.md §7 example
+    for case in VECTORS["cobs"]:
+        assert cobs.encode(bytes.fromhex(case["decoded"])).hex() == case["encoded"]
+        assert cobs.decode(bytes.fromhex(case["encoded"])).hex() == case["decoded"]
+
+
+@pytest.mark.parametrize("v", VECTORS["frames"], ids=lambda v: f"{v['message']}-{v['seq']}")
+def test_python_matches_frame_vector(v):
+    msg = message(v)
+    assert msg.pack().hex() == v["payload"]
+    assert P.encode_frame(msg, v["seq"], v["ack"], v["t_us"]).hex() == v["wire"]
+    frame = P.decode_frame(bytes.fromhex(v["wire"]))
+    assert (frame.msg, frame.seq, frame.ack, frame.t_us) == (msg, v["seq"], v["ack"], v["t_us"])
+    # The CRC in the vector is the CRC-16/CCITT-FALSE of header + payload, independently recomputed.
+    raw = bytes.fromhex(v["raw"])
+    assert int.from_bytes(raw[-2:], "little") == crc.crc16(raw[:-2])
+
+
+def test_python_rejects_and_stream_vectors():
+    for r in VECTORS["rejects"]:
+        with pytest.raises(P.ProtocolError) as e:
+            P.decode_frame(bytes.fromhex(r["wire"]))
+        assert e.value.reason == r["why"]
+    dec = P.StreamDecoder()
+    got = dec.feed(bytes.fromhex(VECTORS["stream"]["bytes"]))
+    want = [message(VECTORS["frames"][i]) for i in VECTORS["stream"]["frames"]]
+    assert [f.msg for f in got] == want
+    assert dec.errors.get("crc", 0) >= 1 and dec.errors.get("cobs", 0) >= 1
+
+
+@pytest.fixture(scope="module")
+def wl_tool(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no C compiler (cc/gcc) on PATH"
+    exe = tmp_path_factory.mktemp("c") / "wl_tool"
+    subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-I", str(C_DIR), "-o", str(exe),
+                    str(C_DIR / "wl_tool.c")], check=True, capture_output=True, text=True)
+
+    def run(lines: list[str]) -> list[str]:
+        out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True,
+                             check=True, timeout=30).stdout
+        return out.splitlines()
+
+    return run
+
+
+def test_c_crc_and_cobs_match_vectors(wl_tool):
+    cases = VECTORS["crc"]["cases"]
+    lines = [f"crc {c['data']}" for c in cases]
+    lines += [f"cobs_enc {c['decoded']}" for c in VECTORS["cobs"]] + [f"cobs_dec {c['encoded']}" for c in VECTORS["cobs"]]
+    out = wl_tool(lines)
+    assert out[:len(cases)] == [f"{c['crc']:04x}" for c in cases]
+    n = len(VECTORS["cobs"])
+    assert out[len(cases):len(cases) + n] == [c["encoded"] for c in VECTORS["cobs"]]
+    assert out[len(cases) + n:] == [c["decoded"] for c in VECTORS["cobs"]]
+
+
+def test_c_frames_and_messages_match_vectors(wl_tool):
+    lines, want = [], []
+    for v in VECTORS["frames"]:
+        msg = message(v)
+        lines.append(f"frame_enc {v['type']} {v['seq']} {v['ack']} {v['t_us']} {v['payload']}")
+        want.append(v["wire"])
+        lines.append(f"frame_dec {v['wire'][:-2]}")
+        want.append(f"{v['type']} {v['seq']} {v['ack']} {v['t_us']} {v['payload']}")
+        line = pack_line(msg)
+        if line:
+            lines.append(line)
+            want.append(v["payload"])
+        if isinstance(msg, P.Command):  # what the MCU parses
+            lines.append(f"unpack command {v['payload']}")
+            want.append(f"{len(msg.motors)} " + " ".join(f"{m.mode} {bits(m.setpoint)}" for m in msg.motors))
+        if isinstance(msg, P.Config):
+            lines.append(f"unpack config {v['payload']}")
+            want.append(pack_line(msg).removeprefix("pack config "))
+    assert wl_tool(lines) == want
+
+
+def test_c_rejects_and_resynchronises_like_python(wl_tool):
+    out = wl_tool([f"frame_dec {r['wire'][:-2]}" for r in VECTORS["rejects"]])
+    assert out == [f"ERR {C_ERR[r['why']]}" for r in VECTORS["rejects"]]
+    out = wl_tool([f"stream {VECTORS['stream']['bytes']}"])
+    want = [VECTORS["frames"][i] for i in VECTORS["stream"]["frames"]]
+    assert out[:-1] == [f"{v['type']} {v['seq']} {v['ack']} {v['t_us']} {v['payload']}" for v in want]
+    assert out[-1].startswith("END ") and int(out[-1].split()[1]) >= 2
