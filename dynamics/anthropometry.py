@@ -239,46 +239,60 @@ FLEXION_AXIS = {"forearm": (0.0, -1.0, 0.0), "hand": (0.0, -1.0, 0.0), "shank": 
                 "foot": (0.0, -1.0, 0.0)}
 JOINT_NAMES = {"pelvis": "base", "thorax": "lumbar", "head": "neck", "upper_arm": "shoulder", "forearm": "elbow",
                "hand": "wrist", "thigh": "hip", "shank": "knee", "foot": "ankle"}
+# Three-DOF joints as three revolutes (flexion, then adduction / lateral bending, then axial
+# rotation), axes for the right side and the midline; the left side mirrors x and z.
+REVOLUTE3 = {
+    "thorax": (("flexion", (0.0, 1.0, 0.0)), ("bending", (0.0, 0.0, 0.0)), ("rotation", (0.0, 0.0, 1.0))),
+    "head": (("flexion", (0.0, 1.0, 0.0)), ("bending", (0.0, 0.0, 0.0)), ("rotation", (0.0, 0.0, 1.0))),
+    "upper_arm": (("flexion", (0.0, -1.0, 0.0)), ("adduction", (1.0, 0.0, 0.0)), ("rotation", (0.0, 0.0, 1.0))),
+    "thigh": (("flexion", (0.0, -1.0, 0.0)), ("adduction", (1.0, 0.0, 0.0)), ("rotation", (0.0, 0.0, 1.0))),
+}
+BENDING_AXIS = (-1.0, 0.0, 0.0)  # lateral bending of trunk and neck, to the left positive
 
 
-def _vec(x: np.ndarray) -> list[float]:
+def _vec(x) -> list[float]:
     return [round(float(v), 12) + 0.0 for v in x]  # + 0.0 turns -0.0 into 0.0
 
 
-def human15_table(mass: float, height: float, sex: str = "male", hip: str = "spherical") -> dict:
+def human15_table(mass: float, height: float, sex: str = "male", ball_joints: bool = False) -> dict:
     """The 15-segment human as a model table in the TOML model format of docs/models.md.
 
-    mass (kg), height (m), sex "male" or "female". hip = "spherical" gives each hip one
-    spherical joint; "revolute" gives three revolute joints (flexion about -y, adduction about
-    x, internal rotation about z, in this order, through two massless segments) so that an
-    actuator can drive hip flexion. Segment frames are parallel to the lab frame in the standing
-    posture, origins on the joint centres; the floating base (pelvis, origin MIDH) has q = 0 at the
-    lab origin, so standing on the floor needs base z = meta.standing_base_height.
+    mass (kg), height (m), sex "male" or "female". The three-DOF joints (lumbar, neck, shoulders,
+    hips) are, by default, three revolute joints each (flexion, adduction or lateral bending,
+    axial rotation; flexion, adduction, internal rotation and bending to the left positive)
+    through two massless link segments, so that the model exports to URDF and an actuator can
+    drive one axis; ball_joints=True makes them single spherical joints. Segment frames are
+    parallel to the lab frame in the standing posture, origins on the joint centres; the floating
+    base (pelvis, origin MIDH) has q = 0 at the lab origin, so standing on the floor needs base
+    z = meta.standing_base_height.
     """
-    if hip not in ("spherical", "revolute"):
-        raise ValueError(f"hip must be 'spherical' or 'revolute', got {hip!r}")
     segs = human15(mass, height, sex)
     pos = {s.name: s.joint_pos for s in segs}
     out = []
     for s in segs:
         kind = s.name.rsplit("_", 1)[0] if s.name.endswith(("_r", "_l")) else s.name
         side = s.name[-2:] if s.name.endswith(("_r", "_l")) else ""
-        origin = s.joint_pos - (pos[s.parent] if s.parent else 0.0)
-        row: dict = {"name": s.name, "parent": s.parent or "world", "joint_name": JOINT_NAMES[kind] + side}
-        if kind == "thigh" and hip == "revolute":
-            for dof, axis in (("flexion", [0.0, -1.0, 0.0]), ("adduction", [1.0, 0.0, 0.0])):
-                link = f"hip_{dof[:4]}{side}"
+        mirror = np.array([-1.0, 1.0, -1.0]) if side == "_l" else np.ones(3)
+        # The floating base's placement stays at the lab origin (URDF and Pinocchio have none).
+        origin = s.joint_pos - pos[s.parent] if s.parent else np.zeros(3)
+        joint = JOINT_NAMES[kind]
+        row: dict = {"name": s.name, "parent": s.parent or "world"}
+        if s.joint == "spherical" and not ball_joints:
+            dofs = [(dof, BENDING_AXIS if dof == "bending" else axis) for dof, axis in REVOLUTE3[kind]]
+            for dof, axis in dofs[:2]:
+                link = f"{joint}_{dof[:4]}{side}"
                 out.append({"name": link, "parent": row["parent"], "joint": "revolute",
-                            "joint_name": f"hip_{dof}{side}", "axis": axis, "origin": _vec(origin),
-                            "notes": "massless link of the three-revolute hip"})
+                            "joint_name": f"{joint}_{dof}{side}", "axis": _vec(mirror * axis), "origin": _vec(origin),
+                            "notes": f"massless link of the three-revolute {joint}"})
                 row["parent"], origin = link, np.zeros(3)
-            row.update(joint="revolute", axis=[0.0, 0.0, 1.0], joint_name=f"hip_rotation{side}")
+            dof, axis = dofs[2]
+            row.update(joint="revolute", joint_name=f"{joint}_{dof}{side}", axis=_vec(mirror * axis))
         elif s.joint == "free":
-            row["joint"] = "free_flyer"
+            row.update(joint="free_flyer", joint_name=joint)
         elif s.joint == "spherical":
-            row["joint"] = "spherical"
+            row.update(joint="spherical", joint_name=joint + side)
         else:
-            row.update(joint="revolute", axis=list(FLEXION_AXIS[kind]))
+            row.update(joint="revolute", joint_name=joint + side, axis=list(FLEXION_AXIS[kind]))
         I = s.inertia
         row.update(origin=_vec(origin), mass=round(s.mass, 12), com=_vec(s.com - s.joint_pos),
                    inertia=_vec([I[0, 0], I[1, 1], I[2, 2]]))
@@ -311,11 +325,17 @@ def human15_table(mass: float, height: float, sex: str = "male", hip: str = "sph
             f"the two upper-trunk rows), {SHOULDER_WIDTH:g} H apart; hip joint centres at MIDH height, "
             f"{HIP_WIDTH:g} H apart; ankle centre above the sole at {ANKLE_FROM_HEEL:g} of the foot length from "
             "the heel; arms hanging straight, palms forward.",
-            "Joint axes: flexion positive (elbow, wrist, hip flexion about -y; knee about +y; ankle dorsiflexion "
-            "about -y). Generated file: regenerate with `walklab model human --mass M --height H [--sex S] -o FILE`.",
+            ("Lumbar, neck, shoulders and hips are single spherical joints." if ball_joints else
+             "Lumbar, neck, shoulders and hips are three revolute joints each (flexion, adduction or lateral "
+             "bending, axial rotation) through two massless link segments: the model exports to URDF."),
+            "Joint signs: flexion positive (trunk and neck flexion about +y; shoulder, hip, elbow, wrist flexion "
+            "about -y; knee about +y; ankle dorsiflexion about -y); adduction, internal rotation and bending to "
+            "the left positive. Generated file: regenerate with `walklab model human --mass M --height H "
+            "[--sex S] -o FILE`.",
         ],
         "meta": {"sex": sex, "body_mass": float(mass), "stature": float(height),
-                 "standing_base_height": round(float(pos["pelvis"][2]), 9), "hip": hip},
+                 "standing_base_height": round(float(pos["pelvis"][2]), 12),
+                 "joints3": "spherical" if ball_joints else "revolute"},
         "segment": out,
     }
 
@@ -334,14 +354,14 @@ def _box(mass: float, size) -> list[float]:
 
 
 def exoskeleton_table(mass: float, height: float, sex: str = "male") -> dict:
-    """human15 (three-revolute hips) wearing a lower-limb exoskeleton, as a model table.
+    """human15 (three-revolute joints) wearing a lower-limb exoskeleton, as a model table.
 
     Exoskeleton bodies are rigidly attached (fixed joints) to the human segment they are strapped
     to: a hip belt with the two hip motors and the battery on the pelvis (4.0 kg), per leg a thigh
     link carrying the knee motor at its distal end (2.2 kg) and a shank link with the cuff
     (0.7 kg). Actuators: hip flexion and knee per leg, gear 100, 80 N*m and 6 rad/s joint side.
     """
-    table = human15_table(mass, height, sex, hip="revolute")
+    table = human15_table(mass, height, sex)
     segs = table["segment"]
     by = {s["name"]: s for s in segs}
     H = height
@@ -366,13 +386,15 @@ def exoskeleton_table(mass: float, height: float, sex: str = "male") -> dict:
         {"name": f"{joint}_motor{side}", "joint": f"{seg}{side}", **EXO_MOTOR}
         for side in ("_r", "_l") for joint, seg in (("hip", "hip_flex"), ("knee", "shank"))]
     table["name"] = "exoskeleton"
+    table["source"] = (table["source"] + " Exoskeleton: walklab generic design values "
+                       "(dynamics.anthropometry.exoskeleton_table).")
     table["description"] = (f"Lower-limb exoskeleton (hip flexion and knee actuators per leg) worn by the human15 "
                             f"subject ({sex}, {mass:g} kg, {height:g} m); floating base at the pelvis.")
     table["notes"] = table["notes"] + [
         "Exoskeleton: generic design values for a prototype of this class, not a product datasheet. Hip belt "
         "4.0 kg (hip motors, battery, electronics) on the pelvis; per leg a 2.2 kg thigh link (knee motor near "
         "the knee) and a 0.7 kg shank link, each a uniform box rigidly strapped (fixed joint) to the human "
-        "segment. Human hips are three revolute joints so the hip motor drives hip flexion.",
+        "segment. The hip motor drives the human's hip flexion revolute joint.",
         f"Actuators: harmonic-drive motors, gear {EXO_MOTOR['gear_ratio']:g}:1, {EXO_MOTOR['torque_limit']:g} N*m "
         f"and {EXO_MOTOR['velocity_limit']:g} rad/s joint side, rotor {EXO_MOTOR['rotor_inertia']:g} kg*m^2; "
         f"joint limits hip flexion {EXO_LIMITS['hip_flexion']} rad, knee {EXO_LIMITS['knee']} rad.",

@@ -2,8 +2,8 @@
 
     walklab model show NAME|FILE
     walklab model linkage NAME|FILE [--crank-speed RAD_S] [--ground-penetration M] [--json]
-    walklab model human --mass KG --height M [--sex male|female] [--hip spherical|revolute]
-                        [--exoskeleton] [-o FILE]
+    walklab model human --mass KG --height M [--sex male|female] [--ball-joints | --exoskeleton]
+                        [-o FILE]
 
 NAME is a shipped model (configs/models/NAME.toml); FILE a path to a TOML model file.
 """
@@ -28,9 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     link = sub.add_parser("linkage", help="gait metrics, crank torque and energy of a crank-driven leg linkage")
     link.add_argument("model", metavar="NAME|FILE", help="linkage model (e.g. jansen_leg, chebyshev_leg)")
     link.add_argument("--crank-speed", type=float, default=2 * math.pi, metavar="RAD_S",
-                      help="constant crank speed in rad/s (default 2*pi)")
+                      help="constant crank speed in rad/s, + counter-clockwise (default 2*pi)")
     link.add_argument("--ground-penetration", type=float, default=0.008, metavar="M",
-                      help="ground level above the lowest foot point in m (default 0.008)")
+                      help="ground level above the lowest foot point in m, > 0 (default 0.008)")
     link.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     link.set_defaults(func=_linkage)
 
@@ -39,10 +39,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     human.add_argument("--mass", type=float, required=True, metavar="KG", help="body mass in kg")
     human.add_argument("--height", type=float, required=True, metavar="M", help="stature in m")
     human.add_argument("--sex", choices=("male", "female"), default="male", help="de Leva table (default male)")
-    human.add_argument("--hip", choices=("spherical", "revolute"), default="spherical",
-                       help="one spherical joint or three revolutes per hip (default spherical)")
-    human.add_argument("--exoskeleton", action="store_true",
-                       help="add the lower-limb exoskeleton (hip and knee actuators; implies --hip revolute)")
+    kind = human.add_mutually_exclusive_group()
+    kind.add_argument("--ball-joints", action="store_true",
+                      help="spherical lumbar, neck, shoulder and hip joints instead of three revolutes each "
+                           "(not exportable to URDF)")
+    kind.add_argument("--exoskeleton", action="store_true",
+                      help="add the lower-limb exoskeleton (hip flexion and knee actuators per leg)")
     human.add_argument("-o", "--output", metavar="FILE", help="TOML file to write (default: standard output)")
     human.set_defaults(func=_human)
 
@@ -64,21 +66,25 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _tree_text(model) -> str:
+    ws = max(len(s.name) for s in model.segments)
+    wj = max(len(s.joint_name or s.name) for s in model.segments)
     lines = [f"model {model.name}" + (f"  ({model.source})" if model.source else ""),
              f"gravity {_vec(model.gravity)} m/s^2", "",
-             f"{'#':>3} {'segment':<14} {'parent':<14} {'joint':<18} {'type':<11} {'axis':<16} "
-             f"{'mass kg':>9} {'com m (segment frame)':<24}"]
+             f"{'#':>3} {'segment':<{ws}} {'parent':<{ws}} {'joint':<{wj}} {'type':<11} {'axis':<12} "
+             f"{'mass kg':>9}  com m (segment frame)"]
     for i, s in enumerate(model.segments, start=1):
         axis = _vec(s.joint.axis) if s.joint.type in ("revolute", "revolute_unbounded", "prismatic") else "-"
-        lines.append(f"{i:>3} {s.name:<14} {s.parent or 'world':<14} {s.joint_name or s.name:<18} "
-                     f"{s.joint.type:<11} {axis:<16} {_fmt(s.mass)} {_vec(s.com):<24}")
+        lines.append(f"{i:>3} {s.name:<{ws}} {s.parent or 'world':<{ws}} {s.joint_name or s.name:<{wj}} "
+                     f"{s.joint.type:<11} {axis:<12} {_fmt(s.mass)}  {_vec(s.com)}")
     if model.actuators:
-        lines += ["", f"{'actuator':<18} {'joint (segment)':<16} {'gear':>7} {'torque N*m':>11} {'speed rad/s':>12}"]
+        lines += ["", f"{'actuator':<18} {'joint':<{wj}} {'gear':>7} {'torque N*m':>11} {'speed rad/s':>12}"]
         for a in model.actuators:
-            lines.append(f"{a.name:<18} {a.joint:<16} {_fmt(a.gear_ratio, 7)} {_fmt(a.torque_limit, 11)} "
+            joint = model.segment(a.joint).joint_name or a.joint
+            lines.append(f"{a.name:<18} {joint:<{wj}} {_fmt(a.gear_ratio, 7)} {_fmt(a.torque_limit, 11)} "
                          f"{_fmt(a.velocity_limit, 12)}")
     n_points = len(model.marker_names) + len(model.contact_names)
-    lines += ["", f"total: {len(model.segments)} segments, mass {model.total_mass:.4f} kg, nq = {model.nq}, "
+    n_massive = sum(s.mass > 0 for s in model.segments)
+    lines += ["", f"total: {len(model.segments)} segments ({n_massive} with mass), mass {model.total_mass:.4f} kg, nq = {model.nq}, "
                   f"nv = {model.nv}, {len(model.actuators)} actuators, {n_points} markers/contact points"]
     return "\n".join(lines)
 
@@ -98,16 +104,15 @@ def _linkage_text(link) -> str:
     return "\n".join(lines)
 
 
+# The issue's keys first, in this order, then whatever else the report holds; units for the table.
 LINKAGE_KEYS = [("step_length", "m"), ("step_height", "m"), ("path_width", "m"), ("leg_length", "m"),
-                ("duty_factor", "-"), ("torque_min", "N*m"), ("torque_max", "N*m"), ("energy_abs_per_cycle", "J")]
+                ("duty_factor", "-"), ("torque_min", "N*m"), ("torque_max", "N*m"), ("energy_abs_per_cycle", "J"),
+                ("energy_net_per_cycle", "J"), ("energy_abs_stance", "J"), ("energy_abs_swing", "J"),
+                ("crank_speed", "rad/s"), ("ground_penetration", "m"), ("ground_level", "m")]
 
 
 def _linkage(args: argparse.Namespace) -> int:
-    if not (math.isfinite(args.crank_speed) and args.crank_speed > 0):
-        raise ValueError(f"--crank-speed must be a positive number of rad/s, got {args.crank_speed}")
-    if not (math.isfinite(args.ground_penetration) and args.ground_penetration >= 0):
-        raise ValueError(f"--ground-penetration must be a non-negative number of m, got {args.ground_penetration}")
-    from dynamics.linkage.report import linkage_report
+    from dynamics.linkage.report import linkage_report  # validates both numbers (LinkageError)
 
     report = linkage_report(args.model, crank_speed=args.crank_speed, ground_penetration=args.ground_penetration)
     if args.json:
@@ -118,8 +123,9 @@ def _linkage(args: argparse.Namespace) -> int:
     known = dict(LINKAGE_KEYS)
     for key in [k for k, _ in LINKAGE_KEYS if k in report] + [k for k in report if k not in known]:
         value = report[key]
-        text = f"{value:12.6g}" if isinstance(value, (int, float)) else f"{value!s:>12}"
-        print(f"  {key:<22}{text}  {known.get(key, '')}")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        text = f"{value:12.6g}" if number else f"{value!s:>12}"
+        print(f"  {key:<26}{text}  {known.get(key, '')}")
     return 0
 
 
@@ -137,10 +143,11 @@ def _human(args: argparse.Namespace) -> int:
     if args.exoskeleton:
         table = exoskeleton_table(args.mass, args.height, args.sex)
     else:
-        table = human15_table(args.mass, args.height, args.sex, hip=args.hip)
+        table = human15_table(args.mass, args.height, args.sex, ball_joints=args.ball_joints)
     model_from_dict(table)  # validate before writing
     command = " ".join(["walklab model human", f"--mass {args.mass:g}", f"--height {args.height:g}",
-                        f"--sex {args.sex}"] + (["--exoskeleton"] if args.exoskeleton else [f"--hip {args.hip}"]))
+                        f"--sex {args.sex}"] + (["--exoskeleton"] if args.exoskeleton else [])
+                       + (["--ball-joints"] if args.ball_joints else []))
     text = toml_dumps(table, header=[f"Generated by `{command}` (dynamics.anthropometry).",
                                      "Format: docs/models.md. Edit the generator, not this file."])
     if args.output:
