@@ -2,15 +2,15 @@
 
 Every function takes q of shape (N, n) (n = 3 nb: [x_i, y_i, phi_i] per body, m and rad, planar
 frame x forward, y up) and the input s of shape (N,) (crank angle, rad, or actuator extension, m),
-and returns arrays whose first axis is N. Rows: pins (2 each), distances, angles (`model.py`).
+and returns arrays whose first axis is N. Rows: pins (2 each), distances, coordinates (`model.py`).
 
     pin:       Phi = R_i + A_i u_i - R_j - A_j u_j,     Phi_q = [I, B_i u_i | -I, -B_j u_j]
                gamma = A_i u_i phid_i^2 - A_j u_j phid_j^2
     distance:  Phi = d.d - L^2, d = r_i - r_j, L = L0 + s (driver) or L0,
                Phi_q = 2 d^T [I, B_i u_i | -I, -B_j u_j]
                gamma = -2 dd.dd + 2 d.(A_i u_i phid_i^2 - A_j u_j phid_j^2) + 2 (sd^2 + L sdd)
-    angle:     Phi = phi_j - phi_i - value (- s for a driver), wrapped to [-pi, pi),
-               gamma = sdd (driver) or 0
+    coordinate: Phi = q_j[a] - q_i[a] - value (- s for a driver), a = x, y or phi (angles wrapped
+               to [-pi, pi)),  gamma = sdd (driver) or 0
 with Phi_q q'' = gamma and, for the input, Phi_q q' = -Phi_s s' (Phi_s = -1 or -2L on driver rows).
 The ground is body nb with q = 0, so ground points are body points of a body that never moves.
 """
@@ -76,9 +76,10 @@ def residual(model: Linkage, q: np.ndarray, s) -> np.ndarray:
     rd_j, _, _ = _points(qe, model.dist_bj, model.dist_uj)
     d = rd_i - rd_j
     dist = np.einsum("nkc,nkc->nk", d, d) - _lengths(model, s) ** 2
-    ang = (qe[:, 3 * model.ang_bj + 2] - qe[:, 3 * model.ang_bi + 2] - model.ang_value
-           - np.where(model.ang_driven, s[:, None], 0.0))
-    ang = (ang + np.pi) % (2.0 * np.pi) - np.pi  # angles are equal modulo 2 pi
+    ax = model.coord_axis
+    ang = (qe[:, 3 * model.coord_bj + ax] - qe[:, 3 * model.coord_bi + ax] - model.coord_value
+           - np.where(model.coord_driven, s[:, None], 0.0))
+    ang = np.where(ax == 2, (ang + np.pi) % (2.0 * np.pi) - np.pi, ang)  # angles equal modulo 2 pi
     return np.concatenate([pins, dist, ang], axis=1)
 
 
@@ -106,19 +107,19 @@ def jacobian(model: Linkage, q: np.ndarray) -> np.ndarray:
             J[:, rows, 3 * b] += sgn * d2[..., 0]
             J[:, rows, 3 * b + 1] += sgn * d2[..., 1]
             J[:, rows, 3 * b + 2] += sgn * np.einsum("nkc,nkc->nk", d2, Bu)
-    rows = 2 * P + D + np.arange(len(model.ang_bi))
-    J[:, rows, 3 * model.ang_bj + 2] += 1.0
-    J[:, rows, 3 * model.ang_bi + 2] -= 1.0
+    rows = 2 * P + D + np.arange(len(model.coord_bi))
+    J[:, rows, 3 * model.coord_bj + model.coord_axis] += 1.0
+    J[:, rows, 3 * model.coord_bi + model.coord_axis] -= 1.0
     return J[:, :, :n]
 
 
 def input_derivative(model: Linkage, s) -> np.ndarray:
-    """Phi_s = dPhi/ds, shape (N, m): -1 on angle-driver rows, -2 (L0 + s) on distance drivers."""
+    """Phi_s = dPhi/ds, shape (N, m): -1 on angle/coordinate-driver rows, -2 (L0 + s) on distance drivers."""
     s = np.atleast_1d(np.asarray(s, dtype=float))
     out = np.zeros((s.shape[0], model.n_rows))
     P, D = 2 * len(model.pin_bi), len(model.dist_bi)
     out[:, P:P + D] = np.where(model.dist_driven, -2.0 * _lengths(model, s), 0.0)
-    out[:, P + D:] = np.where(model.ang_driven, -1.0, 0.0)
+    out[:, P + D:] = np.where(model.coord_driven, -1.0, 0.0)
     return out
 
 
@@ -148,7 +149,7 @@ def gamma(model: Linkage, q: np.ndarray, qd: np.ndarray, s, sd, sdd) -> np.ndarr
     L = _lengths(model, s)
     drv = np.where(model.dist_driven, 2.0 * (sd[:, None] ** 2 + L * sdd[:, None]), 0.0)
     dist = -2.0 * np.einsum("nkc,nkc->nk", dd, dd) + 2.0 * np.einsum("nkc,nkc->nk", d, ci - cj) + drv
-    ang = np.where(model.ang_driven, sdd[:, None], 0.0) * np.ones((N, len(model.ang_bi)))
+    ang = np.where(model.coord_driven, sdd[:, None], 0.0) * np.ones((N, len(model.coord_bi)))
     return np.concatenate([pins, dist, ang], axis=1)
 
 

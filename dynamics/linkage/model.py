@@ -7,9 +7,9 @@ R_i - (L_i/2) u_i and its "+" end R_i + (L_i/2) u_i, u_i = (cos phi_i, sin phi_i
 The constraint rows are, in this order: pins (2 rows each: revolute between two body points, or
 a body point pinned to a fixed ground point), distances (1 row each, squared form
 |r_i - r_j|^2 - L^2), angles (1 row each, phi_j - phi_i - value; an absolute angle when i is the
-ground). A driver is a distance or angle row that also depends on the scalar input s (crank angle
-in rad or actuator extension in m): angle driver phi_j - phi_i - value - s, distance driver
-|d|^2 - (L0 + s)^2. With one input the driven linkage is kinematically determined (0 DOF).
+ground; also x or y coordinates: x_j - x_i - value). A driver is a distance, angle or coordinate
+row that also depends on the scalar input s (crank angle in rad, actuator extension or slider
+position in m): angle driver phi_j - phi_i - value - s, distance driver |d|^2 - (L0 + s)^2. With one input the driven linkage is kinematically determined (0 DOF).
 
 `load_linkage(data, source)` builds a `Linkage` from a parsed TOML dict with kind = "linkage"
 (format in docs/linkage.md); `read_linkage(name_or_path)` reads and loads one. This module is the
@@ -72,8 +72,8 @@ class Linkage:
     Arrays (nb bodies, n = 3 nb coordinates, m constraint rows; body index nb is the ground):
     pin_bi, pin_bj (P,) int; pin_ui, pin_uj (P, 2) body-frame vectors centre -> point (m) (for a
     ground pin, pin_uj is the fixed point in the planar frame); dist_* likewise plus dist_length
-    (D,) and dist_driven (D,) bool; ang_bi, ang_bj (A,) int, ang_value (A,) rad, ang_driven (A,)
-    bool. mass_diag (n,) = diag(M); gravity_force (n,) = h_gravity = [0, -m_i g, 0, ...].
+    (D,) and dist_driven (D,) bool; coord_bi, coord_bj, coord_axis (A,) int (axis 0 x, 1 y, 2 phi),
+    coord_value (A,) m or rad, coord_driven (A,) bool. mass_diag (n,) = diag(M); gravity_force (n,) = h_gravity = [0, -m_i g, 0, ...].
     """
 
     name: str
@@ -90,10 +90,11 @@ class Linkage:
     dist_uj: np.ndarray
     dist_length: np.ndarray
     dist_driven: np.ndarray
-    ang_bi: np.ndarray
-    ang_bj: np.ndarray
-    ang_value: np.ndarray
-    ang_driven: np.ndarray
+    coord_bi: np.ndarray
+    coord_bj: np.ndarray
+    coord_axis: np.ndarray
+    coord_value: np.ndarray
+    coord_driven: np.ndarray
     points: dict[str, tuple[int, tuple[float, float]]]
     body_ends: tuple[tuple[str, str], ...]
     ground_points: dict[str, tuple[float, float]]
@@ -121,7 +122,7 @@ class Linkage:
         """Indices of the rows that depend on the input s."""
         p, d = 2 * len(self.pin_bi), len(self.dist_bi)
         return np.concatenate([p + np.flatnonzero(self.dist_driven),
-                               p + d + np.flatnonzero(self.ang_driven)])
+                               p + d + np.flatnonzero(self.coord_driven)])
 
     @property
     def kinematic_rows(self) -> np.ndarray:
@@ -277,7 +278,7 @@ def _build(data: dict, source: str) -> Linkage:
         return (half if sign == "+" else -half, 0.0)
 
     pins, dists, angs = [], [], []
-    pin_names, dist_names, ang_names = [], [], []
+    pin_names, dist_names, coord_names = [], [], []
     n_drivers = 0
     for k, t in enumerate(_table_list(source, data, "joints")):
         key = f"joints[{k}]"
@@ -300,10 +301,15 @@ def _build(data: dict, source: str) -> Linkage:
             pins.append((bi, u_of(bi, si), nb, ground_pts[at]))
             nm = t.get("name", f"ground {t['end']} {at}")
             pin_names += [f"{nm} x", f"{nm} y"]
-        elif typ == "angle" or typ == "relative_angle":
+        elif typ in ("angle", "relative_angle", "coordinate"):
             driven = bool(t.get("driven", False))
             val = _num(source, f"{key}.value", t.get("value", 0.0))
-            if typ == "angle":
+            axis = 2
+            if typ == "coordinate":
+                axis = {"x": 0, "y": 1, "phi": 2}.get(t.get("axis"), -1)
+                if axis < 0:
+                    raise _err(source, f"{key}.axis", f"expected \"x\", \"y\" or \"phi\", got {t.get('axis')!r}")
+            if typ in ("angle", "coordinate"):
                 b = t.get("body")
                 if b not in body_index:
                     raise _err(source, f"{key}.body", f"unknown body {b!r}")
@@ -313,8 +319,8 @@ def _build(data: dict, source: str) -> Linkage:
                 if not isinstance(bs, list) or len(bs) != 2 or not all(x in body_index for x in bs):
                     raise _err(source, f"{key}.bodies", f"expected two body names, got {bs!r}")
                 bi, bj = body_index[bs[0]], body_index[bs[1]]
-            angs.append((bi, bj, val, driven))
-            ang_names.append(t.get("name", f"{typ} {k}" + (" (driver)" if driven else "")))
+            angs.append((bi, bj, val, driven, axis))
+            coord_names.append(t.get("name", f"{typ} {k}" + (" (driver)" if driven else "")))
             n_drivers += driven
         elif typ == "distance":
             e = t.get("ends")
@@ -334,15 +340,16 @@ def _build(data: dict, source: str) -> Linkage:
             n_drivers += driven
         else:
             raise _err(source, f"{key}.type",
-                       f"expected one of pin, ground, distance, angle, relative_angle, got {typ!r}")
-    row_names = pin_names + dist_names + ang_names
+                       f"expected one of pin, ground, distance, angle, relative_angle, coordinate, got {typ!r}")
+    row_names = pin_names + dist_names + coord_names
 
     if n_drivers == 0:
         raise _err(source, "joints", "no driver: mark one angle or distance joint with driven = true")
-    kinds = {("angle" if t.get("type") in ("angle", "relative_angle") else "distance")
+    kinds = {("distance" if t.get("type") == "distance" else
+              "position" if t.get("type") == "coordinate" and t.get("axis") in ("x", "y") else "angle")
              for t in data["joints"] if t.get("driven")}
     if len(kinds) != 1:
-        raise _err(source, "joints", "all drivers must be of one kind (angles or distances)")
+        raise _err(source, "joints", "all drivers must be of one kind (angles, distances or positions)")
 
     points: dict[str, tuple[int, tuple[float, float]]] = {}
     for pt, lst in ends.items():
@@ -372,8 +379,8 @@ def _build(data: dict, source: str) -> Linkage:
         dist_bi=arr(dists, 0), dist_ui=arr(dists, 1, (2,)), dist_bj=arr(dists, 2),
         dist_uj=arr(dists, 3, (2,)), dist_length=np.array([d[4] for d in dists], dtype=float),
         dist_driven=np.array([d[5] for d in dists], dtype=bool),
-        ang_bi=arr(angs, 0), ang_bj=arr(angs, 1), ang_value=np.array([a[2] for a in angs], dtype=float),
-        ang_driven=np.array([a[3] for a in angs], dtype=bool),
+        coord_bi=arr(angs, 0), coord_bj=arr(angs, 1), coord_axis=arr(angs, 4),
+        coord_value=np.array([a[2] for a in angs], dtype=float), coord_driven=np.array([a[3] for a in angs], dtype=bool),
         points=points, body_ends=tuple((t["minus"], t["plus"]) for t in data["bodies"]),
         ground_points=ground_pts, assembly=steps, foot=data["foot"],
         pivot=data["pivot"], gravity=gravity, input_kind=kinds.pop(),
@@ -489,6 +496,9 @@ def _compose_walker(data: dict, source: str) -> dict:
                     j2["value"] = (math.pi - j.get("value", 0.0)) if mirror else j.get("value", 0.0)
             elif j2.get("type") == "relative_angle" and mirror:
                 j2["value"] = -j.get("value", 0.0)
+            elif j2.get("type") == "coordinate" and mirror and not j2.get("driven"):
+                v = j.get("value", 0.0)
+                j2["value"] = {"x": -v, "phi": math.pi - v}.get(j2.get("axis"), v)
             out["joints"].append(j2)
         for s in ld["assembly"]:
             s2 = {"point": P(s["point"])}

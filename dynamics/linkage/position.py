@@ -75,12 +75,22 @@ def _check_regular(model: Linkage, q: np.ndarray, s: np.ndarray, cond_max: float
     return float(ref)
 
 
+def chunks(model: Linkage, N: int, kkt: bool = False) -> list[slice]:
+    """Sample slices keeping the batched (N, m, n) systems under ~32 MB (walkers are large)."""
+    size = model.n_coords * (2 if kkt else 1)
+    step = max(1, int(4e6 // (size * size)))
+    return [slice(a, min(a + step, N)) for a in range(0, N, step)]
+
+
 def assembled_positions(model: Linkage, s, cond_max: float = COND_MAX) -> np.ndarray:
     """Configurations q (N, n) on the model's assembly branch at inputs s (N,), vectorised:
     constructive assembly, then Newton to ||Phi|| < 1e-12, then a branch check over the samples."""
     s = np.atleast_1d(np.asarray(s, dtype=float))
-    q = newton(model, assemble(model, s), s)
-    _check_regular(model, q, s, cond_max)
+    q = np.empty((s.shape[0], model.n_coords))
+    sign = None
+    for c in chunks(model, s.shape[0]):
+        q[c] = newton(model, assemble(model, s[c]), s[c])
+        sign = _check_regular(model, q[c], s[c], cond_max, sign)
     return q
 
 

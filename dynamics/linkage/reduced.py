@@ -21,7 +21,7 @@ from scipy.interpolate import CubicSpline
 from . import constraints as C
 from .kinematics import input_derivatives
 from .model import Linkage, LinkageError
-from .position import assembled_positions
+from .position import assembled_positions, chunks
 
 CHANNELS = ("I", "dI", "G", "x", "y", "Jx", "Jy")
 
@@ -53,7 +53,7 @@ def tabulate(model: Linkage, size: int = 720) -> ReducedTable:
         raise LinkageError(f"size: expected an integer >= 8 grid points per revolution, got {size!r}")
     th = 2.0 * np.pi * np.arange(size) / size
     q = assembled_positions(model, th)
-    q_s, _ = input_derivatives(model, q, th)
+    q_s = np.concatenate([input_derivatives(model, q[c], th[c])[0] for c in chunks(model, size)])
     Mq = model.mass_diag * q_s
     I = np.einsum("ni,ni->n", q_s, Mq)
     G = -q_s @ model.gravity_force

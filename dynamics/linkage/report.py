@@ -13,11 +13,11 @@ from .. import energetics
 from . import constraints as C
 from .gait import gait_metrics
 from .inverse import inverse_dynamics
-from .kinematics import accelerations, velocities
+from .kinematics import velocities
 from .model import LinkageError, read_linkage
-from .position import assembled_positions
+from .position import assembled_positions, chunks
 
-SAMPLES = 1440  # crank angles per revolution (0.25 deg)
+SAMPLES = 1440  # crank angles per revolution (0.25 deg); 360 for large linkages (walkers)
 
 
 def linkage_report(name_or_path: str, crank_speed: float = 2 * np.pi,
@@ -42,15 +42,17 @@ def linkage_report(name_or_path: str, crank_speed: float = 2 * np.pi,
         raise LinkageError(f"{model.source}: linkage_report needs a crank (angle) driver")
     w = float(crank_speed)
     period = 2.0 * np.pi / abs(w)
-    t = period * np.arange(SAMPLES) / SAMPLES
+    N = SAMPLES if model.n_coords < 100 else SAMPLES // 4
+    t = period * np.arange(N) / N
     th = w * t
     q = assembled_positions(model, th)
     foot = C.point_positions(model, q, model.foot)
     gait = gait_metrics(foot, model.pivot_position(), ground_penetration)
-    wd = np.full_like(th, w)
-    qd = velocities(model, q, th, wd)
-    qdd = accelerations(model, q, qd, th, wd, np.zeros_like(th))
-    tau = inverse_dynamics(model, q, qd, th, wd, np.zeros_like(th)).effort
+    wd, zero = np.full_like(th, w), np.zeros_like(th)
+    tau = np.empty_like(th)
+    for c in chunks(model, N, kkt=True):
+        qd = velocities(model, q[c], th[c], wd[c])
+        tau[c] = inverse_dynamics(model, q[c], qd, th[c], wd[c], zero[c]).effort
     # close the periodic cycle with the first sample at t = period
     tt = np.append(t, period)
     p = energetics.power(np.append(tau, tau[0]), np.full(tt.shape, w))
