@@ -1,0 +1,241 @@
+"""`walklab run` as a real subprocess: restarts with exponential backoff recorded as events on the
+bus, clean stop on SIGTERM/SIGINT (every spawned pid gone, every port free), no orphans when the
+supervisor itself is SIGKILLed, and `walklab bus monitor` seeing the simulated force plates."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.supervisor import backoff_delay
+from daq.bus import Subscriber
+
+REPO = Path(__file__).resolve().parents[2]
+
+CRASHER = '''
+import time
+
+def run(ctx, args):
+    """Publish for a moment, then fail with exit status 3."""
+    end = time.monotonic_ns() + int(float(args[0]) * 1e9)
+    ctx.sleep_until(end)
+    return 3
+'''
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie (/proc, no psutil)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def port_free(port: int) -> bool:
+    """True when nothing listens on `port` (SO_REUSEADDR: TIME_WAIT leftovers do not count)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def sim_lab(tmp_path: Path, ports: list[int], extra: str = "") -> Path:
+    text = textwrap.dedent(f"""
+        [lab]
+        name = "test"
+        [supervisor]
+        bind = "tcp://127.0.0.1:{ports[0]}"
+        status_interval_s = 0.5
+        stop_grace_s = 1.0
+        backoff_initial_s = 0.2
+        backoff_max_s = 0.8
+        backoff_reset_s = 10.0
+        [[processes]]
+        name = "forceplates"
+        module = "daq.simulated"
+        bind = "tcp://127.0.0.1:{ports[1]}"
+        devices = ["FP1", "FP2"]
+        [[processes]]
+        name = "healthmon"
+        module = "controller.healthmon"
+        bind = "tcp://127.0.0.1:{ports[2]}"
+        args = ["--interval", "0.5"]
+        [devices.FP1]
+        kind = "forceplate"
+        corners = [[0.6, 0.4, 0.0], [0.0, 0.4, 0.0], [0.0, 0.8, 0.0], [0.6, 0.8, 0.0]]
+        origin = [0.0, 0.0, -0.04]
+        [devices.FP2]
+        kind = "forceplate"
+        corners = [[0.6, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.4, 0.0], [0.6, 0.4, 0.0]]
+        origin = [0.0, 0.0, -0.04]
+    """) + textwrap.dedent(extra)
+    path = tmp_path / "lab.toml"
+    path.write_text(text)
+    return path
+
+
+def start(config: Path, tmp_path: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    return subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(config)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def health_pids(sub: Subscriber, names: set[str], timeout_s: float) -> dict[str, int]:
+    """Pid of each process in `names`, read from its health frame's meta."""
+    pids: dict[str, int] = {}
+    deadline = time.monotonic() + timeout_s
+    while set(pids) != names and time.monotonic() < deadline:
+        f = sub.recv(timeout_s=0.2)
+        if f is not None and f.kind == "health" and f.meta["process"] in names:
+            pids[f.meta["process"]] = f.meta["pid"]
+    assert set(pids) == names, f"health seen only from {sorted(pids)}"
+    return pids
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> tuple[str, str]:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        out, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"walklab run did not stop on {signal.Signals(sig).name}:\n{err}")
+    return out, err
+
+
+def test_backoff_formula():
+    assert [backoff_delay(k, 0.5, 3.0) for k in (1, 2, 3, 4, 5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+def test_crashing_child_restarts_with_backoff_and_events(tmp_path):
+    (tmp_path / "crasher.py").write_text(CRASHER)
+    ports = free_ports(4)
+    config = sim_lab(tmp_path, ports, f"""
+        [[processes]]
+        name = "crasher"
+        module = "crasher"
+        bind = "tcp://127.0.0.1:{ports[3]}"
+        args = ["0.3"]
+        restart = "on-failure"
+    """)
+    with Subscriber([f"tcp://127.0.0.1:{ports[0]}"], ["events/supervisor"]) as sub:
+        proc = start(config, tmp_path)
+        events = []
+        try:
+            deadline = time.monotonic() + 6.0
+            while time.monotonic() < deadline and sum(e.meta["event"] == "restart" for e in events) < 4:
+                f = sub.recv(timeout_s=0.2)
+                if f is not None:
+                    events.append(f)
+        finally:
+            out, err = stop(proc)
+        stats = sub.stats()["events/supervisor"]
+    assert proc.returncode == 0, err
+    assert stats.gaps == 0 and stats.missed_at_join == 0  # every event since start was received
+    crashes = [e for e in events if e.meta["event"] == "crash"]
+    restarts = [e for e in events if e.meta["event"] == "restart"]
+    assert len(restarts) >= 3, [e.meta for e in events]
+    assert all(e.meta["process"] == "crasher" for e in crashes + restarts)
+    assert all(e.meta["status"] == 3 for e in crashes)
+    # Exponential backoff: 0.2, 0.4, 0.8, then capped at backoff_max_s = 0.8.
+    expected = [min(0.2 * 2 ** k, 0.8) for k in range(len(crashes))]
+    assert [e.meta["restart_in_s"] for e in crashes] == pytest.approx(expected)
+    for crash, restart in zip(crashes, restarts):
+        assert restart.t_host - crash.t_host >= crash.meta["restart_in_s"] * 1e9
+    assert [e.meta["restarts"] for e in restarts] == list(range(1, len(restarts) + 1))
+    # A restart is a new process; every one of them is gone after the stop.
+    pids = [e.meta["pid"] for e in restarts]
+    assert len(set(pids)) == len(pids)
+    assert not [p for p in pids if alive(p)]
+    assert "crasher exit status 3" in err and "restarted (restart 1" in err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stop_leaves_no_process_and_no_socket(tmp_path, sig):
+    ports = free_ports(3)
+    proc = start(sim_lab(tmp_path, ports), tmp_path)
+    try:
+        with Subscriber([f"tcp://127.0.0.1:{p}" for p in ports], ["health/*"]) as sub:
+            pids = health_pids(sub, {"forceplates", "healthmon", "supervisor"}, timeout_s=20)
+    finally:
+        t0 = time.monotonic()
+        out, err = stop(proc, sig)
+        took = time.monotonic() - t0
+    assert proc.returncode == 0, err
+    assert pids["supervisor"] == proc.pid
+    children = [pids["forceplates"], pids["healthmon"]]
+    assert not [p for p in children if alive(p)], err
+    assert all(port_free(p) for p in ports)
+    assert "Traceback" not in err and "SIGKILL" not in err, err  # all stopped on SIGTERM
+    assert "[test] forceplates up" in out  # the periodic status line
+    assert took < 10  # a hang guard, not a timing assertion: the stop itself is bounded by stop_grace_s
+
+
+def test_children_die_with_a_killed_supervisor(tmp_path):
+    ports = free_ports(3)
+    proc = start(sim_lab(tmp_path, ports), tmp_path)
+    try:
+        with Subscriber([f"tcp://127.0.0.1:{p}" for p in ports[1:]], ["health/*"]) as sub:
+            pids = health_pids(sub, {"forceplates", "healthmon"}, timeout_s=20)
+    finally:
+        proc.kill()  # SIGKILL: the supervisor cannot clean up, the kernel's PDEATHSIG must
+        proc.communicate()
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in pids.values() if alive(p)]
+
+
+def test_bus_monitor_shows_force_plate_streams_without_gaps(tmp_path):
+    ports = free_ports(3)
+    config = sim_lab(tmp_path, ports)
+    proc = start(config, tmp_path)
+    try:
+        with Subscriber([f"tcp://127.0.0.1:{ports[1]}"], ["health/forceplates"]) as sub:
+            assert sub.recv(timeout_s=20) is not None  # the plates are up
+        mon = subprocess.run([sys.executable, "-m", "controller.cli", "bus", "monitor", "--config", str(config),
+                              "--duration", "3"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    finally:
+        stop(proc)
+    assert mon.returncode == 0, mon.stderr
+    lines = mon.stdout.splitlines()
+    header = lines[1].split()
+    rows = {ln.split()[0]: dict(zip(header, ln.split())) for ln in lines[2:]}
+    for stream in ("forceplate/FP1", "forceplate/FP2"):
+        row = rows[stream]
+        assert row["KIND"] == "force"
+        assert float(row["RATE_HZ"]) > 0 and int(row["RECEIVED"]) > 0
+        assert row["GAPS"] == "0" and row["DROPPED"] == "0" and row["BAD"] == "0"
+    assert {"health/forceplates", "health/healthmon", "health/supervisor"} <= set(rows)
+
+
+def test_bus_monitor_with_nothing_running_is_one_line_error(tmp_path):
+    (port,) = free_ports(1)
+    r = subprocess.run([sys.executable, "-m", "controller.cli", "bus", "monitor", "--connect",
+                        f"tcp://127.0.0.1:{port}", "--duration", "0.5"],
+                       capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        r.stderr.strip()] and "no frames received from" in r.stderr and "Traceback" not in r.stderr
