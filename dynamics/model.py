@@ -143,7 +143,9 @@ class Model:
     Constructing a Model validates it (ModelError naming the segment on failure) and derives:
     nq, nv; parents (nseg,) int (-1 = world); idx_q, idx_v (nseg,) start of each joint's
     coordinates; nqs, nvs (nseg,) their sizes; dof_segment (nv,) the segment each velocity
-    coordinate belongs to; total_mass (kg); marker_names, contact_names in segment order.
+    coordinate belongs to; supports (nseg, nseg) float, supports[i, j] = 1 if segment j is on the
+    path world → i (i included), the ancestor matrix μ of methods.md a.2; masses (nseg,), coms (nseg, 3), inertias
+    (nseg, 3, 3) stacked from the segments; total_mass (kg); marker_names, contact_names in segment order.
     gravity: (3,) m/s² in the lab frame.
     """
 
@@ -172,6 +174,10 @@ class Model:
             "nq": int(nqs.sum()),
             "nv": int(nvs.sum()),
             "dof_segment": np.repeat(np.arange(len(self.segments)), nvs),
+            "supports": _supports(parents),
+            "masses": np.array([s.mass for s in self.segments], dtype=float),
+            "coms": np.array([s.com for s in self.segments], dtype=float).reshape(-1, 3),
+            "inertias": np.array([s.inertia for s in self.segments], dtype=float).reshape(-1, 3, 3),
             "total_mass": float(sum(s.mass for s in self.segments)),
             "marker_names": tuple(m for s in self.segments for m in s.markers),
             "contact_names": tuple(c for s in self.segments for c in s.contacts),
@@ -191,6 +197,10 @@ class Model:
     nq: int = field(init=False, repr=False, compare=False, default=0)
     nv: int = field(init=False, repr=False, compare=False, default=0)
     dof_segment: np.ndarray = field(init=False, repr=False, compare=False, default=None)
+    supports: np.ndarray = field(init=False, repr=False, compare=False, default=None)
+    masses: np.ndarray = field(init=False, repr=False, compare=False, default=None)
+    coms: np.ndarray = field(init=False, repr=False, compare=False, default=None)
+    inertias: np.ndarray = field(init=False, repr=False, compare=False, default=None)
     total_mass: float = field(init=False, repr=False, compare=False, default=0.0)
     marker_names: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
     contact_names: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
@@ -220,6 +230,14 @@ class Model:
             elif s.joint.type == "revolute_unbounded":
                 q[iq] = 1.0
         return q
+
+
+def _supports(parents: np.ndarray) -> np.ndarray:
+    mu = np.eye(len(parents))
+    for i, p in enumerate(parents):
+        if p >= 0:
+            mu[i] += mu[p]
+    return mu
 
 
 def _validate(model: Model) -> None:

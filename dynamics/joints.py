@@ -1,0 +1,113 @@
+"""Joint models: motion of the child frame in the joint placement frame, motion subspaces, and
+the configuration derivative q̇(q, v) of each joint type (docs/models.md table).
+
+All functions take a joint's block of q as an (N, nq_i) array and return arrays with N first.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .model import Joint, Model
+from .spatial import axis_angle_matrix, quat_to_matrix
+
+QUAT_TOL = 1e-3  # |‖quaternion‖ − 1| accepted (and normalised away); larger is a caller error
+
+
+def unit_quaternions(quat: np.ndarray, what: str) -> np.ndarray:
+    """Normalise (N, 4) quaternions; ValueError naming `what` if a norm is off by more than QUAT_TOL."""
+    n = np.linalg.norm(quat, axis=-1)
+    bad = np.abs(n - 1) > QUAT_TOL
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ValueError(f"{what}: quaternion (x, y, z, w) must have unit norm, got norm {n[k]:.6g} at sample {k}")
+    return quat / n[:, None]
+
+
+def transform(joint: Joint, qi: np.ndarray, what: str = "q") -> tuple[np.ndarray, np.ndarray]:
+    """Child frame in the placement frame: rotation (N, 3, 3) and translation (N, 3) m for the
+    joint's coordinates qi (N, nq_i)."""
+    N = qi.shape[0]
+    t = joint.type
+    if t in ("revolute", "revolute_unbounded"):
+        if t == "revolute":
+            c, s = np.cos(qi[:, 0]), np.sin(qi[:, 0])
+        else:
+            r = np.hypot(qi[:, 0], qi[:, 1])
+            if np.any(np.abs(r - 1) > QUAT_TOL):
+                raise ValueError(f"{what}: (cos θ, sin θ) of an unbounded revolute joint must have unit norm")
+            c, s = qi[:, 0] / r, qi[:, 1] / r
+        return axis_angle_matrix(joint.axis, c, s), np.zeros((N, 3))
+    if t == "prismatic":
+        return np.broadcast_to(np.eye(3), (N, 3, 3)), qi[:, :1] * joint.axis
+    if t == "spherical":
+        return quat_to_matrix(unit_quaternions(qi, what)), np.zeros((N, 3))
+    if t == "free_flyer":
+        return quat_to_matrix(unit_quaternions(qi[:, 3:7], what)), qi[:, :3]
+    if t == "planar":
+        c, s = np.cos(qi[:, 2]), np.sin(qi[:, 2])
+        R = axis_angle_matrix(np.array([0.0, 0.0, 1.0]), c, s)
+        return R, np.stack((qi[:, 0], qi[:, 1], np.zeros(N)), -1)
+    raise AssertionError(t)  # fixed joints never reach here (no coordinates)
+
+
+def local_subspace(joint: Joint, qi: np.ndarray) -> np.ndarray:
+    """Motion subspace S (N, nv_i, 6) in the child frame: column k = spatial velocity (linear at
+    the child origin, angular) per unit v_k. Only the planar joint's depends on q (its x, y
+    translations are fixed in the placement frame, not in the rotating child)."""
+    N = qi.shape[0]
+    t = joint.type
+    e = np.eye(3)
+    z = np.zeros(3)
+    if t in ("revolute", "revolute_unbounded"):
+        cols = np.concatenate((z, joint.axis))[None]
+    elif t == "prismatic":
+        cols = np.concatenate((joint.axis, z))[None]
+    elif t == "spherical":
+        cols = np.concatenate((np.zeros((3, 3)), e), axis=1)
+    elif t == "free_flyer":
+        cols = np.eye(6)
+    elif t == "planar":
+        c, s = np.cos(qi[:, 2]), np.sin(qi[:, 2])
+        S = np.zeros((N, 3, 6))
+        S[:, 0, 0], S[:, 0, 1] = c, -s        # R_z(θ)ᵀ e_x
+        S[:, 1, 0], S[:, 1, 1] = s, c         # R_z(θ)ᵀ e_y
+        S[:, 2, 5] = 1.0
+        return S
+    else:
+        raise AssertionError(t)
+    return np.broadcast_to(cols, (N,) + cols.shape)
+
+
+def fixed_in_parent(joint: Joint) -> np.ndarray:
+    """(nv_i,) bool: which subspace columns are fixed in the parent (placement) frame rather than
+    in the child frame (the planar joint's translations); their time derivative follows the
+    parent's motion."""
+    if joint.type == "planar":
+        return np.array([True, True, False])
+    return np.zeros(joint.nv, dtype=bool)
+
+
+def configuration_derivative(model: Model, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """q̇ (N, nq) from q (N, nq) and v (N, nv).
+
+    Quaternion joints: q̇_quat = ½ q ⊗ (ω, 0) with ω in the child frame; the free flyer's
+    translation rate is R v_lin (placement frame); (cos θ, sin θ) rate is (−sin θ, cos θ) θ̇;
+    other joints q̇ = v.
+    """
+    qd = np.zeros_like(q)
+    for s, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
+        t = s.joint.type
+        qi, vi = q[:, iq:iq + s.joint.nq], v[:, iv:iv + s.joint.nv]
+        if t in ("revolute", "prismatic", "planar"):
+            qd[:, iq:iq + s.joint.nq] = vi
+        elif t == "revolute_unbounded":
+            qd[:, iq], qd[:, iq + 1] = -qi[:, 1] * vi[:, 0], qi[:, 0] * vi[:, 0]
+        elif t in ("spherical", "free_flyer"):
+            quat = qi[:, -4:]
+            w = vi[:, -3:]
+            xyz, qw = quat[:, :3], quat[:, 3:]
+            qd[:, iq + s.joint.nq - 4:iq + s.joint.nq - 1] = 0.5 * (qw * w + np.cross(xyz, w))
+            qd[:, iq + s.joint.nq - 1] = -0.5 * np.einsum("ij,ij->i", xyz, w)
+            if t == "free_flyer":
+                qd[:, iq:iq + 3] = np.einsum("nij,nj->ni", quat_to_matrix(quat), vi[:, :3])
+    return qd

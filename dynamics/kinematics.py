@@ -1,0 +1,231 @@
+"""Forward kinematics of a tree model, batched over time: segment placements, spatial velocities
+and accelerations, markers and contact points with their Jacobians.
+
+Every function takes q of shape (nq,) or (N, nq) (v: (nv,) / (N, nv), a likewise; time first)
+and returns arrays with the same leading shape (no N axis for a single sample). Results are in
+the lab frame (z up; planar models x forward, y up). The computation loops over the segments,
+never over samples.
+
+Formulation (lab frame, spatial vectors (linear, angular) about the lab origin, spatial.py):
+each velocity coordinate k of the joint of segment j has a motion subspace column S_k (6,);
+segment velocities and accelerations are sums over the joints supporting the segment,
+
+    v_i = Σ_{k ∈ support(i)} S_k v_k
+    a_i = Σ_{k ∈ support(i)} (S_k a_k + (v_c(k) × S_k) v_k)
+
+with v_c(k) the velocity of the body S_k is fixed in (the child, or the parent for the planar
+joint's translations). The velocity of a point P of segment i is v_O,i + ω_i × P, its
+acceleration a_O,i + α_i × P + ω_i × (v_O,i + ω_i × P).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .joints import fixed_in_parent, local_subspace, transform
+from .model import Model
+from .spatial import cross, matvec, parallel_axis
+
+
+def as_batch(x, name: str, width: int) -> tuple[np.ndarray, bool]:
+    """(N, width) float array from (width,) or (N, width) input, and whether it was batched.
+
+    ValueError naming the argument on a wrong shape or a non-finite value.
+    """
+    a = np.asarray(x, dtype=float)
+    if a.ndim == 1 and a.shape[0] == width:
+        a, batched = a[None], False
+    elif a.ndim == 2 and a.shape[1] == width:
+        batched = True
+    else:
+        raise ValueError(f"{name}: expected shape ({width},) or (N, {width}), got {a.shape}")
+    if not np.all(np.isfinite(a)):
+        n, k = np.argwhere(~np.isfinite(a))[0]
+        raise ValueError(f"{name}: non-finite value (NaN or inf) at sample {n}, coordinate {k}")
+    return a, batched
+
+
+def check_state(model: Model, q, v=None, a=None) -> tuple[list[np.ndarray | None], bool]:
+    """Validate q (nq), v, a (nv) (single or (N, ·), same N); returns ([q, v, a] as (N, ·)
+    arrays or None, batched)."""
+    out, batched, N = [], None, None
+    for x, name, width in ((q, "q", model.nq), (v, "v", model.nv), (a, "a", model.nv)):
+        if x is None:
+            out.append(None)
+            continue
+        arr, b = as_batch(x, name, width)
+        if batched is None:
+            batched, N = b, arr.shape[0]
+        elif b != batched or arr.shape[0] != N:
+            raise ValueError(f"{name}: shape {np.shape(x)} does not match q's "
+                             f"{'(N, ·) with N = ' + str(N) if batched else 'single sample'}")
+        out.append(arr)
+    return out, bool(batched)
+
+
+@dataclass(frozen=True)
+class TreeState:
+    """Kinematics of all segments for N samples, lab frame.
+
+    rotation (N, nseg, 3, 3): segment frame axes; position (N, nseg, 3) m: segment frame
+    origins; S (N, nv, 6): motion subspace columns about the lab origin; velocity,
+    acceleration (N, nseg, 6) or None: spatial velocity (m/s, rad/s) and acceleration (m/s²,
+    rad/s², gravity not included) about the lab origin.
+    """
+
+    rotation: np.ndarray
+    position: np.ndarray
+    S: np.ndarray
+    velocity: np.ndarray | None = None
+    acceleration: np.ndarray | None = None
+
+
+def tree_state(model: Model, q: np.ndarray, v: np.ndarray | None = None, a: np.ndarray | None = None) -> TreeState:
+    """Kinematics from validated (N, nq), (N, nv), (N, nv) arrays (see check_state)."""
+    N, n = q.shape[0], len(model.segments)
+    R = np.empty((N, n, 3, 3))
+    p = np.empty((N, n, 3))
+    S_local = np.empty((N, model.nv, 6))
+    for i, s in enumerate(model.segments):
+        j, par = s.joint, model.parents[i]
+        if j.type == "fixed":
+            R_rel, t_rel = j.rotation, j.translation
+        else:
+            iq, iv = model.idx_q[i], model.idx_v[i]
+            qi = q[:, iq:iq + j.nq]
+            R_j, t_j = transform(j, qi)
+            R_rel = np.matmul(j.rotation, R_j)
+            t_rel = j.translation + t_j @ j.rotation.T
+            S_local[:, iv:iv + j.nv] = local_subspace(j, qi)
+        if par < 0:
+            R[:, i], p[:, i] = R_rel, t_rel
+        else:
+            R[:, i] = np.matmul(R[:, par], R_rel)
+            p[:, i] = p[:, par] + matvec(R[:, par], np.broadcast_to(t_rel, (N, 3)))
+    Rk, pk = R[:, model.dof_segment], p[:, model.dof_segment]
+    ang = matvec(Rk, S_local[..., 3:])
+    S = np.concatenate((matvec(Rk, S_local[..., :3]) + cross(pk, ang), ang), axis=-1)
+    if v is None:
+        return TreeState(R, p, S)
+    mask = model.supports[:, model.dof_segment]
+    V = np.matmul(mask, S * v[..., None])
+    if a is None:
+        return TreeState(R, p, S, V)
+    # velocity of the body each column is fixed in: the child, or the parent (index n = world, at rest)
+    carrier = model.dof_segment.copy()
+    in_parent = np.concatenate([fixed_in_parent(s.joint) for s in model.segments])
+    carrier[in_parent] = np.where(model.parents[carrier[in_parent]] < 0, n, model.parents[carrier[in_parent]])
+    Vc = np.concatenate((V, np.zeros((N, 1, 6))), axis=1)[:, carrier]
+    w, vl = Vc[..., 3:], Vc[..., :3]
+    dS = np.concatenate((cross(w, S[..., :3]) + cross(vl, S[..., 3:]), cross(w, S[..., 3:])), axis=-1)
+    A = np.matmul(mask, S * a[..., None] + dS * v[..., None])
+    return TreeState(R, p, S, V, A)
+
+
+def lab_inertias(model: Model, st: TreeState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Segment inertias about the lab origin: mass (nseg,) kg, CoM c (N, nseg, 3) m, first
+    moment h = m c (N, nseg, 3) kg·m, rotational inertia I_O = R I_c Rᵀ + m(|c|² E − c cᵀ)
+    (N, nseg, 3, 3) kg·m²."""
+    m = model.masses
+    R = st.rotation
+    c = st.position + matvec(R, np.broadcast_to(model.coms, st.position.shape))
+    I_c = np.matmul(np.matmul(R, model.inertias), np.swapaxes(R, -1, -2))
+    return m, c, m[:, None] * c, parallel_axis(m, c, I_c)
+
+
+@dataclass(frozen=True)
+class Placements:
+    """Segment frames in the lab frame: rotation ([N,] nseg, 3, 3), translation ([N,] nseg, 3) m,
+    segments in model order."""
+
+    rotation: np.ndarray
+    translation: np.ndarray
+
+
+def forward_kinematics(model: Model, q) -> Placements:
+    """Placements of all segment frames for q (nq,) or (N, nq): x_lab = R x_segment + p."""
+    (q, _, _), batched = check_state(model, q)
+    st = tree_state(model, q)
+    if batched:
+        return Placements(st.rotation, st.position)
+    return Placements(st.rotation[0], st.position[0])
+
+
+def _points(model: Model, names: Sequence[str] | None) -> tuple[np.ndarray, np.ndarray]:
+    names = model.marker_names if names is None else names
+    if isinstance(names, str):
+        raise TypeError("names must be a sequence of marker/contact names, not a string")
+    segs, pts = [], []
+    for nm in names:
+        i, pt = model.point(nm)
+        segs.append(i)
+        pts.append(pt)
+    return np.array(segs, dtype=int), np.array(pts, dtype=float).reshape(-1, 3)
+
+
+def _unbatch(x: np.ndarray, batched: bool) -> np.ndarray:
+    return x if batched else x[0]
+
+
+def point_kinematics(model: Model, q, v=None, a=None, names: Sequence[str] | None = None):
+    """Positions, and if v (and a) are given velocities (and accelerations) of named markers or
+    contact points (default: all markers, in model.marker_names order).
+
+    q (nq,) | (N, nq); v, a (nv,) | (N, nv). Returns position ([N,] k, 3) m, or a tuple
+    (position, velocity m/s[, acceleration m/s²]) in the lab frame; k = len(names).
+    Acceleration is the classical point acceleration a_O + α × P + ω × v_P.
+    """
+    (q, v, a), batched = check_state(model, q, v, a)
+    segs, pts = _points(model, names)
+    st = tree_state(model, q, v, a)
+    P = matvec(st.rotation[:, segs], pts) + st.position[:, segs]
+    if v is None:
+        return _unbatch(P, batched)
+    Vs = st.velocity[:, segs]
+    vP = Vs[..., :3] + cross(Vs[..., 3:], P)
+    if a is None:
+        return _unbatch(P, batched), _unbatch(vP, batched)
+    As = st.acceleration[:, segs]
+    aP = As[..., :3] + cross(As[..., 3:], P) + cross(Vs[..., 3:], vP)
+    return _unbatch(P, batched), _unbatch(vP, batched), _unbatch(aP, batched)
+
+
+def marker_positions(model: Model, q, names: Sequence[str] | None = None) -> np.ndarray:
+    """Lab-frame positions ([N,] k, 3) m of markers/contacts `names` (default all markers)."""
+    return point_kinematics(model, q, names=names)
+
+
+def contact_positions(model: Model, q, names: Sequence[str] | None = None) -> np.ndarray:
+    """Lab-frame positions ([N,] k, 3) m of contact points `names` (default all contacts)."""
+    return point_kinematics(model, q, names=model.contact_names if names is None else names)
+
+
+def point_jacobians(model: Model, q, names: Sequence[str] | None = None) -> np.ndarray:
+    """Linear-velocity Jacobians ([N,] k, 3, nv) of named points, lab frame: v_P = J_P v.
+
+    Column k of J_P is S_lin,k + S_ang,k × P for the joints supporting the point's segment, 0
+    otherwise.
+    """
+    (q, _, _), batched = check_state(model, q)
+    segs, pts = _points(model, names)
+    st = tree_state(model, q)
+    P = matvec(st.rotation[:, segs], pts) + st.position[:, segs]           # (N, k, 3)
+    S = st.S[:, None]                                                         # (N, 1, nv, 6)
+    J = S[..., :3] + cross(S[..., 3:], P[:, :, None, :])                      # (N, k, nv, 3)
+    J = J * model.supports[segs][:, model.dof_segment][None, :, :, None]
+    return _unbatch(np.swapaxes(J, -1, -2), batched)
+
+
+def frame_jacobian(model: Model, q, segment: str) -> np.ndarray:
+    """Jacobian ([N,] 6, nv) of a segment frame, lab-aligned at its origin (Pinocchio's
+    LOCAL_WORLD_ALIGNED): (velocity of the origin m/s, angular velocity rad/s) = J v."""
+    (q, _, _), batched = check_state(model, q)
+    model.segment(segment)  # KeyError naming an unknown segment
+    i = model.index[segment]
+    st = tree_state(model, q)
+    S = st.S
+    lin = S[..., :3] + cross(S[..., 3:], st.position[:, i, None, :])
+    J = np.concatenate((lin, S[..., 3:]), axis=-1) * model.supports[i, model.dof_segment][None, :, None]
+    return _unbatch(np.swapaxes(J, -1, -2), batched)

@@ -1,0 +1,56 @@
+"""Build the equivalent Pinocchio model of a walklab tree Model (for tests and benchmarks).
+
+Requires `pin` (a test dependency, imported lazily). Joint order, q and v layouts are identical:
+revolute → RevoluteUnaligned, revolute_unbounded → RUBZ in a frame turned onto the axis, prismatic →
+PrismaticUnaligned, spherical → Spherical, free_flyer → FreeFlyer, planar → Composite(PX, PY, RZ);
+fixed segments are merged into their parent's body as Pinocchio's URDF reader does. Used where
+URDF cannot carry the model (spherical and planar joints).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .model import Model
+
+
+def to_pinocchio(model: Model):
+    """pinocchio.Model with the same dynamics, joint order and layouts as `model`."""
+    import pinocchio as pin
+
+    pm = pin.Model()
+    pm.name = model.name
+    pm.gravity = pin.Motion(np.concatenate((model.gravity, np.zeros(3))))
+    frame = []                         # per segment: (pin joint id, segment frame in that joint's frame)
+    for s in model.segments:
+        j = s.joint
+        if s.parent is None:
+            pid, pplace = 0, pin.SE3.Identity()
+        else:
+            pid, pplace = frame[model.index[s.parent]]
+        placement = pplace * pin.SE3(np.asarray(j.rotation), np.asarray(j.translation))
+        Y = pin.Inertia(float(s.mass), np.asarray(s.com, dtype=float), np.asarray(s.inertia, dtype=float))
+        if j.type == "fixed":
+            pm.appendBodyToJoint(pid, Y, placement)
+            frame.append((pid, placement))
+            continue
+        body = pin.SE3.Identity()
+        if j.type == "revolute_unbounded":
+            # Pinocchio's Python API only builds axis-aligned unbounded joints: turn z onto the axis
+            z = np.array([0.0, 0.0, 1.0])
+            R_a = pin.Quaternion.FromTwoVectors(z, np.asarray(j.axis)).toRotationMatrix()
+            placement = placement * pin.SE3(R_a, np.zeros(3))
+            body = pin.SE3(R_a.T, np.zeros(3))
+            jm = pin.JointModelRUBZ()
+        elif j.type == "planar":
+            jm = pin.JointModelComposite(pin.JointModelPX())
+            jm.addJoint(pin.JointModelPY())
+            jm.addJoint(pin.JointModelRZ())
+        else:
+            jm = {"revolute": lambda: pin.JointModelRevoluteUnaligned(np.asarray(j.axis)),
+                  "prismatic": lambda: pin.JointModelPrismaticUnaligned(np.asarray(j.axis)),
+                  "spherical": pin.JointModelSpherical,
+                  "free_flyer": pin.JointModelFreeFlyer}[j.type]()
+        jid = pm.addJoint(pid, jm, placement, s.joint_name or s.name)
+        pm.appendBodyToJoint(jid, Y, body)
+        frame.append((jid, body))
+    return pm
