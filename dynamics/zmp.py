@@ -61,18 +61,22 @@ def _mass(mass: float) -> float:
     return float(mass)
 
 
-def ground_wrench(mass: float, com, pdot, ldot, g: float = G) -> tuple[np.ndarray, np.ndarray]:
+def ground_wrench(mass: float, com, pdot, ldot, g: float | np.ndarray = G) -> tuple[np.ndarray, np.ndarray]:
     """Ground reaction wrench that the motion requires, from the centroidal momentum rate.
 
-    f = Ṗ + M g e_z (N), n_O = L̇_G + c × f (N·m, about the lab origin). mass M in kg; com c (N, 3) m;
-    pdot Ṗ = M c̈ (N, 3) N; ldot L̇_G (N, 3) N·m, rate of angular momentum about the CoM; lab frame.
-    Exact when the ground is the only external load besides gravity. Returns (f, n_O), each (N, 3).
+    f = Ṗ − M g⃗ (= Ṗ + M g e_z for g⃗ = (0, 0, −g)) in N, n_O = L̇_G + c × f in N·m about the lab origin.
+    mass M in kg; com c (N, 3) m; pdot Ṗ = M c̈ (N, 3) N; ldot L̇_G (N, 3) N·m, rate of angular momentum
+    about the CoM; lab frame. g: scalar g in m/s² (gravity along −z), or the gravity vector g⃗ (3,) m/s²
+    (e.g. a planar model's (0, −9.81, 0)). Exact when the ground is the only external load besides
+    gravity. Returns (f, n_O), each (N, 3).
     """
     mass = _mass(mass)
     com, pdot, ldot = _series(com, "com", 3), _series(pdot, "pdot", 3), _series(ldot, "ldot", 3)
     _check_n(com=com, pdot=pdot, ldot=ldot)
-    f = pdot.copy()
-    f[:, 2] += mass * g
+    gvec = np.array([0.0, 0.0, -float(g)]) if np.ndim(g) == 0 else np.asarray(g, dtype=float)
+    if gvec.shape != (3,):
+        raise ZMPError(f"g must be a scalar or a 3-vector (m/s²), got shape {gvec.shape}")
+    f = pdot - mass * gvec
     return f, ldot + np.cross(com, f)
 
 

@@ -1,0 +1,271 @@
+"""Inverse dynamics with measured ground reactions: plate → foot assignment, bottom-up and top-down
+joint torques, and the data-quality residual (methods.md b.1, b.2, b.5, h.2).
+
+Wrenches are (force, moment about the lab origin), lab frame, SI. A plate's wrench here is the ground
+reaction ON the body (``dynamics.forceplate`` reports it so: +z on a loaded plate).
+
+**Assignment rule** (methods.md b.2). At each sample, a foot is *on* a plate when at least one of its
+points (contact points of the foot segment, or named markers) projects inside the plate outline
+(grown by ``edge_tol``) and lies less than ``height_tol`` above the plate surface. For a loaded plate
+(F_z above the plate threshold):
+- one foot on it: the whole plate wrench goes to that foot;
+- a foot on two plates (straddling): it gets both wrenches (flag ``straddling``);
+- two or more feet on one plate cannot be separated: the whole wrench goes to the foot whose point
+  is nearest the plate COP (flag ``shared``; the torques of both legs are then unreliable);
+- no foot on it: the wrench is not applied to any segment (flag ``unassigned``); it still counts as
+  measured, so it shows in the residual.
+An unloaded plate's wrench (noise, offsets) is applied to no foot but counts as measured.
+
+**Torques.** With f_i the gravito-inertial wrench of segment i (``rnea``'s backward pass), W(D) the
+plate wrenches on a set of segments D, D_k the subtree below joint k and C_k its complement:
+
+    bottom-up   τ_k = S_kᵀ [ Σ_{D_k} f_i − W(D_k) ]              rnea with the plate wrenches
+    top-down    τ_k = S_kᵀ [ W(C_k) − Σ_{C_k} f_i ]
+                    = τ_k^free − S_kᵀ [ w_req − W(C_k) ]           (joints with a plate below them)
+    top-down    τ_k = τ_k^free                                     (joints with no plate below them)
+
+τ^free is the ground-free rnea (no external wrench), w_req = Σ_all f_i the ground wrench the motion
+requires (from the centroidal momentum rate: f = Ṗ − M g⃗, n_O = L̇_G + c × f). For joints with a plate
+below them the top-down torque comes from the free ends (head, arms, swing leg) and uses no plate in
+single support; in double support the other foot's plate is on the complement (``indeterminate``: both
+sides carry a plate; statically indeterminate, methods.md trap 9). For any joint
+
+    bottom-up − top-down = −S_kᵀ r ,     r = W_measured − w_req      (the residual wrench)
+
+so exact, consistent data give equal torques, and a plate error ΔW gives r = ΔW.
+
+**Data quality** (methods.md h.2, b.5): CoM acceleration from kinematics c̈ = Ṗ/M vs from the plates
+ΣF/M + g⃗, and the moment residual about the CoM; :func:`adequacy` integrates them into J.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .centroidal import centroidal_momentum
+from .com import com
+from .forceplate import Plate, PlateSignals
+from .kinematics import check_state, point_kinematics, tree_state
+from .model import Model
+from .rnea import Wrench, rnea
+from .support import stability_margin, support_polygon
+from .zmp import ground_wrench, zmp_of_wrench
+
+
+class PlateIDError(ValueError):
+    """Bad input to the plate inverse dynamics (names the argument, foot or plate)."""
+
+
+@dataclass(frozen=True)
+class PlateLoad:
+    """One level force plate's measured ground reaction on the body for N samples, lab frame.
+
+    force (N, 3) N; moment (N, 3) N·m about the lab origin; corners (4, 3) m, the plate outline (its
+    surface height is the corners' mean z); loaded (N,) bool: F_z above the plate threshold; name.
+    """
+
+    force: np.ndarray
+    moment: np.ndarray
+    corners: np.ndarray
+    loaded: np.ndarray
+    name: str = ""
+
+
+def plate_load(plate: Plate, signals: PlateSignals) -> PlateLoad:
+    """:class:`PlateLoad` of a processed plate: moment about the origin = centre × F + M_centre."""
+    f = np.asarray(signals.force, dtype=float)
+    return PlateLoad(f, np.cross(plate.centre, f) + signals.moment, plate.corners, np.asarray(signals.valid, bool), plate.name)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Which plate's wrench goes to which foot (module doc rule), N samples, P plates, F feet.
+
+    weights (N, P, F): 1 where plate p's wrench goes to foot f, else 0; on_plate (N, P, F) bool: foot f
+    has a point on plate p; shared (N, P): several feet on a loaded plate; unassigned (N, P): loaded
+    plate with no foot; straddling (N, F): foot on two or more loaded plates.
+    """
+
+    weights: np.ndarray
+    on_plate: np.ndarray
+    shared: np.ndarray
+    unassigned: np.ndarray
+    straddling: np.ndarray
+
+
+def assign_plates(plates: Sequence[PlateLoad], points, point_foot, n_feet: int,
+                  height_tol: float = 0.05, edge_tol: float = 0.0) -> Assignment:
+    """Assign each loaded plate's wrench to the foot (or feet) on it (module doc rule).
+
+    points: (N, K, 3) m, lab frame, the foot points (contact points or foot markers; NaN = not seen);
+    point_foot: (K,) int foot index in [0, n_feet) of each point; height_tol: m above the plate surface
+    for a point to count as on it; edge_tol: m the outline is grown by (marker placement error).
+    """
+    pts = np.asarray(points, dtype=float)
+    pf = np.asarray(point_foot)
+    if pts.ndim != 3 or pts.shape[2] != 3:
+        raise PlateIDError(f"points must be (N, K, 3) m, got {pts.shape}")
+    n, k = pts.shape[:2]
+    if pf.shape != (k,) or not np.issubdtype(pf.dtype, np.integer) or np.any((pf < 0) | (pf >= n_feet)):
+        raise PlateIDError(f"point_foot must be ({k},) integers in [0, {n_feet}), got {pf!r}")
+    onehot = np.zeros((k, n_feet), bool)
+    onehot[np.arange(k), pf] = True
+    n_p = len(plates)
+    on = np.zeros((n, n_p, n_feet), bool)
+    weights = np.zeros((n, n_p, n_feet))
+    shared = np.zeros((n, n_p), bool)
+    unassigned = np.zeros((n, n_p), bool)
+    flat = pts.reshape(-1, 3)
+    seen = np.all(np.isfinite(flat), axis=1)
+    for p, pl in enumerate(plates):
+        _check_plate(pl, n, p)
+        surface = float(np.mean(pl.corners[:, 2]))
+        margin = np.full(flat.shape[0], -np.inf)
+        margin[seen] = stability_margin(flat[seen, :2], support_polygon(pl.corners))
+        inside = ((margin >= -edge_tol) & (flat[:, 2] - surface < height_tol)).reshape(n, k)
+        on[:, p] = (inside[:, :, None] & onehot[None]).any(axis=1)
+        count = on[:, p].sum(axis=1)
+        loaded = pl.loaded
+        single = loaded & (count == 1)
+        weights[single, p] = on[single, p]
+        shared[:, p] = loaded & (count > 1)
+        unassigned[:, p] = loaded & (count == 0)
+        for t in np.flatnonzero(shared[:, p]):
+            cop = zmp_of_wrench(pl.force[t], pl.moment[t], surface).point[0]
+            d = np.linalg.norm(pts[t, :, :2] - cop[:2], axis=1)
+            d[~inside[t]] = np.inf
+            weights[t, p, pf[int(np.argmin(d))]] = 1.0
+    straddling = (weights > 0).sum(axis=1) > 1
+    return Assignment(weights, on, shared, unassigned, straddling)
+
+
+def _check_plate(pl: PlateLoad, n: int, p: int) -> None:
+    for name, shape in (("force", (n, 3)), ("moment", (n, 3)), ("corners", (4, 3)), ("loaded", (n,))):
+        if np.shape(getattr(pl, name)) != shape:
+            raise PlateIDError(f"plate {p} ({pl.name!r}): {name} must have shape {shape}, got {np.shape(getattr(pl, name))}")
+
+
+@dataclass(frozen=True)
+class PlateID:
+    """Result of :func:`plate_inverse_dynamics`, N samples, lab frame, SI.
+
+    tau_bottom_up, tau_top_down, disagreement = bottom-up − top-down: (N, nv) N·m (N for prismatic; a
+    free flyer's rows as in ``rnea``: the bottom-up rows are the residual base wrench);
+    plate_below (N, nv) bool: a plate wrench acts below the joint; indeterminate (N, nv) bool: plate
+    wrenches on both sides of the joint (double support);
+    residual_force (N, 3) N and residual_moment (N, 3) N·m about the CoM: measured − required;
+    com_acc_kinematic, com_acc_plates (N, 3) m/s²: Ṗ/M and ΣF/M + g⃗; com (N, 3) m;
+    assignment: the :class:`Assignment` used; feet: the foot segment names in assignment order.
+    """
+
+    tau_bottom_up: np.ndarray
+    tau_top_down: np.ndarray
+    disagreement: np.ndarray
+    plate_below: np.ndarray
+    indeterminate: np.ndarray
+    residual_force: np.ndarray
+    residual_moment: np.ndarray
+    com_acc_kinematic: np.ndarray
+    com_acc_plates: np.ndarray
+    com: np.ndarray
+    assignment: Assignment
+    feet: tuple[str, ...]
+
+
+def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], feet: Sequence[str] | Mapping[str, Sequence[str]],
+                           height_tol: float = 0.05, edge_tol: float = 0.0) -> PlateID:
+    """Joint torques bottom-up from the plates and top-down from the free ends, their disagreement and
+    the CoM-acceleration / moment residual (module doc equations).
+
+    model: a floating-base tree (root joint free_flyer or planar); q (N, nq), v, a (N, nv); plates:
+    :class:`PlateLoad` per plate (see :func:`plate_load`); feet: foot segment names (their contact
+    points decide what is on a plate), or a mapping foot segment → point names (markers or contacts
+    of the model). height_tol, edge_tol: m, see :func:`assign_plates`.
+    """
+    (q, v, a), batched = check_state(model, q, v, a)
+    if v is None or a is None:
+        raise PlateIDError("plate_inverse_dynamics needs q, v and a")
+    roots = [s for s in model.segments if s.parent is None]
+    if len(roots) != 1 or roots[0].joint.type not in ("free_flyer", "planar"):
+        raise PlateIDError(f"model {model.name!r}: needs one floating root (free_flyer or planar joint), got "
+                           f"{[(s.name, s.joint.type) for s in roots]}")
+    n = q.shape[0]
+    names = dict(feet) if isinstance(feet, Mapping) else {f: tuple(model.segment(f).contacts) for f in feet}
+    if not names:
+        raise PlateIDError("feet: give at least one foot segment")
+    foot_seg = []
+    for f, pts in names.items():
+        foot_seg.append(model.index[model.segment(f).name])
+        if not pts:
+            raise PlateIDError(f"foot {f!r} has no contact points: give its point names (markers) explicitly")
+    point_names = [p for pts in names.values() for p in pts]
+    point_foot = np.repeat(np.arange(len(names)), [len(p) for p in names.values()])
+    positions = point_kinematics(model, q, names=point_names)
+    asg = assign_plates(plates, positions, point_foot, len(names), height_tol, edge_tol)
+
+    # Plate wrenches (about the lab origin) per foot, and the total measured.
+    w_plate = np.stack([np.concatenate([pl.force, pl.moment], axis=1) for pl in plates], axis=1)  # (N, P, 6)
+    w_foot = np.einsum("npf,npj->nfj", asg.weights, w_plate)
+    w_meas = w_plate.sum(axis=1)
+    w_applied = w_foot.sum(axis=1)
+
+    zero = np.zeros(3)
+    f_ext = [Wrench(f, force=w_foot[:, i, :3], point=zero, moment=w_foot[:, i, 3:]) for i, f in enumerate(names)]
+    tau_bu = rnea(model, q, v, a, f_ext)
+    tau_free = rnea(model, q, v, a)
+
+    c = com(model, q)
+    _, dh = centroidal_momentum(model, q, v, a)
+    f_req, n_req = ground_wrench(model.total_mass, c, dh[:, :3], dh[:, 3:], model.gravity)
+    w_req = np.concatenate([f_req, n_req], axis=1)
+
+    # Feet below each joint (foot segment in the joint's subtree) carrying a plate wrench.
+    below = model.supports[np.array(foot_seg)][:, model.dof_segment].T.astype(bool)  # (nv, F)
+    loaded_foot = asg.weights.sum(axis=1) > 0                                           # (N, F)
+    plate_below = (loaded_foot[:, None, :] & below[None]).any(axis=2)
+    plate_above = (loaded_foot[:, None, :] & ~below[None]).any(axis=2)
+    w_below = np.einsum("kf,nfj->nkj", below.astype(float), w_foot)                    # W(D_k)
+    w_complement = w_applied[:, None, :] - w_below                                      # W(C_k)
+    S = tree_state(model, q).S                                                          # (N, nv, 6)
+    tau_td = np.where(plate_below, tau_free - np.einsum("nkj,nkj->nk", S, w_req[:, None, :] - w_complement), tau_free)
+
+    mass = model.total_mass
+    r = w_meas - w_req
+    return PlateID(
+        tau_bottom_up=tau_bu,
+        tau_top_down=tau_td,
+        disagreement=tau_bu - tau_td,
+        plate_below=plate_below,
+        indeterminate=plate_below & plate_above,
+        residual_force=r[:, :3],
+        residual_moment=r[:, 3:] - np.cross(c, r[:, :3]),
+        com_acc_kinematic=dh[:, :3] / mass,
+        com_acc_plates=w_meas[:, :3] / mass + model.gravity,
+        com=c,
+        assignment=asg,
+        feet=tuple(names),
+    )
+
+
+def adequacy(result: PlateID, dt: float, weights: Sequence[float] = (1.0, 1.0, 1.0, 0.0), trim: int = 0) -> float:
+    """Adequacy criterion J (methods.md h.2, acceleration integral, 3-D):
+
+        J = Σ_t [ λ_x Δc̈_x² + λ_y Δc̈_y² + λ_z Δc̈_z² + λ_M |ΔM_G|² ] dt ,  t in [trim, N − trim)
+
+    with Δc̈ = c̈_kinematic − c̈_plates (m/s²) and ΔM_G the moment residual about the CoM (N·m). dt in s;
+    weights (λ_x, λ_y, λ_z, λ_M) (scale them ∝ h² as methods.md advises when comparing sample rates);
+    trim: samples cut at each end (spline end effects). NaN samples are skipped.
+    """
+    lam = np.asarray(weights, dtype=float)
+    if lam.shape != (4,) or np.any(lam < 0):
+        raise PlateIDError(f"weights must be 4 non-negative numbers (λx, λy, λz, λM), got {weights!r}")
+    n = result.com_acc_kinematic.shape[0]
+    if not (0 <= trim and 2 * trim < n) or not dt > 0:
+        raise PlateIDError(f"need dt > 0 and 0 <= trim < N/2 = {n / 2}, got dt={dt}, trim={trim}")
+    sl = slice(trim, n - trim)
+    da = (result.com_acc_kinematic - result.com_acc_plates)[sl]
+    dm = result.residual_moment[sl]
+    terms = da**2 @ lam[:3] + lam[3] * np.sum(dm**2, axis=1)
+    return float(np.nansum(terms) * dt)
