@@ -9,12 +9,15 @@ Conventions (C3D FORCE_PLATFORM group, as in ezc3d ``ForcePlatforms.cpp`` and Vi
 * Plate axes from the four CORNERS c0..c3 (lab frame, metres):
   ``x̂ = c0 − c1, ŷ = c0 − c3, ẑ = x̂ × ŷ, ŷ ← ẑ × x̂`` (normalised), ``R = [x̂ ŷ ẑ]``;
   the surface centre is ``mean(corners)``. Plate axes are often z-down; R takes care of it.
-* ORIGIN, types 1, 2, 4: the vector ``o`` between the transducer origin and the surface centre,
-  plate axes, normalised so that ``o_z <= 0`` (a positive ``o_z`` negates the whole vector, as
-  ezc3d and Visual3D do). Type 3 (Kistler): ``(a, b, az0)``, the sensor half-spacings and the
-  sensor-plane depth; only ``az0`` is normalised to ``<= 0`` — a and b are spacings, not a vector
-  between two points, and negating them mirrors the COP (ezc3d 1.7.2 negates them; see
-  docs/forceplates.md for the proof on ``Walking_Hybrid_1_1.c3d``).
+* ORIGIN, types 1, 2, 4: the vector ``o`` from the transducer origin to the surface centre,
+  plate axes. Vendors store either direction; it is normalised so that the surface lies above the
+  transducer in the lab, ``(R o)_z >= 0``, by negating the whole vector. For the usual z-down
+  plate axes (every shared file) that is ezc3d's and Visual3D's rule ``o_z <= 0``; for z-up plate
+  axes it keeps ``o_z >= 0``, where the vendor-blind rule would put the transducer above the
+  surface. Type 3 (Kistler): ``(a, b, az0)``, the sensor half-spacings and the sensor-plane depth;
+  only ``az0`` is normalised — a and b are spacings, not a vector between two points, and
+  negating them mirrors the COP (ezc3d 1.7.2 negates them; docs/forceplates.md has the proof on
+  ``Walking_Hybrid_1_1.c3d``).
 * The load shows as a positive lab-frame vertical reaction ``F_lab,z`` (as ezc3d reports it for
   every shared file): the threshold, the sign-flip guard and the least-loaded window rely on it.
 
@@ -86,7 +89,8 @@ class Plate:
     Attributes:
         type: C3D FORCE_PLATFORM:TYPE, one of 1, 2, 3, 4.
         corners: (4, 3) lab frame, m, in the C3D order (c0 − c1 is the plate x axis).
-        origin: (3,) plate axes, m; ORIGIN as stored (normalised on construction, see module doc).
+        origin: (3,) plate axes, m; ORIGIN as stored in either direction (normalised on
+            construction so that the surface lies above the transducer, see module doc).
         cal_matrix: (6, 6) for type 4 (raw -> N, N, N, N·m, N·m, N·m); None otherwise.
         cop_poly: (12,) FPCOPPOLY for type 3 in SI (x, y and the corrections in m); None: none.
         channel_range: (n_channels, 2) lowest and highest raw value the acquisition can represent,
@@ -113,7 +117,8 @@ class Plate:
         set_ = object.__setattr__
         corners = _as_float(self.corners, f"plate {self.name!r} corners", (4, 3))
         origin = _as_float(self.origin, f"plate {self.name!r} origin", (3,)).copy()
-        if origin[2] > 0:
+        rotation = plate_axes(corners)
+        if origin[2] * rotation[2, 2] < 0:
             # Vendors disagree on the direction of ORIGIN; the surface lies above the sensors.
             if self.type == 3:
                 origin[2] = -origin[2]
@@ -123,6 +128,8 @@ class Plate:
             origin[:] = 0.0  # type 1 reports the COP itself; ORIGIN does not enter
         set_(self, "corners", corners)
         set_(self, "origin", origin)
+        set_(self, "rotation", rotation)
+        set_(self, "centre", corners.mean(axis=0))
         if self.type == 4:
             if self.cal_matrix is None:
                 raise PlateError(f"plate {self.name!r}: type 4 needs a (6, 6) cal_matrix")
@@ -138,8 +145,6 @@ class Plate:
             rng = _as_float(self.channel_range, f"plate {self.name!r} channel_range",
                             (self.n_channels, 2))
             set_(self, "channel_range", rng)
-        set_(self, "rotation", plate_axes(corners))
-        set_(self, "centre", corners.mean(axis=0))
 
     @property
     def n_channels(self) -> int:

@@ -177,7 +177,7 @@ def _analog_range(c, path: Path, n_ch: int) -> np.ndarray | None:
     """
     bits = _param(c, path, "ANALOG", "BITS", default=[])
     fmt = _param(c, path, "ANALOG", "FORMAT", default=[])
-    is_float = c["parameters"]["POINT"]["SCALE"]["value"][0] < 0
+    is_float = float(np.asarray(_param(c, path, "POINT", "SCALE", default=[-1.0]))[0]) < 0
     if len(bits):
         b = int(bits[0])
         if len(fmt) and fmt[0].strip().upper() == "UNSIGNED":

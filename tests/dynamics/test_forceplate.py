@@ -26,40 +26,56 @@ def corners_for(R, centre, half_x, half_y):
     return centre + local @ R.T
 
 
+def tilted_z_up(yaw, tilt):
+    """Plate axes with z up: yawed, then tilted about the plate x axis (a plate not quite level)."""
+    c, s = np.cos(yaw), np.sin(yaw)
+    ct, st = np.cos(tilt), np.sin(tilt)
+    Rz = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+    Rx = np.array([[1.0, 0.0, 0.0], [0.0, ct, -st], [0.0, st, ct]])
+    return Rz @ Rx
+
+
 R0 = yaw_z_down(np.deg2rad(30.0))
+R_UP = tilted_z_up(np.deg2rad(-50.0), np.deg2rad(2.0))
 CENTRE = np.array([0.8, 0.3, 0.012])
 CORNERS = corners_for(R0, CENTRE, 0.25, 0.30)
+FRAMES = pytest.mark.parametrize("R", [R0, R_UP], ids=["z-down-yawed", "z-up-tilted"])
 
 
-def loads(n):
+def loads(n, R=R0):
     """n lab-frame reactions (mostly vertical, up) at n surface points, and free torques."""
     F = np.column_stack([RNG.uniform(-150, 150, n), RNG.uniform(-150, 150, n), RNG.uniform(100, 1200, n)])
     q = np.column_stack([RNG.uniform(-0.2, 0.2, n), RNG.uniform(-0.25, 0.25, n), np.zeros(n)])
-    P = CENTRE + q @ R0.T  # lab points on the surface
+    P = CENTRE + q @ R.T  # lab points on the surface
     tz = RNG.uniform(-5, 5, n)
     return F, P, tz
 
 
-def plate_frame(F, P):
-    return F @ R0, (P - CENTRE) @ R0  # f, p in plate axes (p_z = 0)
+def plate_frame(F, P, R=R0):
+    return F @ R, (P - CENTRE) @ R  # f, p in plate axes (p_z = 0)
 
 
-def raw_six(F, P, tz, transducer):
+def below_surface(R, depth, xy=(0.0, 0.0)):
+    """Plate-axes position of a point ``depth`` m below the surface centre in the lab."""
+    return np.array([xy[0], xy[1], 0.0]) + R.T @ np.array([0.0, 0.0, -depth])
+
+
+def raw_six(F, P, tz, transducer, R=R0):
     """Fx Fy Fz Mx My Mz about the transducer origin (plate axes) for loads applied at P."""
-    f, p = plate_frame(F, P)
+    f, p = plate_frame(F, P, R)
     m = np.cross(p - transducer, f)
     m[:, 2] += tz
     return np.hstack([f, m])
 
 
-def raw_kistler(F, P, tz, a, b, depth):
+def raw_kistler(F, P, tz, a, b, depth, R=R0):
     """Kistler channels from the equilibrium of a rigid plate on 4 sensors at (±a, ±b, depth).
 
     Sensor 1 (a, b), 2 (−a, b), 3 (−a, −b), 4 (a, −b); the shear is split so that the sensors'
     moments about the surface centre balance the load's (including its free torque), and the
     vertical split takes no twist (g1 − g2 + g3 − g4 = 0).
     """
-    f, p = plate_frame(F, P)
+    f, p = plate_frame(F, P, R)
     fx, fy, fz = f.T
     delta = (p[:, 0] * fy - p[:, 1] * fx + tz) / (2 * b)
     fx12, fx34 = fx / 2 - delta, fx / 2 + delta
@@ -80,26 +96,29 @@ def raw_kistler(F, P, tz, a, b, depth):
     return raw
 
 
-def check_point_load(plate, raw, F, P, tz):
+def check_point_load(plate, raw, F, P, tz, R=R0):
     s = fp.process(plate, raw)
     assert s.valid.all()
     np.testing.assert_allclose(s.force, F, atol=1e-9)
     np.testing.assert_allclose(s.cop, P, atol=1e-12)
-    np.testing.assert_allclose(s.free_moment, tz[:, None] * R0[:, 2], atol=1e-9)
+    np.testing.assert_allclose(s.free_moment, tz[:, None] * R[:, 2], atol=1e-9)
     return s
 
 
-def test_plate_axes_from_corners_match_construction():
-    np.testing.assert_allclose(fp.plate_axes(CORNERS), R0, atol=1e-15)
+@FRAMES
+def test_plate_axes_from_corners_match_construction(R):
+    np.testing.assert_allclose(fp.plate_axes(corners_for(R, CENTRE, 0.25, 0.3)), R, atol=1e-15)
 
 
+@FRAMES
 @pytest.mark.parametrize("origin_sign", [1.0, -1.0])
-def test_type2_point_load_cop_and_free_moment(origin_sign):
-    F, P, tz = loads(200)
-    transducer = np.array([0.002, -0.001, 0.04])  # 40 mm below the surface (plate z is down)
-    # C3D stores the vector from transducer to surface centre, with either sign of z by vendor.
-    plate = fp.Plate(type=2, corners=CORNERS, origin=origin_sign * -transducer)
-    check_point_load(plate, raw_six(F, P, tz, transducer), F, P, tz)
+def test_type2_point_load_cop_and_free_moment(R, origin_sign):
+    F, P, tz = loads(200, R)
+    transducer = below_surface(R, 0.04, (0.002, -0.001))
+    # C3D stores the vector between transducer and surface centre, in either direction by vendor.
+    plate = fp.Plate(type=2, corners=corners_for(R, CENTRE, 0.25, 0.3), origin=origin_sign * -transducer)
+    np.testing.assert_allclose(plate.origin, -transducer)
+    check_point_load(plate, raw_six(F, P, tz, transducer, R), F, P, tz, R)
 
 
 def test_type4_crosstalk_matrix_is_corrected():
@@ -117,14 +136,15 @@ def test_type4_crosstalk_matrix_is_corrected():
     assert np.max(np.linalg.norm(naive.cop - P, axis=1)) > 5e-3
 
 
+@FRAMES
 @pytest.mark.parametrize("az0_sign", [1.0, -1.0])
-def test_type3_kistler_point_load(az0_sign):
-    F, P, tz = loads(200)
-    a, b, depth = 0.12, 0.20, 0.048
-    plate = fp.Plate(type=3, corners=CORNERS, origin=[a, b, az0_sign * depth])
-    s = check_point_load(plate, raw_kistler(F, P, tz, a, b, depth), F, P, tz)
+def test_type3_kistler_point_load(R, az0_sign):
+    F, P, tz = loads(200, R)
+    a, b = 0.12, 0.20
+    depth = below_surface(R, 0.048)[2]  # plate-z of the sensor plane, ~48 mm below the surface
+    plate = fp.Plate(type=3, corners=corners_for(R, CENTRE, 0.25, 0.3), origin=[a, b, az0_sign * abs(depth)])
+    check_point_load(plate, raw_kistler(F, P, tz, a, b, depth, R), F, P, tz, R)
     np.testing.assert_allclose(plate.origin, [a, b, -depth])  # a, b are spacings: never negated
-    assert s.valid.all()
 
 
 def test_type3_cop_polynomial_is_subtracted():
