@@ -45,6 +45,7 @@ from typing import Any, Iterable, Sequence
 import msgpack
 import numpy as np
 import zmq
+import zmq.utils.monitor
 
 from daq.frames import Frame, FrameError, decode, encode
 from daq.security import CurveClient, CurveServer
@@ -55,6 +56,8 @@ DEFAULT_SNDHWM = 10_000
 DEFAULT_RCVHWM = 10_000
 #: How long a closing publisher keeps trying to deliver queued frames [ms].
 PUBLISHER_LINGER_MS = 200
+#: How long a bind waits for an address still held by a just-closed socket [s].
+BIND_RETRY_S = 1.0
 #: Topics starting with this prefix are bus control messages, never frames.
 CONTROL_PREFIX = b"\x00walklab/"
 _SUB_TOKEN_PREFIX = CONTROL_PREFIX + b"sub/"
@@ -167,10 +170,16 @@ class Publisher:
                     self._auth.start()
                     self._auth.configure_curve_callback("*", credentials_provider=_KeySet(curve.authorized_clients))
                 curve.apply(self._sock)
-            try:
-                self._sock.bind(endpoint)
-            except zmq.ZMQError as exc:
-                raise BusError(f"cannot bind {endpoint!r}: {exc}") from None
+            deadline = time.monotonic() + BIND_RETRY_S
+            while True:
+                try:
+                    self._sock.bind(endpoint)
+                    break
+                except zmq.ZMQError as exc:
+                    # a socket closed a moment ago (a restarting daemon) releases its port asynchronously
+                    if exc.errno != zmq.EADDRINUSE or time.monotonic() > deadline:
+                        raise BusError(f"cannot bind {endpoint!r}: {exc}") from None
+                    time.sleep(0.02)
             self.endpoint: str = self._sock.last_endpoint.decode()
         except BaseException:
             self.close()
@@ -302,8 +311,9 @@ class StreamStats:
         dropped: frames missing inside those jumps (published but never received).
         missed_at_join: frames published before this subscriber joined (``first_seq``, or less when
             the publisher's welcome says so); 0 when the subscriber saw the stream from its start.
-        restarts: times ``seq`` went back to 0 (the publisher restarted).
-        out_of_order: frames with a ``seq`` at or below one already seen (other than restarts).
+        restarts: times ``seq`` went backwards (the publisher restarted); frames of the new
+            incarnation published before we reconnected are added to ``missed_at_join``.
+        out_of_order: frames repeating the last ``seq`` (two publishers using one stream name).
         malformed: messages on this topic rejected by `daq.frames.decode`.
         first_seq, last_seq: first and latest ``seq`` received (None before the first frame).
         rate_hz: measured sample rate over the last 2 s [Hz].
@@ -388,6 +398,8 @@ class Subscriber:
         self._pending: deque[Frame] = deque()
         self._token = _SUB_TOKEN_PREFIX + uuid.uuid4().hex.encode()
         self._closed = False
+        self._monitor: zmq.Socket | None = None
+        self._since_check = 0
         self._sock = (context or zmq.Context.instance()).socket(zmq.SUB)
         try:
             self._sock.linger = 0
@@ -402,6 +414,7 @@ class Subscriber:
                 for p in self._prefixes:
                     self._sock.subscribe(p.encode())
             self._sock.subscribe(self._token)  # last: its arrival proves the ones above arrived
+            self._monitor = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             for e in self.endpoints:
                 try:
                     self._sock.connect(e)
@@ -440,18 +453,41 @@ class Subscriber:
             try:
                 parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
+                self._check_connections()
                 if deadline is None:
-                    wait_ms = -1
+                    wait_ms = 100
                 else:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return None
-                    wait_ms = max(1, int(math.ceil(remaining * 1000)))
+                    wait_ms = max(1, min(100, int(math.ceil(remaining * 1000))))
                 sock.poll(wait_ms)
                 continue
+            self._since_check += 1
+            if self._since_check >= 256:  # a busy stream must not hide another publisher's restart
+                self._check_connections()
             frame = self._handle(parts)
             if frame is not None:
                 return frame
+
+    def _check_connections(self) -> None:
+        """Reconnect endpoints whose publisher went away.
+
+        libzmq re-sends the subscriptions of an automatically re-established connection, but an
+        XPUB does not report them to the publisher (libzmq 4.3.5, measured), so a restarted
+        publisher would never welcome us. A fresh connect() behaves like the first one.
+        """
+        self._since_check = 0
+        mon = self._monitor
+        if mon is None or not mon.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            return
+        lost = set()
+        while mon.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            lost.add(zmq.utils.monitor.recv_monitor_message(mon)["endpoint"].decode(errors="replace"))
+        for e in self.endpoints if lost - set(self.endpoints) else lost:
+            log.info("publisher at %s went away; reconnecting", e)
+            self._sock.disconnect(e)
+            self._sock.connect(e)
 
     def _handle(self, parts: list[Any]) -> Frame | None:
         t_recv = time.monotonic_ns()
@@ -518,11 +554,12 @@ class Subscriber:
         elif seq > st.last_seq:
             st.gaps += 1
             st.dropped += seq - st.last_seq - 1
-        elif seq == 0:
+        elif seq < st.last_seq:  # a new publisher incarnation; seq 0..seq-1 of it never reached us
             st.restarts += 1
-            log.warning("stream %r restarted (seq back to 0 after %d)", frame.stream, st.last_seq)
+            st.missed_at_join += seq
+            log.warning("stream %r restarted (seq %d after %d)", frame.stream, seq, st.last_seq)
         else:
-            st.out_of_order += 1
+            st.out_of_order += 1  # the same seq twice: two publishers of one stream name?
         st.last_seq = seq
         st.received += 1
         st.samples += frame.samples
@@ -547,7 +584,8 @@ class Subscriber:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            if self._sock.poll(max(1, int(remaining * 1000))):
+            self._check_connections()
+            if self._sock.poll(max(1, min(100, int(remaining * 1000)))):
                 frame = self._handle(self._sock.recv_multipart(copy=False))
                 if frame is not None:
                     self._pending.append(frame)
@@ -583,6 +621,9 @@ class Subscriber:
         """Close the socket at once (linger 0); idempotent."""
         if not self._closed:
             self._closed = True
+            if self._monitor is not None:
+                self._sock.disable_monitor()
+                self._monitor.close(linger=0)
             self._sock.close(linger=0)
 
     def __enter__(self) -> "Subscriber":

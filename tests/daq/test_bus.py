@@ -1,0 +1,311 @@
+"""The bus over real ZeroMQ sockets: round trips, counting of every lost frame, slow joiners, shutdown."""
+import logging
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from daq.bus import (BusError, EndpointError, Publisher, Subscriber, is_local_endpoint)
+from daq.frames import DTYPES, Frame, encode
+
+TIMEOUT = 10.0  # generous: a loaded 2-core machine; tests finish as soon as the data is there
+FORCE = dict(kind="force", rate_hz=1000.0, channels=["fx", "fy", "fz"], units=["N", "N", "N"])
+
+
+@pytest.fixture(params=["tcp", "ipc"])
+def endpoint(request, tmp_path):
+    if request.param == "tcp":
+        return "tcp://127.0.0.1:*"
+    return f"ipc://{tmp_path}/bus.ipc"
+
+
+def connected(endpoint, streams=(), **sub_kw):
+    """A Publisher and a Subscriber that have completed the handshake."""
+    pub = Publisher(endpoint)
+    sub = Subscriber(pub.endpoint, streams, **sub_kw)
+    assert pub.wait_for_subscribers(1, TIMEOUT)
+    assert sub.wait_connected(TIMEOUT)
+    return pub, sub
+
+
+def drain(sub, timeout_s=0.5):
+    frames = []
+    while (f := sub.recv(timeout_s)) is not None:
+        frames.append(f)
+    return frames
+
+
+def recv_n(sub, n):
+    frames = []
+    deadline = time.monotonic() + TIMEOUT
+    while len(frames) < n and time.monotonic() < deadline:
+        f = sub.recv(0.5)
+        if f is not None:
+            frames.append(f)
+    return frames
+
+
+def test_every_dtype_round_trips_over_the_bus(endpoint):
+    rng = np.random.default_rng(0)
+    pub, sub = connected(endpoint)
+    with pub, sub:
+        sent = {}
+        for dtype in sorted(DTYPES):
+            shape = (int(rng.integers(1, 12)), int(rng.integers(1, 8)))
+            raw = rng.integers(0, 256, size=shape[0] * shape[1] * np.dtype(dtype).itemsize, dtype=np.uint8)
+            data = (raw % 2 if dtype == "|b1" else raw).view(dtype).reshape(shape)
+            stream = f"test/{dtype[1:]}"
+            pub.publish(stream, data, kind="test", rate_hz=100.0, channels=[f"c{i}" for i in range(shape[1])],
+                        units=["1"] * shape[1], meta={"dtype": dtype})
+            sent[stream] = data
+        got = {f.stream: f for f in recv_n(sub, len(sent))}
+    assert got.keys() == sent.keys()
+    for stream, data in sent.items():
+        assert got[stream].data.dtype == data.dtype and got[stream].data.tobytes() == data.tobytes()
+        assert got[stream].seq == 0 and got[stream].t_recv >= got[stream].t_pub
+
+
+def test_multi_block_stream_reassembles_the_signal(endpoint):
+    """A 1 kHz sine sent in 5-sample blocks comes back sample for sample, times from sample counts."""
+    n, block, rate = 2000, 5, 1000.0
+    t0 = 5_000_000_000
+    k = np.arange(n)
+    signal = np.stack([np.sin(2 * np.pi * 3.0 * k / rate), np.cos(2 * np.pi * 7.0 * k / rate), k * 0.5], axis=1)
+    pub, sub = connected(endpoint, ["forceplate/FP1"])
+    with pub, sub:
+        for i in range(0, n, block):
+            pub.publish("forceplate/FP1", signal[i:i + block], **FORCE, t_host=t0 + i * 1_000_000,
+                        t_device=i * 1_000_000)
+        frames = recv_n(sub, n // block)
+        stats = sub.stats()["forceplate/FP1"]
+    assert [f.seq for f in frames] == list(range(n // block))
+    np.testing.assert_array_equal(np.concatenate([f.data for f in frames]), signal)
+    times = np.concatenate([f.sample_times() for f in frames])
+    np.testing.assert_array_equal(times, t0 + k * 1_000_000)
+    assert (stats.received, stats.samples, stats.gaps, stats.dropped, stats.missed_at_join) == (n // block, n, 0, 0, 0)
+
+
+def test_gaps_in_seq_are_counted_exactly(endpoint):
+    pub, sub = connected(endpoint, ["enc/left"])
+    seqs = [0, 1, 2, 5, 6, 10, 11]  # two holes: 3-4 and 7-9
+    with pub, sub:
+        for s in seqs:
+            pub.send(Frame("enc/left", "angle", s, None, s, s, 100.0, ("q",), ("rad",), np.full((1, 1), s, float)))
+        frames = recv_n(sub, len(seqs))
+        st = sub.stats()["enc/left"]
+        # publish() continues after the last sent seq
+        assert pub.publish("enc/left", [0.0], kind="angle", rate_hz=100.0, channels=["q"], units=["rad"]).seq == 12
+    assert [f.seq for f in frames] == seqs
+    assert (st.gaps, st.dropped, st.first_seq, st.last_seq, st.received) == (2, 5, 0, 11, 7)
+
+
+def test_hwm_overflow_is_counted_not_silent():
+    """A burst far beyond both high-water marks: every frame is either received or counted as dropped."""
+    total = 4000  # 16 kB frames: 64 MB, far beyond the HWMs (10 frames) plus the kernel's socket buffers
+    pub = Publisher("tcp://127.0.0.1:*", sndhwm=10)
+    sub = Subscriber(pub.endpoint, ["burst"], rcvhwm=10)
+    chans = dict(kind="force", rate_hz=1000.0, channels=[f"c{i}" for i in range(64)], units=["N"] * 64)
+    with pub, sub:
+        assert pub.wait_for_subscribers(1, TIMEOUT) and sub.wait_connected(TIMEOUT)
+        payload = np.zeros((32, 64))
+        for _ in range(total):  # the subscriber is not reading meanwhile
+            pub.publish("burst", payload, **chans)
+        received = len(drain(sub, 1.0))
+        pub.publish("burst", payload, **chans)
+        assert sub.recv(TIMEOUT) is not None  # the queues are empty now: this one arrives
+        st = sub.stats()["burst"]
+    assert pub.sent["burst"] == total + 1
+    assert st.dropped > 0 and st.gaps > 0
+    assert st.received == received + 1
+    assert st.received + st.dropped + st.missed_at_join == total + 1
+    assert st.missed_at_join == 0  # the handshake happened before the burst
+
+
+def test_late_joiner_is_told_what_it_missed(caplog):
+    """Without waiting, frames published before the subscription are lost: counted, logged, never silent."""
+    pub = Publisher("tcp://127.0.0.1:*")
+    with pub:
+        for _ in range(50):  # nobody listens yet
+            pub.publish("forceplate/FP1", np.zeros((5, 3)), **FORCE)
+        with Subscriber(pub.endpoint, ["forceplate/FP1"]) as sub, caplog.at_level(logging.WARNING, "walklab.bus"):
+            assert sub.missing() == ["forceplate/FP1"]
+            assert pub.wait_for_subscribers(1, TIMEOUT) and sub.wait_connected(TIMEOUT)
+            for _ in range(10):
+                pub.publish("forceplate/FP1", np.zeros((5, 3)), **FORCE)
+            frames = recv_n(sub, 10)
+            st = sub.stats()["forceplate/FP1"]
+            assert sub.missing() == []
+    assert [f.seq for f in frames] == list(range(50, 60))
+    assert (st.missed_at_join, st.first_seq, st.received, st.dropped) == (50, 50, 10, 0)
+    assert "joined stream 'forceplate/FP1' late" in caplog.text and "missed 50" in caplog.text
+
+
+PUBLISHER_SCRIPT = textwrap.dedent("""
+    import sys, numpy as np
+    from daq.bus import Publisher
+    with Publisher(sys.argv[1]) as pub:
+        print(pub.endpoint, flush=True)
+        if not pub.wait_for_subscribers(int(sys.argv[2]), 30.0):
+            sys.exit(3)
+        for i in range(100):
+            pub.publish("forceplate/FP1", np.full((5, 3), i, float), kind="force", rate_hz=1000.0,
+                        channels=["fx", "fy", "fz"], units=["N", "N", "N"])
+""")
+
+
+def test_handshake_loses_nothing_across_processes(endpoint):
+    """A publisher process that starts publishing immediately after its subscribers join: all 100 frames
+    reach both subscribers (the slow-joiner problem would lose the first ones)."""
+    proc = subprocess.Popen([sys.executable, "-c", PUBLISHER_SCRIPT, endpoint, "2"], stdout=subprocess.PIPE, text=True)
+    try:
+        bound = proc.stdout.readline().strip()
+        with Subscriber(bound, ["forceplate/FP1"]) as a, Subscriber(bound, ["forceplate/*"]) as b:
+            got = {name: recv_n(s, 100) for name, s in (("a", a), ("b", b))}
+            stats = [s.stats()["forceplate/FP1"] for s in (a, b)]
+        assert proc.wait(TIMEOUT) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    for frames in got.values():
+        assert [f.seq for f in frames] == list(range(100))
+        assert [f.data[0, 0] for f in frames] == list(range(100))
+    for st in stats:
+        assert (st.missed_at_join, st.dropped, st.gaps) == (0, 0, 0)
+
+
+def test_subscription_filters_exact_names_and_prefixes():
+    pub = Publisher("tcp://127.0.0.1:*")
+    exact = Subscriber(pub.endpoint, ["fp/1"])
+    prefix = Subscriber(pub.endpoint, ["fp/*"])
+    everything = Subscriber(pub.endpoint)
+    with pub, exact, prefix, everything:
+        assert pub.wait_for_subscribers(3, TIMEOUT)
+        for s in (exact, prefix, everything):
+            assert s.wait_connected(TIMEOUT)
+        for stream in ("fp/1", "fp/10", "fp/2", "markers/mocap"):
+            pub.publish(stream, np.zeros((1, 3)), **FORCE)
+        assert sorted(f.stream for f in drain(exact)) == ["fp/1"]
+        assert sorted(f.stream for f in drain(prefix)) == ["fp/1", "fp/10", "fp/2"]
+        assert sorted(f.stream for f in drain(everything)) == ["fp/1", "fp/10", "fp/2", "markers/mocap"]
+
+
+def test_malformed_messages_are_counted_and_skipped(caplog):
+    """A raw ZeroMQ publisher sends garbage between valid frames; the subscriber keeps going."""
+    ctx = zmq.Context.instance()
+    raw = ctx.socket(zmq.XPUB)
+    raw.linger = 0
+    port = raw.bind_to_random_port("tcp://127.0.0.1")
+    good = encode(Frame("fp/1", "force", 0, None, 0, 0, 1000.0, ("fx",), ("N",), np.ones((5, 1))))
+    with Subscriber(f"tcp://127.0.0.1:{port}", ["fp/1"]) as sub, caplog.at_level(logging.WARNING, "walklab.bus"):
+        # wait until this subscriber's subscriptions have reached the raw socket
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            if raw.poll(100) and raw.recv().startswith(b"\x01\x00walklab/sub/"):
+                break
+        raw.send_multipart([b"fp/1", b"\xc1garbage", b"123"])
+        raw.send_multipart([b"fp/1", good[1], b"short"])
+        raw.send_multipart([b"fp/1"])
+        raw.send_multipart(good)
+        frame = sub.recv(TIMEOUT)
+        st = sub.stats()["fp/1"]
+    raw.close()
+    assert frame is not None and frame.seq == 0
+    np.testing.assert_array_equal(frame.data, np.ones((5, 1)))
+    assert sub.malformed == 3 and st.malformed == 3 and st.received == 1
+    assert "dropped malformed frame" in caplog.text and "buffer 'data' has 5 bytes" in caplog.text
+    assert "1 parts" in sub.last_error
+
+
+def handshake_interleaved(pub, sub):
+    """Both ends in one thread: let each side make progress in turn until the publisher sees the subscriber."""
+    deadline = time.monotonic() + TIMEOUT
+    while not pub.poll_subscriptions(0.02) and time.monotonic() < deadline:
+        assert sub.recv(0.02) is None
+    return pub.subscribers == 1
+
+
+def test_publisher_restart_is_detected_and_rejoined(endpoint):
+    """The subscriber reconnects to a restarted publisher, which sees it again (handshake) and restarts seq at 0."""
+    with Publisher(endpoint) as first:
+        endpoint = first.endpoint  # keep the port for the restart
+    with Subscriber(endpoint, ["enc/q"]) as sub:
+        for _ in range(3):
+            with Publisher(endpoint) as pub:
+                assert handshake_interleaved(pub, sub)
+                for _ in range(3):
+                    pub.publish("enc/q", [1.0], kind="angle", rate_hz=100.0, channels=["q"], units=["rad"])
+                frames = recv_n(sub, 3)
+                assert [f.seq for f in frames] == [0, 1, 2]
+        st = sub.stats()["enc/q"]
+    assert (st.restarts, st.received, st.dropped, st.gaps, st.missed_at_join) == (2, 9, 0, 0, 0)
+
+
+def test_stats_measure_rate_and_latency():
+    pub, sub = connected("tcp://127.0.0.1:*", ["fp"])
+    with pub, sub:
+        for _ in range(20):
+            pub.publish("fp", np.zeros((5, 3)), **FORCE)
+            time.sleep(0.01)
+        frames = recv_n(sub, 20)
+        st = sub.stats()["fp"]
+    lat = np.array([f.t_recv - f.t_pub for f in frames]) * 1e-9
+    assert st.latency_max_s == pytest.approx(lat.max()) and st.latency_p50_s == pytest.approx(np.median(lat))
+    assert 0 < st.latency_p50_s <= st.latency_p99_s <= st.latency_max_s
+    assert st.rate_hz == pytest.approx(5 * st.frames_per_s) and st.frames_per_s > 0
+
+
+def test_context_term_never_hangs_after_close():
+    """Publisher with frames queued for a subscriber that stopped reading; term() must return."""
+    ctx = zmq.Context()
+    pub = Publisher("tcp://127.0.0.1:*", context=ctx, sndhwm=100_000)
+    sub = Subscriber(pub.endpoint, context=ctx, rcvhwm=10)
+    assert pub.wait_for_subscribers(1, TIMEOUT)
+    for _ in range(2000):  # 80 MB: the kernel buffers fill, frames stay queued in the publisher
+        pub.publish("x", np.zeros((500, 10)), kind="t", rate_hz=0.0, channels=list("abcdefghij"), units=["1"] * 10)
+    pub.close()
+    pub.close()  # idempotent
+    sub.close()
+    done = threading.Event()
+    threading.Thread(target=lambda: (ctx.term(), done.set()), daemon=True).start()
+    assert done.wait(TIMEOUT), "zmq.Context.term() hung after close()"
+    with pytest.raises(BusError, match="closed"):
+        pub.send(Frame("x", "t", 0, None, 0, 0, 0.0, ("a",), ("1",), np.zeros((1, 1))))
+
+
+# ------------------------------------------------------------------------------ endpoints
+
+
+@pytest.mark.parametrize("endpoint, local", [
+    ("tcp://127.0.0.1:5555", True), ("tcp://127.3.2.1:*", True), ("tcp://localhost:5555", True),
+    ("tcp://[::1]:5555", True), ("ipc:///tmp/x.ipc", True), ("ipc://@abstract", True), ("inproc://a", True),
+    ("tcp://0.0.0.0:5555", False), ("tcp://*:5555", False), ("tcp://192.168.1.20:5555", False),
+    ("tcp://lab-pc.example.org:5555", False), ("tcp://eth0:5555", False), ("tcp://[::]:5555", False),
+])
+def test_loopback_classification(endpoint, local):
+    assert is_local_endpoint(endpoint) is local
+
+
+@pytest.mark.parametrize("endpoint", ["udp://127.0.0.1:5", "tcp://127.0.0.1", "127.0.0.1:5555", "tcp://:5",
+                                      "ipc://" + "/x" * 60, "tcp://127.0.0.1:port", 5555])
+def test_malformed_endpoints_are_rejected(endpoint):
+    with pytest.raises(EndpointError):
+        Publisher(endpoint)
+
+
+@pytest.mark.parametrize("endpoint", ["tcp://0.0.0.0:*", "tcp://*:*", "tcp://10.11.12.13:5555"])
+def test_non_loopback_without_keys_is_refused(endpoint):
+    with pytest.raises(EndpointError, match="without CurveZMQ keys"):
+        Publisher(endpoint)
+    with pytest.raises(EndpointError, match="without CurveZMQ keys"):
+        Subscriber(endpoint.replace("*", "5555").replace("0.0.0.0", "10.0.0.1"))
+
+
+def test_bind_failure_is_a_bus_error():
+    with Publisher("tcp://127.0.0.1:*") as pub:
+        with pytest.raises(BusError, match="cannot bind"):
+            Publisher(pub.endpoint)
