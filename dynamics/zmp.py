@@ -187,3 +187,25 @@ def zmp_deviation(force, moment, nominal, min_fz: float = 0.0) -> ZMPDeviation:
     np.divide(mom[:, 0], f[:, 2], out=d[:, 1], where=valid)
     norm = np.hypot(d[:, 0], d[:, 1])
     return ZMPDeviation(d, norm, float(np.max(norm[valid])) if valid.any() else float("nan"), valid)
+
+
+def zmp_model(model, q, v, a, ground: float = 0.0, min_fraction: float = 0.1) -> ZMP:
+    """Kinematic ZMP of a tree model (``dynamics.Model``) from its CoM and centroidal momentum rate.
+
+    q (N, nq), v, a (N, nv) (or single samples). 3-D models (gravity along −z): :func:`zmp_centroidal`
+    on the plane z = ground, point (N, 3). Planar models (gravity along −y; x forward, y up):
+    :func:`zmp_planar` on the line y = ground, point (N,) = x, with k̇_c = L̇_G,z.
+    """
+    from .centroidal import centroidal_momentum
+    from .com import com as com_of
+
+    c = np.atleast_2d(com_of(model, q))
+    _, dh = centroidal_momentum(model, q, v, a)
+    dh = np.atleast_2d(dh)
+    gvec = np.asarray(model.gravity, dtype=float)
+    g = float(np.linalg.norm(gvec))
+    if np.allclose(gvec, [0.0, 0.0, -g]):
+        return zmp_centroidal(model.total_mass, c, dh[:, :3], dh[:, 3:], ground, g, min_fraction)
+    if np.allclose(gvec, [0.0, -g, 0.0]):
+        return zmp_planar(model.total_mass, c[:, :2], dh[:, :2], dh[:, 5], ground, g, min_fraction)
+    raise ZMPError(f"model {model.name!r}: gravity {gvec.tolist()} is along neither −z (3-D) nor −y (planar)")

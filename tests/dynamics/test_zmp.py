@@ -166,3 +166,64 @@ def test_shape_errors_named():
         zmp_centroidal(70.0, np.zeros((5, 3)), np.zeros((4, 3)), np.zeros((5, 3)))
     with pytest.raises(ZMPError, match="mass"):
         zmp_planar(0.0, np.zeros((1, 2)), np.zeros((1, 2)), np.zeros(1))
+
+
+def test_model_zmp_static_and_plate_cop_with_walklab_dynamics():
+    """Same checks on walklab's own dynamics (human15): the static ZMP is the CoM projection, and the plate
+    COP of the ground wrench from the free-flyer rows of walklab's rnea equals zmp_model to 1e-9 m."""
+    from dynamics import com, forward_kinematics, load_model, rnea
+    from dynamics.zmp import zmp_model
+
+    model = load_model("human15")
+    rng = np.random.default_rng(5)
+    n = 25
+    q = np.tile(model.neutral(), (n, 1))
+    q[:, 2] = 0.8948
+    q[:, 7:] = 0.1 * rng.standard_normal((n, model.nq - 7))
+    quat = np.column_stack([0.02 * rng.standard_normal((n, 3)), np.ones(n)])
+    q[:, 3:7] = quat / np.linalg.norm(quat, axis=1)[:, None]
+    zero = np.zeros((n, model.nv))
+    static = zmp_model(model, q, zero, zero)
+    c = com(model, q)
+    np.testing.assert_allclose(static.point, np.column_stack([c[:, :2], np.zeros(n)]), atol=1e-12)
+    v, a = 0.5 * rng.standard_normal((n, model.nv)), 1.5 * rng.standard_normal((n, model.nv))
+    tau = rnea(model, q, v, a)
+    pl = forward_kinematics(model, q)
+    R, p = pl.rotation[:, 0], pl.translation[:, 0]
+    f = np.einsum("nij,nj->ni", R, tau[:, :3])
+    nO = np.einsum("nij,nj->ni", R, tau[:, 3:6]) + np.cross(p, f)
+    corners = np.array([[0.3, 0.2, 0.0], [-0.3, 0.2, 0.0], [-0.3, -0.2, 0.0], [0.3, -0.2, 0.0]])
+    plate = Plate(type=2, corners=corners, origin=np.array([0.0, 0.0, -0.035]))
+    sig = process(plate, plate_raw_type2(plate, f, nO))
+    kin = zmp_model(model, q, v, a, min_fraction=20.0 / (model.total_mass * 9.81))
+    np.testing.assert_array_equal(sig.valid, kin.valid)
+    assert sig.valid.sum() >= 20
+    np.testing.assert_allclose(sig.cop[sig.valid], kin.point[kin.valid], atol=1e-9, rtol=0)
+
+
+def test_model_zmp_planar_chain():
+    """A planar model (gravity −y): zmp_model equals the point-mass sum over its segments."""
+    from dynamics import Joint, Model, Segment
+    from dynamics.kinematics import check_state, lab_inertias, tree_state
+    from dynamics.zmp import zmp_model
+
+    ez = np.array([0.0, 0.0, 1.0])
+    segs = [Segment("trunk", None, Joint("planar"), 30.0, np.array([0, 0.3, 0]), np.diag([1.0, 1.0, 1.2]))]
+    for k, (name, par) in enumerate((("thigh", "trunk"), ("shank", "thigh"))):
+        segs.append(Segment(name, par, Joint("revolute", ez, translation=np.array([0, -0.4 if k else 0.0, 0])),
+                            6.0 - 2 * k, np.array([0, -0.2, 0]), np.diag([0.1, 0.02, 0.1 + 0.01 * k])))
+    model = Model("planar3", tuple(segs), gravity=np.array([0.0, -9.81, 0.0]))
+    rng = np.random.default_rng(6)
+    q, v, a = (rng.standard_normal((30, model.nv)) for _ in range(3))
+    q[:, 1] += 1.0
+    z = zmp_model(model, q, v, a, ground=0.0, min_fraction=0.0)
+    (qq, vv, aa), _ = check_state(model, q, v, a)
+    st = tree_state(model, qq, vv, aa)
+    m, cc, _, _ = lab_inertias(model, st)
+    V, A = st.velocity, st.acceleration
+    vc = V[..., :3] + np.cross(V[..., 3:], cc)
+    ac = A[..., :3] + np.cross(A[..., 3:], cc) + np.cross(V[..., 3:], vc)
+    J = np.array([s.inertia[2, 2] for s in model.segments])
+    ref = zmp_point_masses_planar(m, cc[..., :2], ac[..., :2], J, A[..., 5], min_fraction=0.0)
+    np.testing.assert_array_equal(z.valid, ref.valid)
+    np.testing.assert_allclose(z.point[z.valid], ref.point[ref.valid], atol=1e-10)
