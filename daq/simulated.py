@@ -6,12 +6,16 @@ foot, with stride period ``T``, stance fraction ``β`` and body weight ``W = m g
 phase ``s = ((t / T + φ) mod 1) / β`` in [0, 1) gives the ground reaction in the lab frame
 (x walking direction, z up):
 
-    F_z = k W (sin πs + 0.3 sin 3πs)      (double hump; k scales the peak to 1.15 W)
+    F_z = k W (sin πs + 0.3 sin 3πs)      (double hump, k = π / (4.4 β))
     F_x = −0.18 W sin 2πs                 (braking, then propulsion)
     F_y = ∓0.05 W sin πs                  (medio-lateral, toward the body's midline)
     COP = centre + (−0.12 + 0.24 s, 0, 0) m  (heel to toe),   T_z = 0.007 W·m sin 2πs
 
-and zero during swing, plus Gaussian channel noise. `raw_channels` turns that wrench into what
+and zero during swing, plus Gaussian channel noise. k makes the stride average of the two feet's
+vertical reaction exactly W (mean of sin πs + 0.3 sin 3πs over a stance is 2.2/π): in steady
+walking the centre of mass does not accelerate on average; the braking/propulsion and the
+left/right medio-lateral forces cancel over a stride for the same reason. With β = 0.62 the
+peaks are 1.06 W and the mid-stance dip 0.81 W. `raw_channels` turns that wrench into what
 the plate's amplifier sends: C3D type 2 ``(Fx, Fy, Fz, Mx, My, Mz)`` in plate axes with moments
 about the transducer origin (the inverse of `dynamics.forceplate.plate_wrench`), type 4 the same
 through the inverse calibration matrix, type 1 ``(Fx, Fy, Fz, COPx, COPy, Tz)``.
@@ -37,8 +41,6 @@ from dynamics.forceplate import plate_axes
 
 G = 9.80665  # m/s^2, standard gravity
 
-_S = np.linspace(0.0, 1.0, 2001)
-_HUMP_PEAK = float(np.max(np.sin(np.pi * _S) + 0.3 * np.sin(3 * np.pi * _S)))
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def foot_wrench(t_s: np.ndarray, gait: Gait, phase: float, side: float
     force = np.column_stack([
         -0.18 * w * np.sin(2 * np.pi * s),
         -side * 0.05 * w * np.sin(np.pi * s),
-        1.15 / _HUMP_PEAK * w * (np.sin(np.pi * s) + 0.3 * np.sin(3 * np.pi * s)),
+        np.pi / (4.4 * gait.stance_fraction) * w * (np.sin(np.pi * s) + 0.3 * np.sin(3 * np.pi * s)),
     ]) * on[:, None]
     cop = np.column_stack([(-0.12 + 0.24 * s) * on, np.zeros_like(s), np.zeros_like(s)])
     tz = 0.007 * w * np.sin(2 * np.pi * s) * on

@@ -213,8 +213,16 @@ def test_bus_monitor_shows_force_plate_streams_without_gaps(tmp_path):
     config = sim_lab(tmp_path, ports)
     proc = start(config, tmp_path)
     try:
-        with Subscriber([f"tcp://127.0.0.1:{ports[1]}"], ["health/forceplates"]) as sub:
-            assert sub.recv(timeout_s=20) is not None  # the plates are up
+        with Subscriber([f"tcp://127.0.0.1:{ports[1]}"], ["forceplate/FP1"]) as sub:
+            frames = [sub.recv(timeout_s=20) for _ in range(50)]
+            fp1 = sub.stats()["forceplate/FP1"]
+        assert None not in frames and fp1.gaps == 0
+        # 1 kHz in 5-sample blocks of Fx..Mz; sample times from sample counts: 5 ms per frame.
+        assert all(f.data.shape == (5, 6) and f.rate_hz == 1000.0 for f in frames)
+        assert frames[0].channels == ("Fx", "Fy", "Fz", "Mx", "My", "Mz")
+        assert frames[0].units == ("N", "N", "N", "N*m", "N*m", "N*m")
+        assert [b.seq - a.seq for a, b in zip(frames, frames[1:])] == [1] * 49
+        assert {b.t_device - a.t_device for a, b in zip(frames, frames[1:])} == {5_000_000}
         mon = subprocess.run([sys.executable, "-m", "controller.cli", "bus", "monitor", "--config", str(config),
                               "--duration", "3"], capture_output=True, text=True, cwd=REPO, timeout=60)
     finally:
