@@ -154,6 +154,10 @@ class Link:
             self._rx_seq = None  # the device may have rebooted: no gap across a reconnect
             self._prev_hb_us = None
         self._ser = ser
+        try:
+            ser.write(b"\x00")  # ends any partial frame the device may hold from before
+        except (serial.SerialException, OSError):
+            pass
         self.connected.set()
 
     def _close_port(self) -> None:
@@ -342,6 +346,7 @@ class Link:
 
 def _continue_counts(old: P.StreamDecoder) -> P.StreamDecoder:
     """A decoder with an empty buffer (a new connection starts clean) that keeps the old counters."""
-    new = P.StreamDecoder()
+    new = P.StreamDecoder(synchronised=False)
+    new.skipped += old.skipped
     new.errors, new.crc_by_type, new.frames, new.bytes = old.errors, old.crc_by_type, old.frames, old.bytes
     return new

@@ -435,11 +435,15 @@ class StreamDecoder:
     (and in `crc_by_type[claimed type]` for CRC failures) and dropped; decoding resumes at the
     next delimiter, so the first complete valid frame after garbage is returned. A run longer
     than MAX_ENCODED without a delimiter is discarded ("overflow") up to the next 0x00.
+    With synchronised=False (a port just opened, mid-stream) the bytes before the first 0x00 are
+    a frame's tail: they are skipped (counted in `skipped`), not reported as errors.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, synchronised: bool = True) -> None:
         self._buf = bytearray()
         self._overflow = False
+        self._hunting = not synchronised
+        self.skipped = 0
         self.errors: dict[str, int] = {}
         self.crc_by_type: dict[int, int] = {}
         self.frames = 0
@@ -471,6 +475,11 @@ class StreamDecoder:
         parts = bytes(data).split(b"\x00")
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
+            if self._hunting:
+                self.skipped += len(part)
+                if not last:
+                    self._hunting = False
+                continue
             if not self._overflow:
                 self._buf += part
                 if len(self._buf) > MAX_ENCODED:

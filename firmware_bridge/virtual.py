@@ -389,10 +389,10 @@ class VirtualMCU:
         b = self.bank
         dt = self.period_us * 1e-6
         counts = np.floor(b.theta * (self.cpr / (2 * math.pi))).astype(np.int64)
-        self._count_hist = np.roll(self._count_hist, 1, axis=0)
-        self._count_hist[0] = counts
-        w = len(self._count_hist) - 1
-        vel_cps = (self._count_hist[0] - self._count_hist[w]) / (w * dt)
+        w = len(self._count_hist) - 1  # ring of the last w + 1 count samples
+        slot = self._tick % (w + 1)
+        self._count_hist[slot] = counts
+        vel_cps = (counts - self._count_hist[(slot + 1) % (w + 1)]) / (w * dt)
         theta_meas = counts * (2 * math.pi / self.cpr)
         omega_meas = vel_cps * (2 * math.pi / self.cpr)
         mode = self.mode

@@ -1,0 +1,175 @@
+"""Framing, CRC and message codec: property-based round trips, fuzzed decoding, burst-error detection."""
+from __future__ import annotations
+
+import random
+import struct
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from firmware_bridge import cobs, crc
+from firmware_bridge import protocol as P
+
+
+def crc16_bitwise(data: bytes) -> int:
+    """Independent textbook CRC-16/CCITT-FALSE (MSB first, poly 0x1021, init 0xFFFF)."""
+    c = 0xFFFF
+    for byte in data:
+        c ^= byte << 8
+        for _ in range(8):
+            c = ((c << 1) ^ 0x1021) & 0xFFFF if c & 0x8000 else (c << 1) & 0xFFFF
+    return c
+
+
+def test_crc_check_value():
+    assert crc.crc16(b"123456789") == crc.CHECK == 0x29B1
+    assert crc16_bitwise(b"123456789") == 0x29B1
+
+
+@given(st.binary(max_size=300))
+def test_crc_matches_bitwise_definition(data):
+    assert crc.crc16(data) == crc16_bitwise(data)
+
+
+@given(st.binary(max_size=1200))
+def test_cobs_round_trip_no_zero_and_overhead(data):
+    enc = cobs.encode(data)
+    assert 0 not in enc
+    assert len(enc) <= len(data) + 1 + len(data) // 254
+    assert cobs.decode(enc) == data
+
+
+# ---------------------------------------------------------------- messages
+
+u8, u16, u32 = (st.integers(0, 2**k - 1) for k in (8, 16, 32))
+i16, i32 = st.integers(-2**15, 2**15 - 1), st.integers(-2**31, 2**31 - 1)
+f32 = st.floats(width=32, allow_nan=False)
+text = st.text(max_size=60)
+motor_state = st.builds(P.MotorState, i32, i16, i16, u8)
+motor_cmd = st.builds(P.MotorCommand, st.sampled_from(sorted(P.MODE_NAMES)), f32)
+MESSAGES = st.one_of(
+    st.just(P.Hello()),
+    st.builds(P.Caps, st.tuples(u8, u8, u8), st.lists(u32, max_size=16).map(tuple), st.sampled_from([0, 6, 8]),
+              u16, st.lists(u16, max_size=8).map(tuple), text),
+    st.builds(P.Heartbeat, u16),
+    st.builds(P.State, st.lists(motor_state, max_size=16).map(tuple)),
+    st.builds(P.Command, st.lists(motor_cmd, max_size=16).map(tuple)),
+    st.builds(P.Config, u8, f32, f32, f32, f32, f32, u16, u16),
+    st.builds(P.Estop, u8),
+    st.just(P.Reset()),
+    st.builds(P.Ack, u16, u8),
+    st.builds(P.Nack, u16, u8, u8),
+    st.builds(P.Log, u8, text),
+    st.builds(P.Force, st.one_of(st.lists(f32, min_size=6, max_size=6), st.lists(f32, min_size=8, max_size=8)).map(tuple)),
+)
+
+
+@given(MESSAGES, u16, u16, u32)
+def test_every_message_round_trips(msg, seq, ack, t_us):
+    wire = P.encode_frame(msg, seq, ack, t_us)
+    assert wire.endswith(b"\x00") and 0 not in wire[:-1]
+    f = P.decode_frame(wire)
+    assert (f.msg, f.seq, f.ack, f.t_us, f.version) == (msg, seq, ack, t_us, P.PROTOCOL_VERSION)
+    # The payload layout is little-endian packed with the documented length.
+    raw = P.pack_frame(msg, seq, ack, t_us)
+    assert struct.unpack_from("<BBHHIH", raw) == (1, msg.TYPE, seq, ack, t_us, len(raw) - 14)
+
+
+@given(st.lists(MESSAGES, min_size=1, max_size=8), st.lists(st.integers(1, 40), min_size=1, max_size=20))
+def test_stream_decoder_reassembles_any_chunking(msgs, cuts):
+    stream = b"".join(P.encode_frame(m, i) for i, m in enumerate(msgs))
+    dec = P.StreamDecoder()
+    got, i, k = [], 0, 0
+    while i < len(stream):
+        n = cuts[k % len(cuts)]
+        got += dec.feed(stream[i:i + n])
+        i, k = i + n, k + 1
+    assert [f.msg for f in got] == msgs and [f.seq for f in got] == list(range(len(msgs)))
+    assert dec.errors == {}
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=3000), MESSAGES, MESSAGES)
+def test_decoder_never_raises_and_resynchronises(garbage, first, second):
+    """Arbitrary bytes never raise; after garbage, the first frame that starts after a delimiter is
+    decoded (the frame glued to unterminated garbage is lost with it, by design)."""
+    dec = P.StreamDecoder()
+    dec.feed(garbage)  # must not raise
+    w1, w2 = P.encode_frame(first, 1), P.encode_frame(second, 2)
+    out = dec.feed(w1 + w2)
+    assert out and out[-1].msg == second and out[-1].seq == 2
+    if garbage == b"" or garbage.endswith(b"\x00"):
+        assert [f.msg for f in out[-2:]] == [first, second]
+
+
+def test_decoder_discards_oversized_runs_and_recovers():
+    dec = P.StreamDecoder()
+    assert dec.feed(b"\x01" * (P.MAX_ENCODED + 10)) == []
+    out = dec.feed(b"\x00" + P.encode_frame(P.Heartbeat(3), 9))
+    assert [f.msg for f in out] == [P.Heartbeat(3)] and dec.errors["overflow"] == 1
+
+
+def _burst(rng: random.Random, frame_bits: int, width: int) -> tuple[int, int]:
+    """(bit offset from the frame start, pattern) of one error burst of length L in 1..width bits:
+    the first and last bit of the pattern are set, the inside is random (the textbook burst)."""
+    L = rng.randint(1, width)
+    pattern = 1 if L == 1 else (1 << (L - 1)) | (rng.getrandbits(L - 2) << 1 if L > 2 else 0) | 1
+    return rng.randint(0, frame_bits - L), pattern
+
+
+def test_no_single_burst_up_to_16_bits_is_accepted():
+    """10^5 corruptions of the unencoded frame by one burst of <= 16 bits: every one is rejected (the
+    guarantee of a width-16 CRC); then each corrupted frame is COBS-encoded and sent through the
+    stream decoder, which must return nothing valid."""
+    rng = random.Random(1)
+    frames = [P.pack_frame(P.State(tuple(P.MotorState(1000 * k, -k, 3 * k, 0xC1) for k in range(8))), 7, 5, 123456),
+              P.pack_frame(P.Command(tuple(P.MotorCommand(3, 0.5 * k) for k in range(8))), 8, 6, 0),
+              P.pack_frame(P.Config(2, 1.0, 0.0, 0.1, 3.0, 20.0, 100, 1000), 9, 7, 0),
+              P.pack_frame(P.Heartbeat(0), 10, 8, 99)]
+    n = 100_000
+    accepted = 0
+    wire = bytearray()
+    for k in range(n):
+        raw = frames[k % len(frames)]
+        off, pattern = _burst(rng, 8 * len(raw), crc.WIDTH_BITS)
+        val = int.from_bytes(raw, "big") ^ (pattern << (8 * len(raw) - off - pattern.bit_length()))
+        bad = val.to_bytes(len(raw), "big")
+        assert bad != raw
+        if crc.crc16(bad[:-2]) == int.from_bytes(bad[-2:], "little"):
+            accepted += 1
+        if k % 10 == 0:
+            wire += cobs.encode(bad) + b"\x00"
+    assert accepted == 0
+    dec = P.StreamDecoder()
+    assert dec.feed(bytes(wire)) == []
+    assert sum(dec.errors.values()) == n // 10
+
+
+def test_single_byte_corruption_on_the_wire_is_rejected():
+    """Corrupting one byte of the COBS-encoded frame (data or code byte) is always caught (counted)."""
+    rnd = random.Random(2)
+    msg = P.State(tuple(P.MotorState(k, k, k, 0x41) for k in range(8)))
+    wire = P.encode_frame(msg, 1, 2, 3)
+    stream = bytearray()
+    for _ in range(20_000):
+        bad = bytearray(wire)
+        i = rnd.randrange(len(wire) - 1)
+        bad[i] ^= rnd.randrange(1, 256)
+        stream += bad
+    dec = P.StreamDecoder()
+    assert dec.feed(bytes(stream)) == []
+    assert sum(dec.errors.values()) >= 20_000
+
+
+def test_unwrap_counters():
+    # µs timestamp across the 2**32 wrap, encoder count across the int32 wrap, both directions.
+    assert P.unwrap(2**32 - 500, 200, 32) == 2**32 + 200
+    assert P.unwrap(2**31 - 10, -2**31 + 5, 32) == 2**31 + 5
+    assert P.unwrap(-2**31 + 5 + 2**32 * 3, 2**31 - 10, 32) == 2**32 * 3 - 2**31 - 10
+    assert P.seq_gap(0xFFFF, 0) == 0 and P.seq_gap(0xFFFE, 1) == 2
+
+
+@given(st.integers(-2**40, 2**40), st.integers(-2**31 + 1, 2**31 - 1))
+def test_unwrap_recovers_any_step_below_half_range(start, step):
+    raw = ((start + step + 2**31) % 2**32) - 2**31  # as sent: int32
+    assert P.unwrap(start, raw, 32) == start + step

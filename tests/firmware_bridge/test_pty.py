@@ -1,0 +1,211 @@
+"""Host link <-> virtual MCU through a real pseudo-terminal (os.openpty + pyserial).
+
+Counts, not timing: the MCU's tick clock (µs in every frame header) is the time base for the
+watchdog, and lost frames are counted from sequence numbers and the MCU's own transmit record.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from firmware_bridge import protocol as P
+from firmware_bridge.link import Link, NackError
+from firmware_bridge.virtual import Faults, VirtualMCU
+
+N = 8
+PERIOD_US = 1000
+
+
+def torque_cmd(tau: float) -> P.Command:
+    return P.Command(tuple(P.MotorCommand(P.MODE_TORQUE, tau) for _ in range(N)))
+
+
+def stream_commands(link: Link, seconds: float, cmd: P.Command, rate_hz: float = 1000.0) -> int:
+    """Send `cmd` at rate_hz with absolute deadlines for `seconds`; returns the last seq."""
+    t0 = time.monotonic()
+    seq = -1
+    for k in range(int(seconds * rate_hz)):
+        seq = link.send(cmd)
+        delay = t0 + (k + 1) / rate_hz - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    return seq
+
+
+def states(frames: list[P.Frame]) -> list[P.Frame]:
+    return [f for f in frames if isinstance(f.msg, P.State)]
+
+
+def wait_for(pred, timeout_s: float = 5.0, step_s: float = 0.01) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step_s)
+    return pred()
+
+
+def collect_until(link: Link, frames: list[P.Frame], pred, timeout_s: float = 10.0) -> None:
+    """Append received frames to `frames` until pred(frames) holds (the MCU may lag on a loaded machine)."""
+    assert wait_for(lambda: frames.extend(link.drain()) or pred(frames), timeout_s), "expected frames never came"
+
+
+REQ = {"timeout_s": 0.5, "retries": 6}  # generous: the MCU thread may be starved on a shared 2-core machine
+
+
+def test_1khz_state_and_command_round_trips_8_motors_clean_line():
+    # The MCU clock starts 1 s before the 2**32 µs wrap, so the stream crosses it.
+    with VirtualMCU(N, clock_start_us=2**32 - 1_000_000) as mcu, Link(mcu.port, heartbeat_hz=0) as link:
+        caps = link.hello()
+        assert caps.n_motors == N and caps.cpr == (4096,) * N and 1000 in caps.rates_hz
+        last = stream_commands(link, 2.0, torque_cmd(0.05))
+        frames: list[P.Frame] = []
+        collect_until(link, frames, lambda fr: any(f.ack == last for f in states(fr)))
+        time.sleep(0.05)
+        frames.extend(link.drain())
+        ls, ms = link.stats, mcu.stats
+    st = states(frames)
+    assert len(st) >= 200  # the MCU may lag wall time on a loaded machine; it never skips a tick
+    assert ls.lost_frames == 0 and ls.rejected == {} and ls.out_of_order == 0 and ls.late_heartbeats == 0
+    assert ms.rx_errors == {} and ms.rx_frames == ls.tx_frames  # every HELLO and COMMAND arrived
+    assert ms.tx_overflow == 0
+    # Contiguous seq over every received frame; STATE every MCU tick, 1000 µs apart across the wrap.
+    seqs = [f.seq for f in frames]
+    assert all(P.seq_gap(a, b) == 0 for a, b in zip(seqs, seqs[1:]))
+    t = [st[0].t_us]
+    for f in st[1:]:
+        t.append(P.unwrap(t[-1], f.t_us, 32))
+    assert all(b - a == PERIOD_US for a, b in zip(t, t[1:]))
+    assert t[0] < 2**32 < t[-1]
+    # The header ack is the COMMAND round trip: non-decreasing, ends at the last command.
+    acks = [f.ack for f in st]
+    assert all(P.seq_gap(a, b) < 0x8000 or a == b for a, b in zip(acks, acks[1:]))
+    # Torque mode, 0.05 N·m at the output: i = tau / (Kt N) = 83 mA; motors enabled, accelerating.
+    on = [f for f in st if f.ack == last][0].msg.motors
+    assert all(m.flags & P.FLAG_ENABLED and m.mode == P.MODE_TORQUE for m in on)
+    assert all(abs(m.current_ma - 83) <= 3 for m in on) and all(m.vel > 0 for m in on)
+    # 1 Mbaud 8N1 budget: 10 bits per byte over the MCU's elapsed time.
+    assert ms.tx_bytes * 10 <= 1_000_000 * ms.ticks * PERIOD_US * 1e-6
+
+
+def test_one_percent_byte_corruption_every_bad_frame_rejected_stream_continues():
+    with VirtualMCU(N, record=True, faults=Faults(corrupt_rate=0.01, seed=3)) as mcu, \
+            Link(mcu.port, heartbeat_hz=0) as link:
+        time.sleep(1.5)
+        with mcu._lock:  # switch the fault off between two ticks and note the next seq
+            mcu.set_faults(corrupt_rate=0.0)
+            clean_from = mcu._tx_seq
+        frames: list[P.Frame] = []
+        collect_until(link, frames, lambda fr: fr and fr[-1].seq >= clean_from + 100)
+        ls = link.stats
+    sent, affected = dict(mcu.sent), set(mcu.affected)
+    ms = mcu.stats
+    assert ms.corrupted_frames > 300  # ~58 % of 89-byte frames at 1 % per byte
+    # Every accepted frame is bit-identical to what the MCU sent under that seq.
+    for f in frames:
+        assert P.encode_frame(f.msg, f.seq, f.ack, f.t_us) == sent[f.seq]
+    first, last = frames[0].seq, frames[-1].seq
+    window = set(range(first, last + 1))
+    received = {f.seq for f in frames}
+    assert window - received == affected & window  # lost exactly the corrupted (or merged) frames
+    assert ls.lost_frames == len(window - received)
+    assert sum(ls.rejected.values()) >= 0.5 * len(affected & window)
+    assert ls.crc_failures.get("STATE", 0) > 0  # counted per (claimed) message type
+    lost_hb = [s for s in affected & window if isinstance(P.decode_frame(sent[s]).msg, P.Heartbeat)]
+    assert lost_hb and ls.late_heartbeats >= 1  # a lost MCU heartbeat shows as a late one
+    # After the fault is switched off the stream is whole again.
+    assert set(range(clean_from, last + 1)) <= received
+
+
+def test_watchdog_cuts_torque_and_config_does_not_feed_it():
+    timeout_ms = 100
+    with VirtualMCU(N, watchdog_ms=timeout_ms) as mcu, Link(mcu.port, heartbeat_hz=0) as link:
+        last_cmd = stream_commands(link, 0.3, torque_cmd(0.05))
+        # Host goes silent for motion: only CONFIG requests (acknowledged) for 0.3 s.
+        frames: list[P.Frame] = []
+        for _ in range(6):
+            time.sleep(0.05)
+            link.request(P.Config(watchdog_ms=timeout_ms), **REQ)
+        collect_until(link, frames, lambda fr: sum(bool(f.msg.motors[0].flags & P.FLAG_WATCHDOG)
+                                                   for f in states(fr)) >= 50)
+    st = states(frames)
+    t, prev = [], None
+    for f in st:
+        prev = f.t_us if prev is None else P.unwrap(prev, f.t_us, 32)
+        t.append(prev)
+    k_feed = next(i for i, f in enumerate(st) if f.ack == last_cmd)  # tick that handled the last COMMAND
+    k_cut = next(i for i, f in enumerate(st) if i > k_feed and not f.msg.motors[0].flags & P.FLAG_ENABLED)
+    cut = st[k_cut].msg.motors
+    assert all(m.flags & P.FLAG_WATCHDOG and not m.flags & P.FLAG_ENABLED and m.current_ma == 0 for m in cut)
+    assert all(m.flags & P.FLAG_ENABLED and m.current_ma > 0 for f in st[k_feed:k_cut] for m in f.msg.motors)
+    dt = t[k_cut] - t[k_feed]
+    assert timeout_ms * 1000 - PERIOD_US <= dt <= timeout_ms * 1000 + PERIOD_US
+    # Latched: every later STATE (CONFIGs kept arriving) still has torque off.
+    assert all(not m.flags & P.FLAG_ENABLED and m.current_ma == 0 for f in st[k_cut:] for m in f.msg.motors)
+    assert mcu.stats.watchdog_trips == 1
+
+
+def test_estop_latches_until_reset_and_nack_names_the_error():
+    with VirtualMCU(N) as mcu, Link(mcu.port, heartbeat_hz=50, liveness_s=1.0) as link:
+        stream_commands(link, 0.1, torque_cmd(0.05))
+        link.request(P.Estop(reason=2), **REQ)
+        stream_commands(link, 0.2, torque_cmd(0.05))  # commands and heartbeats do not clear it
+        link.request(P.Config(), **REQ)  # nor does configuration
+        with pytest.raises(NackError, match="bad_motor"):
+            link.request(P.Config(motor=N + 3), **REQ)
+        stream_commands(link, 0.05, torque_cmd(0.05))
+        link.request(P.Reset(), **REQ)
+        last = stream_commands(link, 0.1, torque_cmd(0.05))
+        frames: list[P.Frame] = []
+        collect_until(link, frames, lambda fr: any(f.ack == last for f in states(fr)))
+        assert link.stats.frames["HEARTBEAT"] >= 5 and mcu.stats.estops == 1
+    k_estop = next(i for i, f in enumerate(frames) if isinstance(f.msg, P.Ack) and f.msg.type == P.Estop.TYPE)
+    k_reset = next(i for i, f in enumerate(frames) if isinstance(f.msg, P.Ack) and f.msg.type == P.Reset.TYPE)
+    before = states(frames[:k_estop])
+    latched = states(frames[k_estop:k_reset])
+    after = states(frames[k_reset:])
+    assert before[-1].msg.motors[0].flags & P.FLAG_ENABLED
+    assert len(latched) >= 10
+    assert all(m.flags & P.FLAG_ESTOP and not m.flags & P.FLAG_ENABLED and m.current_ma == 0
+               for f in latched for m in f.msg.motors)
+    hb = [f.msg.status for f in frames[k_estop:k_reset] if isinstance(f.msg, P.Heartbeat)]
+    assert hb and all(s & P.STATUS_ESTOP for s in hb)
+    assert not after[0].msg.motors[0].flags & (P.FLAG_ESTOP | P.FLAG_ENABLED)  # reset leaves motors idle
+    assert all(m.flags & P.FLAG_ENABLED and m.current_ma > 0 for m in after[-1].msg.motors)
+
+
+def test_reconnect_after_unplug_within_one_second():
+    with VirtualMCU(N) as mcu, Link(mcu.port, heartbeat_hz=20, backoff_s=(0.02, 0.2)) as link:
+        assert link.hello().n_motors == N
+        mcu.unplug()
+        assert not os.path.exists(mcu.port)  # the device path disappears, as for a pulled USB cable
+        assert wait_for(lambda: link.stats.disconnects == 1, 3.0)
+        time.sleep(0.3)  # unplugged for a while: the backoff reaches its cap
+        link.drain()
+        t_plug = time.monotonic()
+        mcu.replug()
+        assert wait_for(lambda: link.stats.reconnects == 1 and link.recv(0.001) is not None, 3.0, 0.001)
+        assert time.monotonic() - t_plug < 1.0
+        assert link.hello().n_motors == N  # the link works end to end again
+        # A scheduled unplug from the fault injector is survived the same way.
+        mcu.set_faults(unplug_at_s=mcu.stats.t_us * 1e-6 + 0.05, unplug_for_s=0.2)
+        assert wait_for(lambda: link.stats.reconnects == 2, 3.0)
+        assert link.hello().n_motors == N
+        assert mcu.stats.unplugs == 2
+
+
+def test_walklab_devices_probes_a_virtual_mcu_port():
+    with VirtualMCU(6, cpr=2048, name="bench-rig") as mcu:
+        r = subprocess.run([sys.executable, "-m", "controller.cli", "devices", "--port", mcu.port],
+                           capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"{mcu.port}: bench-rig  firmware 1.0.0  protocol v1" in r.stdout
+    assert "motors: 6  encoder counts/rev: 2048" in r.stdout
+    assert "stream rates (Hz): 100, 200, 250, 500, 1000" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "controller.cli", "devices", "--port", "/nonexistent/ttyX"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("walklab devices: error: cannot open serial port")
