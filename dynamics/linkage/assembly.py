@@ -47,6 +47,16 @@ def joint_points(model: Linkage, s) -> dict[str, np.ndarray]:
                     f"(r={r1}) do not intersect at input s={s[k]:.6g} (discriminant r0^2-a^2 = "
                     f"{disc[k]:.3g} m^2 < 0): the linkage cannot be assembled there")
             pts[st.point] = p
+        elif st.kind == "slider":
+            p0, r, y, sign = st.args
+            disc = r * r - (y - pts[p0][:, 1]) ** 2
+            if np.any(disc < 0.0):
+                k = int(np.argmax(disc < 0.0))
+                raise AssemblyError(
+                    f"{model.name}: point {st.point}: circle around {p0} (r={r}) does not reach the "
+                    f"line y={y} at input s={s[k]:.6g} (discriminant {disc[k]:.3g} m^2 < 0)")
+            x = pts[p0][:, 0] + sign * np.sqrt(np.maximum(disc, 0.0))
+            pts[st.point] = np.stack([x, np.full_like(x, y)], axis=1)
         elif st.kind == "extend":
             p0, p1, dist = st.args
             v = pts[p1] - pts[p0]

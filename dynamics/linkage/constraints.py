@@ -48,16 +48,22 @@ def _ext(q: np.ndarray) -> np.ndarray:
 def _rot(phi: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A(phi) u and B(phi) u = dA/dphi u for phi (N, K) and u (K, 2); each (N, K, 2)."""
     c, s = np.cos(phi), np.sin(phi)
-    Au = np.stack([c * u[:, 0] - s * u[:, 1], s * u[:, 0] + c * u[:, 1]], axis=-1)
-    Bu = np.stack([-Au[..., 1], Au[..., 0]], axis=-1)
+    Au = np.empty(phi.shape + (2,))
+    Au[..., 0] = c * u[:, 0] - s * u[:, 1]
+    Au[..., 1] = s * u[:, 0] + c * u[:, 1]
+    Bu = np.empty_like(Au)
+    Bu[..., 0] = -Au[..., 1]
+    Bu[..., 1] = Au[..., 0]
     return Au, Bu
 
 
 def _points(qe: np.ndarray, b: np.ndarray, u: np.ndarray):
     """Positions r = R_b + A_b u, A_b u and B_b u, each (N, K, 2)."""
     Au, Bu = _rot(qe[:, 3 * b + 2], u)
-    R = np.stack([qe[:, 3 * b], qe[:, 3 * b + 1]], axis=-1)
-    return R + Au, Au, Bu
+    return qe[:, 3 * b[:, None] + _XY] + Au, Au, Bu
+
+
+_XY = np.array([0, 1])
 
 
 def _lengths(model: Linkage, s: np.ndarray) -> np.ndarray:

@@ -50,18 +50,16 @@ def _driver(model: Linkage) -> tuple[np.ndarray, int]:
     return model.kinematic_rows, int(rows[0])
 
 
-def _effort_map(model: Linkage, q: np.ndarray, drow: int) -> np.ndarray:
-    """b (n,) with generalised force Q b for effort Q (s = 0 for the length of a distance driver)."""
-    J = C.jacobian(model, q[None, :])[0, drow]
-    return -J / C.input_derivative(model, 0.0)[0, drow]
-
-
 def accelerations(model: Linkage, q: np.ndarray, qd: np.ndarray, effort: float = 0.0,
                   alpha: float = 15.0, beta: float = np.sqrt(30.0)) -> np.ndarray:
     """q'' (n,) of the released linkage under gravity and driver effort Q (N m or N)."""
-    krows, drow = _driver(model)
+    return _accelerations(model, q, qd, effort, alpha, beta, *_driver(model))
+
+
+def _accelerations(model, q, qd, effort, alpha, beta, krows, drow) -> np.ndarray:
     n = model.n_coords
-    Jk = C.jacobian(model, q[None, :])[0, krows]
+    J = C.jacobian(model, q[None, :])[0]
+    Jk = J[krows]
     phi = C.residual(model, q[None, :], 0.0)[0, krows]
     g = C.gamma(model, q[None, :], qd[None, :], 0.0, 0.0, 0.0)[0, krows]
     m = krows.size
@@ -69,7 +67,10 @@ def accelerations(model: Linkage, q: np.ndarray, qd: np.ndarray, effort: float =
     K[np.arange(n), np.arange(n)] = model.mass_diag
     K[:n, n:] = Jk.T
     K[n:, :n] = Jk
-    h = model.gravity_force + (effort * _effort_map(model, q, drow) if effort else 0.0)
+    h = model.gravity_force
+    if effort:
+        # b = -Phi_q^D / Phi_s^D (s = 0: a distance driver at its nominal length)
+        h = h - effort * J[drow] / C.input_derivative(model, 0.0)[0, drow]
     rhs = np.concatenate([h, g - 2.0 * alpha * (Jk @ qd) - beta * beta * phi])
     return _solve(model, K[None], rhs[None])[0, :n]
 
@@ -80,12 +81,16 @@ def project(model: Linkage, q: np.ndarray, qd: np.ndarray, tol: float = 1e-12,
     krows, _ = _driver(model)
     Minv = 1.0 / model.mass_diag
     q = q.copy()
+    J = C.jacobian(model, q[None, :])[0, krows]
     for _ in range(max_iter):
         phi = C.residual(model, q[None, :], 0.0)[0, krows]
         if np.linalg.norm(phi) < tol:
             break
-        J = C.jacobian(model, q[None, :])[0, krows]
+        # simplified Newton (Jacobian of the step's start): the corrections are tiny
         q -= Minv * (J.T @ np.linalg.solve((J * Minv) @ J.T, phi))
+    else:
+        raise LinkageError(f"{model.name}: position projection did not converge (||Phi|| = "
+                           f"{np.linalg.norm(phi):.3g}): the state left the assembly")
     J = C.jacobian(model, q[None, :])[0, krows]
     qd = qd - Minv * (J.T @ np.linalg.solve((J * Minv) @ J.T, J @ qd))
     return q, qd
@@ -105,7 +110,7 @@ def simulate(model: Linkage, q0: np.ndarray, qd0: np.ndarray, t_end: float, dt: 
         raise LinkageError(f"method: expected 'rk4' or 'euler', got {method!r}")
     if not (dt > 0 and t_end > 0):
         raise LinkageError(f"dt and t_end: expected positive times, got dt={dt!r}, t_end={t_end!r}")
-    krows, _ = _driver(model)
+    krows, drow = _driver(model)
     q = C._check(model, np.atleast_2d(q0))[0].copy()
     qd = C._check(model, np.atleast_2d(qd0), "qd0")[0].copy()
     steps = int(round(t_end / dt))
@@ -116,7 +121,7 @@ def simulate(model: Linkage, q0: np.ndarray, qd0: np.ndarray, t_end: float, dt: 
     def f(tk, y):
         qq, vv = y[:q.size], y[q.size:]
         tau = torque(tk, qq, vv) if torque is not None else 0.0
-        return np.concatenate([vv, accelerations(model, qq, vv, tau, alpha, beta)])
+        return np.concatenate([vv, _accelerations(model, qq, vv, tau, alpha, beta, krows, drow)])
 
     y = np.concatenate([q, qd])
     for k in range(steps):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import tomllib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ class AssemblyStep:
 
     kind "crank":  point = centre + radius (cos(s + phase), sin(s + phase)); args (centre, radius, phase)
     kind "circle": point = circ(P0, r0, P1, r1, sign);                 args (P0, r0, P1, r1, sign)
+    kind "slider": point = (P0_x + sign sqrt(r^2 - (y - P0_y)^2), y);  args (P0, r, y, sign)
     kind "extend": point = P1 + d (P1 - P0)/|P1 - P0|;                args (P0, P1, d)
     kind "offset": point = P0 + (dx, dy);                              args (P0, dx, dy)
     """
@@ -117,25 +119,25 @@ class Linkage:
     def n_rows(self) -> int:
         return len(self.row_names)
 
-    @property
+    @cached_property
     def driver_rows(self) -> np.ndarray:
         """Indices of the rows that depend on the input s."""
         p, d = 2 * len(self.pin_bi), len(self.dist_bi)
-        return np.concatenate([p + np.flatnonzero(self.dist_driven),
-                               p + d + np.flatnonzero(self.coord_driven)])
+        return _frozen(np.concatenate([p + np.flatnonzero(self.dist_driven),
+                                       p + d + np.flatnonzero(self.coord_driven)]))
 
-    @property
+    @cached_property
     def kinematic_rows(self) -> np.ndarray:
         """Indices of the rows that do not depend on the input (the free linkage)."""
-        return np.setdiff1d(np.arange(self.n_rows), self.driver_rows)
+        return _frozen(np.setdiff1d(np.arange(self.n_rows), self.driver_rows))
 
-    @property
+    @cached_property
     def mass_diag(self) -> np.ndarray:
-        return np.array([v for b in self.bodies for v in (b.mass, b.mass, b.inertia)])
+        return _frozen(np.array([v for b in self.bodies for v in (b.mass, b.mass, b.inertia)]))
 
-    @property
+    @cached_property
     def gravity_force(self) -> np.ndarray:
-        return np.array([v for b in self.bodies for v in (0.0, -b.mass * self.gravity, 0.0)])
+        return _frozen(np.array([v for b in self.bodies for v in (0.0, -b.mass * self.gravity, 0.0)]))
 
     def point(self, name: str) -> tuple[int, np.ndarray]:
         """(body index, body-frame vector) of a named moving point; LinkageError if unknown."""
@@ -147,6 +149,11 @@ class Linkage:
     def pivot_position(self) -> np.ndarray:
         """Fixed pivot used for the effective leg length, shape (2,), m."""
         return np.asarray(self.ground_points[self.pivot], dtype=float)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
 
 
 # ----------------------------------------------------------------------------------------------
@@ -396,9 +403,9 @@ def _parse_assembly(source: str, data: dict, ground: set[str], moving: set[str])
         pt = t.get("point")
         if pt not in moving:
             raise _err(source, f"{key}.point", f"expected a body end point name, got {pt!r}")
-        kinds = [x for x in ("crank", "circle", "extend", "offset") if x in t]
+        kinds = [x for x in ("crank", "circle", "slider", "extend", "offset") if x in t]
         if len(kinds) != 1:
-            raise _err(source, key, "expected exactly one of crank, circle, extend, offset")
+            raise _err(source, key, "expected exactly one of crank, circle, slider, extend, offset")
         kind, a = kinds[0], t[kinds[0]]
 
         def ref(v: Any, sub: str) -> str:
@@ -419,6 +426,14 @@ def _parse_assembly(source: str, data: dict, ground: set[str], moving: set[str])
                 raise _err(source, f"{key}.sign", f"expected +1 or -1, got {sign!r}")
             args = (ref(a[0], "circle"), _num(source, f"{key}.circle", a[1], positive=True),
                     ref(a[2], "circle"), _num(source, f"{key}.circle", a[3], positive=True), float(sign))
+        elif kind == "slider":
+            if not isinstance(a, list) or len(a) != 3:
+                raise _err(source, f"{key}.slider", "expected [P0, r, y_line]")
+            sign = t.get("sign")
+            if sign not in (1, -1):
+                raise _err(source, f"{key}.sign", f"expected +1 or -1, got {sign!r}")
+            args = (ref(a[0], "slider"), _num(source, f"{key}.slider", a[1], positive=True),
+                    _num(source, f"{key}.slider", a[2]), float(sign))
         elif kind == "extend":
             if not isinstance(a, list) or len(a) != 3:
                 raise _err(source, f"{key}.extend", "expected [P0, P1, distance]")
@@ -508,6 +523,10 @@ def _compose_walker(data: dict, source: str) -> dict:
             elif "circle" in s:
                 c = s["circle"]
                 s2["circle"] = [P(c[0]), c[1], P(c[2]), c[3]]
+                s2["sign"] = -s["sign"] if mirror else s["sign"]
+            elif "slider" in s:
+                c = s["slider"]
+                s2["slider"] = [P(c[0]), c[1], c[2]]
                 s2["sign"] = -s["sign"] if mirror else s["sign"]
             elif "extend" in s:
                 c = s["extend"]
