@@ -90,17 +90,21 @@ def _tree_text(model) -> str:
 
 
 def _linkage_text(link) -> str:
+    wb = max(len(b.name) for b in link.bodies)
     lines = [f"linkage {link.name}  ({link.source})", f"gravity {link.gravity:g} m/s^2 along -y, "
              f"foot point {link.foot}, fixed pivot {link.pivot}", "",
-             f"{'#':>3} {'body':<10} {'ends':<10} {'length m':>9} {'mass kg':>9} {'J kg*m^2':>10}"]
+             f"{'#':>3} {'body':<{wb}} {'ends':<14} {'length m':>9} {'mass kg':>9} {'J kg*m^2':>10}"]
     for i, (b, ends) in enumerate(zip(link.bodies, link.body_ends), start=1):
-        lines.append(f"{i:>3} {b.name:<10} {ends[0] + '-' + ends[1]:<10} {_fmt(b.length)} {_fmt(b.mass)} "
+        lines.append(f"{i:>3} {b.name:<{wb}} {ends[0] + ' - ' + ends[1]:<14} {_fmt(b.length)} {_fmt(b.mass)} "
                      f"{_fmt(b.inertia, 10)}")
-    lines += ["", "ground points: " + ", ".join(f"{k} {_vec(v)}" for k, v in link.ground_points.items()),
-              f"joints (constraint rows): {', '.join(link.row_names)}", "",
-              f"total: {link.n_bodies} bodies, mass {sum(b.mass for b in link.bodies):.4f} kg, "
-              f"{link.n_coords} coordinates, {link.n_rows} constraint rows, "
-              f"{link.n_coords - link.n_rows} DOF before the driver is counted, input {link.input_kind}"]
+    lines += ["", "ground points (m):"] + [f"    {k} {_vec(v)}" for k, v in link.ground_points.items()]
+    # A pin gives two constraint rows ("... x", "... y"); list each joint once.
+    joints = list(dict.fromkeys(r[:-2] if r.endswith((" x", " y")) else r for r in link.row_names))
+    lines += ["", f"joints ({len(joints)}):"] + [f"    {j}" for j in joints]
+    free = link.n_coords - len(link.kinematic_rows)
+    lines += ["", f"total: {link.n_bodies} bodies, mass {sum(b.mass for b in link.bodies):.4f} kg, "
+                  f"{link.n_coords} coordinates, {link.n_rows} constraint rows ({len(link.driver_rows)} drivers), "
+                  f"{free} DOF without the drivers, {link.n_coords - link.n_rows} with them; input {link.input_kind}"]
     return "\n".join(lines)
 
 
