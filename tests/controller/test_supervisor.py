@@ -247,3 +247,44 @@ def test_bus_monitor_with_nothing_running_is_one_line_error(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         r.stderr.strip()] and "no frames received from" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_curve_secured_lab_serves_key_holders_only(tmp_path):
+    """A lab binding every interface needs [bus.curve]: its processes and a monitor with the
+    client key see the streams; a subscriber without keys, or with an unauthorized key, gets nothing."""
+    from controller import cli
+    from daq.security import CurveClient
+
+    keys = tmp_path / "keys"
+    for name in ("server", "client", "stranger"):
+        assert cli.main(["keys", "--dir", str(keys), name]) == 0
+    (keys / "authorized").mkdir()
+    (keys / "client.key").rename(keys / "authorized" / "client.key")
+    ports = free_ports(3)
+    config = sim_lab(tmp_path, ports, """
+        [bus.curve]
+        server_key = "keys/server.key_secret"
+        server_public = "keys/server.key"
+        client_key = "keys/client.key_secret"
+        authorized_keys = "keys/authorized"
+    """)
+    text = config.read_text().replace(f'bind = "tcp://127.0.0.1:{ports[1]}"',
+                                      f'bind = "tcp://*:{ports[1]}"\nconnect = "tcp://127.0.0.1:{ports[1]}"')
+    config.write_text(text)
+    fp = f"tcp://127.0.0.1:{ports[1]}"
+    proc = start(config, tmp_path)
+    try:
+        stranger = CurveClient.from_files(keys / "server.key", keys / "stranger.key_secret")
+        with Subscriber([fp], ["forceplate/*"]) as plain, \
+                Subscriber([fp], ["forceplate/*"], curve=stranger) as unauthorized:
+            mon = subprocess.run([sys.executable, "-m", "controller.cli", "bus", "monitor", "--config",
+                                  str(config), "--stream", "forceplate/*", "--duration", "4"],
+                                 capture_output=True, text=True, cwd=REPO, timeout=60)
+            assert plain.recv(timeout_s=0.5) is None and unauthorized.recv(timeout_s=0.5) is None
+    finally:
+        out, err = stop(proc)
+    assert mon.returncode == 0, mon.stderr
+    rows = {ln.split()[0]: ln.split() for ln in mon.stdout.splitlines()[2:]}
+    assert set(rows) == {"forceplate/FP1", "forceplate/FP2"}
+    assert all(int(r[4]) > 0 and r[5] == "0" for r in rows.values())  # RECEIVED > 0, GAPS 0
+    assert "health: forceplates running" in out  # the health monitor, a key holder, heard the plates
