@@ -29,12 +29,12 @@ from typing import Sequence
 
 import numpy as np
 
-from .joints import unit_quaternions
+from .joints import QUAT_TOL
 from .kinematics import as_batch, check_state, tree_state
 from .model import Model
 from .spatial import cross
 
-CHUNK = 8192  # samples per block: bounds memory and keeps the working set in cache
+CHUNK = 4096  # samples per block: bounds memory and keeps the working set in cache
 
 
 @dataclass(frozen=True)
@@ -289,21 +289,28 @@ def _kernel(model: Model):
     return fn
 
 
+def _unit_blocks(model: Model) -> list[tuple[int, int]]:
+    """(start, width) of the quaternion (4) and (cos, sin) (2) blocks of q."""
+    return [(iq + s.joint.nq - 4, 4) if s.joint.type in ("spherical", "free_flyer") else (iq, 2)
+            for s, iq in zip(model.segments, model.idx_q)
+            if s.joint.type in ("spherical", "free_flyer", "revolute_unbounded")]
+
+
 def normalized_configuration(model: Model, q: np.ndarray) -> np.ndarray:
-    """q (N, nq) with quaternion and (cos, sin) blocks normalised; ValueError naming q if a block
-    is far from unit norm (joints.QUAT_TOL)."""
-    blocks = [(iq + s.joint.nq - 4, 4) if s.joint.type in ("spherical", "free_flyer") else (iq, 2)
-              for s, iq in zip(model.segments, model.idx_q)
-              if s.joint.type in ("spherical", "free_flyer", "revolute_unbounded")]
+    """q (N, nq) with quaternion and (cos, sin) blocks normalised; ValueError naming the block if
+    a norm is off by more than joints.QUAT_TOL."""
+    blocks = _unit_blocks(model)
     if not blocks:
         return q
     q = q.copy()
     for k, w in blocks:
-        what = f"q[{k}:{k + w}] (joint block)"
-        if w == 4:
-            q[:, k:k + 4] = unit_quaternions(q[:, k:k + 4], what)
-        else:
-            q[:, k:k + 2] = unit_quaternions(np.concatenate((q[:, k:k + 2], np.zeros((q.shape[0], 2))), 1), what)[:, :2]
+        n = np.linalg.norm(q[:, k:k + w], axis=1)
+        bad = np.abs(n - 1) > QUAT_TOL
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"q[{k}:{k + w}]: {'quaternion (x, y, z, w)' if w == 4 else '(cos θ, sin θ)'} "
+                             f"must have unit norm, got {n[i]:.6g} at sample {i}")
+        q[:, k:k + w] /= n[:, None]
     return q
 
 

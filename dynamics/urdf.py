@@ -9,7 +9,8 @@ v = [linear, angular] in the base frame). URDF joint types: revolute, continuous
 
 Export (`save_urdf`): the inverse map, so that a model opens in standard tools. URDF has no
 spherical joint: models with spherical joints are refused (ModelError). A planar joint is written
-as prismatic x → prismatic y → revolute z through two massless links (same q and v). Markers,
+as prismatic x → prismatic y → revolute z (limits ±1e9) through two massless links (same
+q and v). Markers,
 contact points and actuators are kept in ``<walklab_point>`` / ``<walklab_actuator>`` elements
 that other URDF readers ignore, and actuators also as standard ``<transmission>`` elements.
 A root free flyer is not written (load the file with ``floating=True``); other roots hang from a
@@ -190,8 +191,9 @@ def _add_link(robot: ET.Element, name: str, mass: float = 0.0, com=np.zeros(3), 
     ET.SubElement(inertial, "origin", xyz=_fmt(com), rpy="0 0 0")
     ET.SubElement(inertial, "mass", value=repr(float(mass)))
     I = np.asarray(inertia)
-    ET.SubElement(inertial, "inertia", ixx=repr(I[0, 0]), iyy=repr(I[1, 1]), izz=repr(I[2, 2]),
-                  ixy=repr(I[0, 1]), ixz=repr(I[0, 2]), iyz=repr(I[1, 2]))
+    ET.SubElement(inertial, "inertia", **{k: repr(float(I[i, j])) for k, (i, j) in
+                                          {"ixx": (0, 0), "iyy": (1, 1), "izz": (2, 2), "ixy": (0, 1),
+                                           "ixz": (0, 2), "iyz": (1, 2)}.items()})
 
 
 def _add_joint(robot: ET.Element, name: str, jtype: str, parent: str, child: str, R=np.eye(3), t=np.zeros(3),
@@ -238,7 +240,7 @@ def urdf_string(model: Model) -> str:
             _add_link(robot, py)
             _add_joint(robot, f"{name}_x", "prismatic", parent, px, j.rotation, j.translation, [1, 0, 0], j)
             _add_joint(robot, f"{name}_y", "prismatic", px, py, axis=[0, 1, 0], joint=j)
-            _add_joint(robot, f"{name}_z", "continuous", py, s.name, axis=[0, 0, 1], joint=j)
+            _add_joint(robot, f"{name}_z", "revolute", py, s.name, axis=[0, 0, 1], joint=j)
             continue
         jtype = {"fixed": "fixed", "revolute": "revolute", "revolute_unbounded": "continuous",
                  "prismatic": "prismatic", "free_flyer": "floating"}[j.type]
