@@ -23,7 +23,9 @@ with the printed sign of B corrected::
 
 Q = (N_x, N_y, U_1 .. U_n) without other external forces: the support reaction on the root point
 (N) and the net moments U_i on the segments; joint moments M = mu^T U (M_1 = moment at the
-support). Here B_hat of the issue text is b_hat with phidot^2 factored out: b_hat = B_hat phidot^2.
+support). Other external forces F_j (a second force plate under the other foot) add
+`external_generalized_forces` to Q: Q = [N + sum F_j, U*]. Here B_hat of the issue text is b_hat
+with phidot^2 factored out: b_hat = B_hat phidot^2.
 
 All functions take one sample (shape (n,) / (n + 2,)) or a batch on the first axis ((N, n) /
 (N, n + 2)) and return the same leading shape. Pure computation, no I/O.
@@ -170,6 +172,42 @@ def planar_inverse_dynamics(chain: PlanarChain, q: np.ndarray, v: np.ndarray, a:
     Ah, bh, Dh = planar_terms(chain, q[:, 2:], v[:, 2:])
     Q = np.einsum("kij,kj->ki", Ah, a) - bh - g * Dh
     return Q[0] if single else Q
+
+
+def external_generalized_forces(chain: PlanarChain, phi: np.ndarray, segment: int, force: np.ndarray,
+                                point: np.ndarray) -> np.ndarray:
+    """Generalised force of an external force F on segment `segment` (methods.md b.3)::
+
+        Q_ext = [F_x, F_y, U*_1 - U_1 .. U*_n - U_n]
+        U*_i - U_i = (z' x F).k                                    i = segment (z' rotated to the lab)
+                   = l_i (F_x cos phi_i + F_y sin phi_i)           i a proper ancestor of the segment
+
+    phi: (n,) or (N, n) rad (absolute, from the downward vertical); segment: 1..n; force: (2,) or
+    (N, 2) N in the planar frame; point: (2,) or (N, 2) m, z' = (along e1, along e2) from the
+    segment's proximal joint. Returns (n + 2,) or (N, n + 2) in N and N*m. With the motion's
+    Q = A_hat qddot - b_hat - g D_hat, the support reaction and net moments are Q - sum Q_ext.
+    """
+    single = np.ndim(phi) == 1
+    phi = _batch(chain, "phi", phi, chain.n)
+    if not (isinstance(segment, (int, np.integer)) and 1 <= segment <= chain.n):
+        raise ValueError(f"segment must be a segment number 1..{chain.n}, got {segment!r}")
+    F = _batch(chain, "force", force, 2)
+    z = _batch(chain, "point", point, 2)
+    for name, x in (("force", F), ("point", z)):
+        if x.shape[0] not in (1, phi.shape[0]):
+            raise ValueError(f"{name} has {x.shape[0]} samples, phi has {phi.shape[0]}")
+    k = segment - 1
+    s, c = np.sin(phi), np.cos(phi)
+    # z' in the lab: z1 e1 + z2 e2, e1 = (sin, -cos), e2 = (cos, sin)
+    zx = z[:, 0] * s[:, k] + z[:, 1] * c[:, k]
+    zy = -z[:, 0] * c[:, k] + z[:, 1] * s[:, k]
+    out = np.zeros((phi.shape[0], chain.n + 2))
+    out[:, :2] = F
+    ancestors = chain.mu[k].astype(bool)
+    ancestors[k] = False
+    out[:, 2:][:, ancestors] = chain.l[ancestors] * (F[:, :1] * c[:, ancestors] + F[:, 1:] * s[:, ancestors])
+    out[:, 2 + k] = zx * F[:, 1] - zy * F[:, 0]
+    return out[0] if single else out
 
 
 def joint_moments(chain: PlanarChain, U: np.ndarray) -> np.ndarray:

@@ -8,7 +8,8 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from dynamics.planar import PlanarChain, joint_moments, planar_inverse_dynamics, planar_terms, structure_matrix
+from dynamics.planar import (PlanarChain, external_generalized_forces, joint_moments, planar_chain_from_model,
+                             planar_inverse_dynamics, planar_terms, structure_matrix)
 
 G = 9.81
 
@@ -162,3 +163,50 @@ def test_bad_state_is_named():
         planar_inverse_dynamics(chain, np.zeros(3), np.zeros(2), np.zeros(3))
     with pytest.raises(ValueError, match="a contains NaN"):
         planar_inverse_dynamics(chain, np.zeros(3), np.zeros(3), np.array([0, np.nan, 0]))
+
+
+def test_external_force_equals_pinocchio_with_fext():
+    """Q - Q_ext = joint torques of Pinocchio's RNEA with the same force as an external force."""
+    rng = np.random.default_rng(11)
+    chain = random_chain(rng, 6)
+    model = pinocchio_model(chain)
+    data = model.createData()
+    q, v, a = (rng.uniform(-2, 2, chain.n + 2) for _ in range(3))
+    seg = int(rng.integers(1, chain.n + 1))
+    F, z = rng.uniform(-50, 50, 2), rng.uniform(-0.3, 0.3, 2)
+    Q = planar_inverse_dynamics(chain, q, v, a) - external_generalized_forces(chain, q[2:], seg, F, z)
+    # The same force for Pinocchio: a spatial force in the frame of segment seg's joint, at the
+    # point z' = (along e1, along e2) = local (z2, -z1).
+    phi = q[2:][seg - 1]
+    R = np.array([[np.cos(phi), -np.sin(phi)], [np.sin(phi), np.cos(phi)]])
+    f_local = np.append(R.T @ F, 0.0)
+    p_local = np.array([z[1], -z[0], 0.0])
+    fext = [pin.Force.Zero() for _ in range(model.njoints)]
+    fext[seg + 2] = pin.Force(f_local, np.cross(p_local, f_local))
+    tau = pin.rnea(model, data, to_relative(chain, q), to_relative(chain, v), to_relative(chain, a), fext)
+    np.testing.assert_allclose(np.concatenate([Q[:2], joint_moments(chain, Q[2:])]), tau, atol=1e-9 * np.abs(tau).max())
+
+
+def test_external_force_batch_and_errors():
+    rng = np.random.default_rng(12)
+    chain = random_chain(rng, 4)
+    phi = rng.uniform(-2, 2, (5, 4))
+    F, z = rng.uniform(-9, 9, (5, 2)), rng.uniform(-0.2, 0.2, (5, 2))
+    batch = external_generalized_forces(chain, phi, 3, F, z)
+    np.testing.assert_allclose(batch[2], external_generalized_forces(chain, phi[2], 3, F[2], z[2]), atol=1e-14)
+    with pytest.raises(ValueError, match="segment must be a segment number 1..4"):
+        external_generalized_forces(chain, phi, 5, F, z)
+    with pytest.raises(ValueError, match="force has 3 samples"):
+        external_generalized_forces(chain, phi, 1, F[:3], z)
+
+
+def test_chain_from_non_planar_model_names_the_problem():
+    import dynamics
+    with pytest.raises(ValueError, match="gravity"):
+        planar_chain_from_model(dynamics.load_model("human15"))
+    data = {"gravity": [0.0, -9.81, 0.0], "segment": [
+        {"name": "a", "parent": "world", "joint": "planar", "mass": 1.0, "com": [0.0, -0.1, 0.0], "inertia": [0.1, 0.1, 0.1]},
+        {"name": "b", "parent": "a", "joint": "revolute", "axis": [0, 0, 1], "origin": [0.1, -0.3, 0.0], "mass": 1.0,
+         "inertia": [0.1, 0.1, 0.1]}]}
+    with pytest.raises(ValueError, match="segment 'b': joint origin"):
+        planar_chain_from_model(dynamics.model_from_dict(data))
