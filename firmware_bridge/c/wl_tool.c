@@ -10,12 +10,14 @@
  *   pack heartbeat S | pack ack SEQ TYPE | pack nack SEQ TYPE ERR | pack estop R | pack log LEVEL HEXTEXT
  *   pack force N bits*N | pack caps fw0 fw1 fw2 nforce hb N cpr*N NR rate*NR HEXNAME
  *   unpack command HEX -> "N (mode bits)*N" ;  unpack config HEX -> the 9 fields as for pack
+ *   bench N                          -> "encode_ns X decode_ns Y": mean per 8-motor STATE frame (bench/bridge.py)
  * Build: cc -std=c99 -Wall -Wextra -Werror -O2 -o wl_tool wl_tool.c
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "walklab_proto.h"
 
@@ -123,6 +125,27 @@ int main(void) {
             } else {
                 printf("ERR unknown message %s\n", what);
             }
+        } else if (!strcmp(cmd, "bench")) {
+            long n = num(&save);
+            wl_motor_state s[8] = {{0, 0, 0, 0}};
+            uint8_t payload[8 * WL_STATE_MOTOR_SIZE];
+            static uint8_t wire[64 * 1024 * 8];
+            size_t off = 0, frames = 0;
+            struct timespec t0, t1, t2;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (long k = 0; k < n; k++) {
+                for (int i = 0; i < 8; i++) { s[i].count = (int32_t)(k * (i + 1)); s[i].vel = (int16_t)k; s[i].flags = 0xC1; }
+                size_t len = wl_pack_state(payload, s, 8);
+                if (off + WL_MAX_ENCODED + 1 > sizeof wire) off = 0;
+                off += wl_frame_encode(WL_STATE, (uint16_t)k, 0, (uint32_t)k * 1000u, payload, (uint16_t)len, wire + off);
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            static wl_decoder d; wl_decoder_init(&d); wl_frame f;
+            for (size_t i = 0; i < off; i++) frames += wl_decoder_push(&d, wire[i], &f) == 1;
+            clock_gettime(CLOCK_MONOTONIC, &t2);
+            double enc = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / (double)n;
+            double dec = ((t2.tv_sec - t1.tv_sec) * 1e9 + (t2.tv_nsec - t1.tv_nsec)) / (double)(frames ? frames : 1);
+            printf("encode_ns %.1f decode_ns %.1f frames %zu\n", enc, dec, frames);
         } else if (!strcmp(cmd, "frame_enc")) {
             long t = num(&save), s = num(&save), k = num(&save);
             unsigned long us = strtoul(tok(&save), NULL, 10);
