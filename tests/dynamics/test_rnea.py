@@ -1,0 +1,189 @@
+"""Invariants of the tree dynamics (methods.md b.6): RNEA = M a + h, M from RNEA differences,
+FD(ID(a)) = a, energy conservation in a torque-free simulation, RNEA = finite-differenced
+Lagrangian, momentum balance with external wrenches, batching, and input errors."""
+import sys
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import dynamics
+from dynamics.kinematics import lab_inertias, tree_state
+from dynamics.model import Model
+from dynamics.samples import random_configuration, random_model
+
+ALL = ("revolute", "prismatic", "fixed", "spherical", "revolute_unbounded", "planar")
+ROOTS = ("free_flyer", "revolute", "planar", "spherical", "prismatic")
+
+
+def _model(seed, n=8, types=ALL):
+    rng = np.random.default_rng(seed)
+    return random_model(rng, n, types, root=ROOTS[seed % len(ROOTS)]), rng
+
+
+def _zero_g(model):
+    return Model(model.name, model.segments, model.actuators, gravity=np.zeros(3))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_rnea_equals_mass_matrix_times_a_plus_nonlinear_effects(seed):
+    model, rng = _model(seed)
+    q = random_configuration(model, rng, 20)
+    v, a = rng.normal(size=(2, 20, model.nv))
+    tau = dynamics.rnea(model, q, v, a)
+    rhs = np.einsum("nij,nj->ni", dynamics.crba(model, q), a) + dynamics.nonlinear_effects(model, q, v)
+    assert np.abs(tau - rhs).max() <= 1e-10 * max(1.0, np.abs(tau).max())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_mass_matrix_columns_are_rnea_differences(seed):
+    model, rng = _model(seed)
+    mz = _zero_g(model)
+    q = random_configuration(model, rng)
+    v = rng.normal(size=model.nv)
+    M = dynamics.crba(model, q)
+    base = dynamics.rnea(mz, q, v, np.zeros(model.nv))
+    cols = np.stack([dynamics.rnea(mz, q, v, e) - base for e in np.eye(model.nv)], axis=1)
+    np.testing.assert_allclose(M, cols, atol=1e-10)
+    np.testing.assert_allclose(M, M.T, atol=1e-12)
+    assert np.linalg.eigvalsh(M).min() > 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_forward_dynamics_inverts_rnea(seed):
+    model, rng = _model(seed)
+    q = random_configuration(model, rng, 10)
+    v, a = rng.normal(size=(2, 10, model.nv))
+    np.testing.assert_allclose(dynamics.forward_dynamics(model, q, v, dynamics.rnea(model, q, v, a)), a, atol=1e-8)
+
+
+def _energy(model, q, v):
+    """T + V with T = ½ vᵀ M v and V = −Σ m_i g·c_i."""
+    _, c, _, _ = lab_inertias(model, tree_state(model, q[None]))
+    T = 0.5 * v @ dynamics.crba(model, q) @ v
+    return T - np.einsum("s,sj,j->", model.masses, c[0], model.gravity)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_energy_conserved_in_torque_free_simulation(seed):
+    model, rng = _model(seed, n=5)
+    q0 = random_configuration(model, rng)
+    v0 = rng.normal(size=model.nv)
+    nq = model.nq
+
+    def f(t, x):
+        q, v = x[:nq], x[nq:]
+        qd = dynamics.configuration_derivative(model, q[None], v[None])[0]
+        return np.concatenate((qd, dynamics.forward_dynamics(model, q, v, np.zeros(model.nv))))
+
+    sol = solve_ivp(f, (0.0, 0.5), np.concatenate((q0, v0)), method="DOP853", rtol=1e-11, atol=1e-11)
+    assert sol.success
+    E = np.array([_energy(model, x[:nq], x[nq:]) for x in sol.y.T])
+    E0 = E[0]
+    scale = abs(E0) + 0.5 * v0 @ dynamics.crba(model, q0) @ v0
+    assert np.abs(E - E0).max() < 1e-7 * scale
+    # the motion is not trivial: kinetic and potential energy exchange far more than the drift
+    T_end = 0.5 * sol.y[nq:, -1] @ dynamics.crba(model, sol.y[:nq, -1]) @ sol.y[nq:, -1]
+    assert abs(T_end - 0.5 * v0 @ dynamics.crba(model, q0) @ v0) > 1e-3 * scale
+
+
+def _kinetic(model, q, v):
+    """T = Σ ½ m |v_c|² + ½ ωᵀ I_c ω from segment velocities (no mass matrix)."""
+    st = tree_state(model, q[None], v[None])
+    m, c, _, _ = lab_inertias(model, st)
+    V = st.velocity[0]
+    w = V[:, 3:]
+    vc = V[:, :3] + np.cross(w, c[0])
+    R = st.rotation[0]
+    Ic = R @ model.inertias @ np.swapaxes(R, -1, -2)
+    return 0.5 * np.sum(m * np.einsum("sj,sj->s", vc, vc)) + 0.5 * np.einsum("si,sij,sj->", w, Ic, w)
+
+
+def _lagrangian(model, q, v):
+    _, c, _, _ = lab_inertias(model, tree_state(model, q[None]))
+    return _kinetic(model, q, v) + np.einsum("s,sj,j->", model.masses, c[0], model.gravity)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rnea_matches_finite_differenced_lagrangian(seed):
+    """τ = d/dt ∂L/∂q̇ − ∂L/∂q (joints with q̇ = v), central differences, step 1e-5 / 1e-4."""
+    model, rng = _model(seed, n=6, types=("revolute", "prismatic", "fixed", "planar"))
+    if model.segments[0].joint.type in ("free_flyer", "spherical"):
+        model = random_model(rng, 6, ("revolute", "prismatic", "fixed", "planar"), root="revolute")
+    q, v, a = rng.normal(size=(3, model.nv))
+    eps, h = 1e-5, 1e-4
+    E = np.eye(model.nv)
+
+    def dL_dv(q_, v_):
+        return np.array([(_lagrangian(model, q_, v_ + eps * e) - _lagrangian(model, q_, v_ - eps * e)) / (2 * eps) for e in E])
+
+    dL_dq = np.array([(_lagrangian(model, q + eps * e, v) - _lagrangian(model, q - eps * e, v)) / (2 * eps) for e in E])
+    # along q(t) = q + v t + a t²/2, v(t) = v + a t
+    ddt = (dL_dv(q + v * h + a * h * h / 2, v + a * h) - dL_dv(q - v * h + a * h * h / 2, v - a * h)) / (2 * h)
+    np.testing.assert_allclose(dynamics.rnea(model, q, v, a), ddt - dL_dq, atol=2e-5 * max(1.0, np.abs(ddt).max()))
+
+
+def test_external_wrenches_close_the_momentum_balance():
+    """Free-flying body: with external wrenches equal to the momentum rate minus weight, the base
+    residual vanishes (methods.md b.1, b.5): Σ w_e + (M g at the CoM) = ḣ."""
+    model, rng = _model(0)
+    assert model.segments[0].joint.type == "free_flyer"
+    q = random_configuration(model, rng, 5)
+    v, a = rng.normal(size=(2, 5, model.nv))
+    G, _, _ = dynamics.com(model, q, v, a)
+    _, dh = dynamics.centroidal_momentum(model, q, v, a)
+    F = dh[:, :3] - model.total_mass * model.gravity
+    split = rng.uniform(0.2, 0.8)
+    w = [dynamics.Wrench("s3", force=split * F, point=G, moment=dh[:, 3:]),
+         dynamics.Wrench("s5", force=(1 - split) * F, point=G)]
+    tau = dynamics.rnea(model, q, v, a, f_ext=w)
+    assert np.abs(tau[:, :6]).max() < 1e-9 * np.abs(F).max()
+    # without them the residual is the whole momentum balance
+    assert np.abs(dynamics.rnea(model, q, v, a)[:, :6]).max() > 1.0
+
+
+def test_batched_equals_single_samples():
+    model, rng = _model(2)
+    q = random_configuration(model, rng, 7)
+    v, a = rng.normal(size=(2, 7, model.nv))
+    tau = dynamics.rnea(model, q, v, a)
+    M = dynamics.crba(model, q)
+    for k in range(7):
+        np.testing.assert_allclose(dynamics.rnea(model, q[k], v[k], a[k]), tau[k], rtol=1e-13, atol=1e-12)
+        np.testing.assert_allclose(dynamics.crba(model, q[k]), M[k], rtol=1e-13, atol=1e-12)
+
+
+def test_chunked_batch_equals_unchunked(monkeypatch):
+    rnea_mod = sys.modules["dynamics.rnea"]     # the attribute dynamics.rnea is the function
+
+    model, rng = _model(1)
+    q = random_configuration(model, rng, 50)
+    v, a = rng.normal(size=(2, 50, model.nv))
+    whole = dynamics.rnea(model, q, v, a)
+    monkeypatch.setattr(rnea_mod, "CHUNK", 7)
+    np.testing.assert_allclose(dynamics.rnea(model, q, v, a), whole, rtol=1e-14, atol=1e-12)
+
+
+@pytest.mark.parametrize("args, match", [
+    (lambda m: (np.full(m.nq, np.nan), np.zeros(m.nv), np.zeros(m.nv)), r"^q: non-finite value"),
+    (lambda m: (m.neutral(), np.zeros(m.nv + 1), np.zeros(m.nv)), r"^v: expected shape \(\d+,\) or \(N, \d+\)"),
+    (lambda m: (m.neutral(), np.zeros(m.nv), np.zeros((3, m.nv))), r"^a: shape .* does not match q"),
+    (lambda m: (m.neutral()[None].repeat(2, 0), np.zeros((3, m.nv)), np.zeros((3, m.nv))), r"^v: shape"),
+    (lambda m: (np.zeros(m.nq), np.zeros(m.nv), np.zeros(m.nv)), r"quaternion .* unit norm"),
+    (lambda m: (m.neutral(), np.zeros(m.nv), np.array([np.inf] * m.nv)), r"^a: non-finite"),
+])
+def test_bad_state_raises_a_clear_error(args, match):
+    model, _ = _model(0)    # free-flyer root
+    with pytest.raises(ValueError, match=match):
+        dynamics.rnea(model, *args(model))
+
+
+def test_bad_external_wrench_raises():
+    model, _ = _model(0)
+    q, z = model.neutral(), np.zeros(model.nv)
+    with pytest.raises(ValueError, match=r"f_ext\[0\]: model .* has no segment 'nope'"):
+        dynamics.rnea(model, q, z, z, [dynamics.Wrench("nope", force=[0, 0, 1], point=[0, 0, 0])])
+    with pytest.raises(ValueError, match=r"f_ext\[0\].point: non-finite"):
+        dynamics.rnea(model, q, z, z, [dynamics.Wrench("s1", force=[0, 0, 1], point=[np.nan, 0, 0])])
+    with pytest.raises(ValueError, match=r"f_ext\[0\].force: shape \(4, 3\) does not match q"):
+        dynamics.rnea(model, q, z, z, [dynamics.Wrench("s1", force=np.zeros((4, 3)), point=[0, 0, 0])])
