@@ -32,7 +32,7 @@ class ReducedTable:
 
     coef (K, 4, 7): on [th_k, th_k + step], value = ((c0 t + c1) t + c2) t + c3 with t = th - th_k,
     channels CHANNELS (I kg m^2, dI kg m^2/rad, G N m, x y m, Jx Jy m/rad). rows: the same
-    coefficients as Python tuples for the scalar fast path.
+    coefficients of I, dI, G, Jx, Jy flattened to one 20-float tuple per interval (scalar fast path).
     """
 
     name: str
@@ -65,8 +65,9 @@ def tabulate(model: Linkage, size: int = 720) -> ReducedTable:
     dI = np.zeros((size, 4))
     dI[:, 1:] = c[:, :3, 0] * np.array([3.0, 2.0, 1.0])
     coef = np.concatenate([c[:, :, :1], dI[:, :, None], c[:, :, 1:]], axis=2)
+    fast = coef[:, :, [0, 1, 2, 5, 6]].transpose(0, 2, 1).reshape(size, 20)
     return ReducedTable(name=model.name, step=2.0 * np.pi / size, coef=coef,
-                        rows=tuple(tuple(map(tuple, k.T)) for k in coef))
+                        rows=tuple(tuple(r) for r in fast.tolist()))
 
 
 def lookup(table: ReducedTable, theta) -> np.ndarray:
@@ -94,10 +95,16 @@ def crank_torque(table: ReducedTable, theta, theta_d, theta_dd, foot_force=None)
 def crank_torque_one(table: ReducedTable, theta: float, theta_d: float, theta_dd: float,
                      fx: float = 0.0, fy: float = 0.0) -> float:
     """Scalar fast path of `crank_torque` for one live sample (plain floats, N m)."""
-    x = (theta % (2.0 * math.pi)) / table.step
+    step = table.step
+    x = (theta % (2.0 * math.pi)) / step
     k = int(x)
     if k >= table.size:
         k = table.size - 1
-    t = (x - k) * table.step
-    I, dI, G, _, _, Jx, Jy = [((a * t + b) * t + c) * t + d for a, b, c, d in table.rows[k]]
+    t = (x - k) * step
+    c = table.rows[k]
+    I = ((c[0] * t + c[1]) * t + c[2]) * t + c[3]
+    dI = ((c[4] * t + c[5]) * t + c[6]) * t + c[7]
+    G = ((c[8] * t + c[9]) * t + c[10]) * t + c[11]
+    Jx = ((c[12] * t + c[13]) * t + c[14]) * t + c[15]
+    Jy = ((c[16] * t + c[17]) * t + c[18]) * t + c[19]
     return I * theta_dd + 0.5 * dI * theta_d * theta_d + G - Jx * fx - Jy * fy
