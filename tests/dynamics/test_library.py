@@ -43,7 +43,7 @@ def to_pin(model):
         place = frame * pin.SE3(np.asarray(s.joint.rotation), np.asarray(s.joint.translation))
         t = s.joint.type
         if t == "fixed":
-            jid, body = jid, place
+            body = place  # rigidly on the parent joint's body
         else:
             if t == "planar":
                 jid = pm.addJoint(jid, pin.JointModelPX(), place, s.name + "_x")
@@ -56,7 +56,8 @@ def to_pin(model):
             else:
                 raise AssertionError(f"test converter has no {t} joint")
             body = pin.SE3.Identity()
-        pm.appendBodyToJoint(jid, body.act(pin.Inertia(s.mass, np.asarray(s.com), np.asarray(s.inertia))), pin.SE3.Identity())
+        inertia = pin.Inertia(s.mass, np.asarray(s.com), np.asarray(s.inertia))
+        pm.appendBodyToJoint(jid, body.act(inertia), pin.SE3.Identity())
         where[s.name] = (jid, body)
     return pm
 
@@ -84,6 +85,71 @@ def test_library_model_loads_validates_and_documents_itself(name):
     data = raw(name)
     assert data["source"] and data["notes"]
     assert model.total_mass > 0 and model.nv > 0
+
+
+# models.md section 1, rows (m kg, l m, a1 m, a2 m, J_c kg*m^2) in segment order, as printed.
+TABLES = {
+    "zinkovsky_4_1": [
+        (2.0, 0.2, 0.14, 0.0, 0.1),
+        (5.18, 0.36, 0.21, 0.0, 0.26836),
+        (23.29, 0.44, 0.27, 0.0, 1.08616),
+        (34.16, 0.52, 0.27, 0.0, 3.58974),
+        (5.37, 0.27, 0.13, 0.0, 0.09725),
+        (4.3, 0.27, 0.14, 0.0, 0.03172),
+        (3.52, 0.17, 0.17, 0.0, 0.20627),
+    ],
+    "zinkovsky_4_2": [
+        (7.18, 0.36, 0.21, 0.0, 0.26836),
+        (23.29, 0.44, 0.27, 0.0, 1.08616),
+        (34.16, 0.52, 0.27, 0.0, 3.58974),
+        (5.37, 0.27, 0.13, 0.0, 0.09725),
+        (4.3, 0.27, 0.14, 0.0, 0.03172),
+        (3.52, 0.17, 0.17, 0.0, 0.20627),
+    ],
+    "zinkovsky_4_3": [
+        (7.02, 0.63, 0.39, 0.0, 0.26126),
+        (33.24, 0.67, 0.21, 0.0, 2.08912),
+        (19.74, 0.84, 0.35, 0.0, 1.30985),
+    ],
+    "zinkovsky_5_1": [
+        (1.0, 0.18, 0.09, 0.0, 0.005),
+        (5.0, 0.5, 0.3, 0.0, 0.15),
+        (10.0, 0.5, 0.3, 0.0, 0.25),
+        (1.0, 0.1, 0.05, 0.0, 0.0001),
+        (26.0, 0.52, 0.26, 0.0, 0.5),
+        (10.0, 0.5, 0.3, 0.0, 0.25),
+        (5.0, 0.5, 0.3, 0.0, 0.15),
+        (1.0, 0.18, 0.09, 0.0, 0.005),
+        (2.0, 0.14, 0.07, 0.0, 0.01),
+        (7.0, 0.36, 0.18, 0.0, 0.2),
+        (5.0, 0.36, 0.18, 0.0, 0.1),
+    ],
+    "zinkovsky_5_2": [
+        (4.3, 0.27, 0.14, 0.0, 0.03172),
+        (5.37, 0.27, 0.13, 0.0, 0.09725),
+        (34.16, 0.52, 0.27, 0.0, 3.58974),
+        (2.0, 0.05, 0.02, 0.0, 0.1),
+        (23.29, 0.44, 0.27, 0.0, 1.08616),
+        (5.18, 0.36, 0.21, 0.0, 0.26836),
+        (2.0, 0.2, 0.14, 0.0, 0.1),
+        (3.52, 0.17, 0.17, 0.0, 0.20627),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", ZINKOVSKY)
+def test_zinkovsky_rows_are_the_printed_tables(name):
+    model = dynamics.load_model(name)
+    chain = planar_chain_from_model(model)
+    rows = np.array(TABLES[name])
+    np.testing.assert_array_equal(chain.m, rows[:, 0])
+    np.testing.assert_array_equal(chain.a1, rows[:, 2])
+    np.testing.assert_array_equal(chain.a2, rows[:, 3])
+    np.testing.assert_array_equal(chain.Jc, rows[:, 4])
+    has_children = np.isin(np.arange(1, chain.n + 1), chain.parent)
+    np.testing.assert_array_equal(chain.l[has_children], rows[has_children, 1])
+    for s, l in zip(model.segments, rows[:, 1]):  # every distal joint point, leaves included
+        np.testing.assert_array_equal(s.markers[f"{s.name}_distal"], [0.0, -l, 0.0])
 
 
 @pytest.mark.parametrize("name", ZINKOVSKY)
@@ -148,8 +214,9 @@ def test_table_4_2_inconsistency_is_reported_as_the_file_says():
 
 def test_bar_supports_are_in_the_files():
     """models.md 1.3 and 1.5: elastic bar support C, beta per axis."""
-    assert (raw("zinkovsky_4_3")["meta"]["bar_stiffness"], raw("zinkovsky_4_3")["meta"]["bar_damping"]) == (18000.0, 500.0)
-    assert (raw("zinkovsky_5_2")["meta"]["bar_stiffness"], raw("zinkovsky_5_2")["meta"]["bar_damping"]) == (20000.0, 500.0)
+    for name, C in (("zinkovsky_4_3", 18000.0), ("zinkovsky_5_2", 20000.0)):
+        meta = raw(name)["meta"]
+        assert (meta["bar_stiffness"], meta["bar_damping"]) == (C, 500.0)
 
 
 # Surla cards (models.md 5.2): segment -> printed kp*s^2/m mass; inertias (segment, axis) -> kp*m*s^2.
@@ -209,11 +276,10 @@ def test_human15_masses_and_com_height():
     massive = [s for s in model.segments if s.mass > 0]
     assert len(massive) == 15
     t = DE_LEVA["male"]
-    expected = {"head": t["head"].mass, "thorax": t["upper_trunk_c7"].mass + t["middle_trunk"].mass,
-                "pelvis": t["lower_trunk"].mass}
+    rows = {"thorax": ["upper_trunk_c7", "middle_trunk"], "pelvis": ["lower_trunk"], "shank": ["shank_ajc"]}
     for s in massive:
         kind = s.name[:-2] if s.name.endswith(("_r", "_l")) else s.name
-        frac = expected.get(kind, t["shank_ajc" if kind == "shank" else kind].mass if kind in t or kind == "shank" else None)
+        frac = sum(t[r].mass for r in rows.get(kind, [kind]))
         assert s.mass == pytest.approx(frac * M, abs=1e-9), s.name
     q = standing(model)
     c = dynamics.com(model, q)
