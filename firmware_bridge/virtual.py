@@ -142,6 +142,8 @@ class VirtualMCU:
         self.max_velocity = np.full(n, boot.max_velocity)
         self._integ = np.zeros(n)
         self._count_hist = np.zeros((vel_window + 1, n), dtype=np.int64)
+        self._last_counts = np.zeros(n, dtype=np.int64)
+        self._last_vel = np.zeros(n)
         self.estop = False
         self.wd_tripped = False
         self.wd_armed = False
@@ -168,7 +170,9 @@ class VirtualMCU:
     # ----------------------------------------------------------------- lifetime
 
     def start(self) -> "VirtualMCU":
-        """Start the firmware loop thread; returns self."""
+        """Start the real-time firmware loop thread (ticks paced against the monotonic clock); returns self."""
+        if self._thread is not None:
+            raise RuntimeError("VirtualMCU.start(): already running")
         self._thread = threading.Thread(target=self._run, name="virtual-mcu", daemon=True)
         self._thread.start()
         return self
@@ -253,7 +257,6 @@ class VirtualMCU:
     def _run(self) -> None:
         period_s = self.period_us * 1e-6
         start = time.monotonic()
-        self._send(P.Log(20, f"{self.name}: firmware {'.'.join(map(str, FIRMWARE))} up, {self.n} motors"))
         while not self._stop.is_set():
             deadline = start + (self._tick + 1) * period_s
             now = time.monotonic()
@@ -266,7 +269,18 @@ class VirtualMCU:
             with self._lock:
                 self._step()
 
+    def step(self, ticks: int = 1) -> None:
+        """Run `ticks` control ticks now, without pacing (lockstep use, e.g. with a simulator; only
+        when the real-time thread was not started)."""
+        if self._thread is not None:
+            raise RuntimeError("VirtualMCU.step(): the real-time loop is running; use one or the other")
+        with self._lock:
+            for _ in range(ticks):
+                self._step()
+
     def _step(self) -> None:
+        if self._tick == 0:
+            self._send(P.Log(20, f"{self.name}: firmware {'.'.join(map(str, FIRMWARE))} up, {self.n} motors"))
         self._tick += 1
         t = self.t_us
         self._stats.ticks = self._tick

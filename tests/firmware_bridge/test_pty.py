@@ -10,10 +10,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from firmware_bridge import protocol as P
-from firmware_bridge.link import Link, NackError
+from firmware_bridge.link import Link, LinkTimeout, NackError
 from firmware_bridge.virtual import Faults, VirtualMCU
 
 N = 8
@@ -209,3 +210,64 @@ def test_walklab_devices_probes_a_virtual_mcu_port():
     r = subprocess.run([sys.executable, "-m", "controller.cli", "devices", "--port", "/nonexistent/ttyX"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.startswith("walklab devices: error: cannot open serial port")
+
+
+def test_drop_and_delay_faults_at_run_time():
+    with VirtualMCU(N, record=True, faults=Faults(drop_rate=0.02, seed=5)) as mcu, Link(mcu.port, heartbeat_hz=0) as link:
+        time.sleep(0.5)
+        with mcu._lock:
+            mcu.set_faults(drop_rate=0.0, delay_s=0.3)
+            clean_from = mcu._tx_seq
+        # Every frame now leaves the MCU 300 ms late: a 50 ms request cannot be answered in time.
+        with pytest.raises(LinkTimeout):
+            link.request(P.Config(), timeout_s=0.05, retries=0)
+        link.request(P.Config(), timeout_s=10.0, retries=0)
+        frames: list[P.Frame] = []
+        collect_until(link, frames, lambda fr: fr and fr[-1].seq >= clean_from + 50)
+        ls = link.stats
+    window = set(range(frames[0].seq, frames[-1].seq + 1))
+    received = {f.seq for f in frames}
+    assert mcu.stats.dropped_frames > 0
+    assert window - received == mcu.affected & window and ls.lost_frames == len(window - received)
+    assert set(range(clean_from, frames[-1].seq + 1)) <= received
+
+
+def test_lockstep_position_and_velocity_control_with_a_load_callback():
+    """Manual ticks (no real-time thread): motor 0 holds 1 rad against a pendulum load
+    tau = m g r sin(theta); motor 1 runs at 5 rad/s unloaded. Statics and kinematics are the truth."""
+    mgr = 0.5  # N·m
+    seen = []
+
+    def load(t, theta, omega):
+        seen.append(t)
+        return np.full_like(theta, 2e-3), np.array([mgr * np.sin(theta[0]), 0.0])
+
+    mcu = VirtualMCU(2, load=load, cpr=4096)
+    try:
+        with Link(mcu.port, heartbeat_hz=0) as link:
+            link.send(P.Config(0, kp=5.0, ki=10.0, kd=0.2))
+            link.send(P.Config(1, kp=0.05, ki=0.5, kd=0.0))
+            cmd = P.Command((P.MotorCommand(P.MODE_POSITION, 1.0), P.MotorCommand(P.MODE_VELOCITY, 5.0)))
+            for k in range(3000):
+                if k % 10 == 0:
+                    link.send(cmd)  # 100 Hz: feeds the 100 ms watchdog
+                mcu.step()
+            frames: list[P.Frame] = []
+            collect_until(link, frames, lambda fr: len(states(fr)) >= 3000)
+    finally:
+        mcu.close()
+    assert sum(isinstance(f.msg, P.Ack) and f.msg.type == P.Config.TYPE for f in frames) == 2
+    st = states(frames)[-1000:]  # the last second, settled
+    m0 = [f.msg.motors[0] for f in st]
+    m1 = [f.msg.motors[1] for f in st]
+    bank = mcu.bank
+    # Motor 0: encoder at 1 rad (4096/2π counts/rad, ±2 counts), current = m g r sin(1) / (Kt N).
+    assert all(abs(m.count - 4096 / (2 * np.pi)) <= 2 for m in m0)
+    i_static = mgr * np.sin(1.0) / (bank.Kt[0] * bank.gear[0])
+    assert np.mean([m.current_ma for m in m0]) == pytest.approx(i_static * 1e3, rel=0.02)
+    # Motor 1: counts advance at 5 rad/s over 999 ticks (±2 counts of quantisation and limit cycle).
+    dcount = P.unwrap(m1[0].count, m1[-1].count, 32) - m1[0].count
+    assert dcount == pytest.approx(5.0 * 0.999 * 4096 / (2 * np.pi), abs=3)
+    assert np.mean([m.vel for m in m1]) * P.VEL_LSB_CPS == pytest.approx(5.0 * 4096 / (2 * np.pi), rel=0.01)
+    assert all(m.flags & P.FLAG_ENABLED and m.mode == P.MODE_VELOCITY for m in m1)
+    assert seen and seen[-1] > 2.9  # the load saw the MCU clock (s)
