@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares
 
+from .spatial import cross
+
 #: Normal-force laws (``methods.md`` e.2 table).
 LAWS = (
     "hertz",
@@ -402,6 +404,14 @@ class ContactForces:
     state: ContactState
 
 
+def _shift(x: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """x delayed by one sample along axis 0, with `first` (the previous call's last sample) in front."""
+    out = np.empty_like(x)
+    out[0] = first
+    out[1:] = x[:-1]
+    return out
+
+
 def _ffill_index(mask: np.ndarray) -> np.ndarray:
     """For each (t, c), the last t' ≤ t with mask[t', c] (−1 if none)."""
     idx = np.where(mask, np.arange(mask.shape[0])[:, None], -1)
@@ -437,15 +447,16 @@ def contact_forces(
         raise ContactError(f"contact_forces: state is for {state.in_contact.shape[0]} contacts, kinematics has {c}")
 
     in_c = delta > 0.0
-    prev = np.concatenate([state.in_contact[None, :], in_c[:-1]], axis=0)
+    prev = _shift(in_c, state.in_contact)
     touch = in_c & ~prev
-    lift = ~in_c & prev
+    lift = prev & ~in_c
 
     # Latch: the value at the last touch-down sample, else the carried-in value of an ongoing episode.
     start = _ffill_index(touch)
-    v_first = np.maximum(ddot, law.v_min)
-    v_lat = np.where(start >= 0, np.take_along_axis(v_first, np.maximum(start, 0), axis=0), state.v_latched[None, :])
-    v_lat = np.where(in_c, v_lat, np.nan)
+    has_start = start >= 0
+    at_start = (np.maximum(start, 0), np.arange(c))  # fancy index of each sample's episode start
+    v_lat = np.where(has_start, np.maximum(ddot, law.v_min)[at_start], state.v_latched)
+    v_lat[~in_c] = np.nan
 
     f_n = normal_force(law, delta, ddot, np.where(in_c, v_lat, np.inf) if law.uses_latch else None)
     f_t = friction_force(friction, f_n, v_t) if friction is not None else np.zeros_like(v_t)
@@ -453,11 +464,9 @@ def contact_forces(
     # Loop integral ∮ F_N dδ on clipped δ: outside episodes δ = F = 0, so dE vanishes there and the
     # first sample after lift-off closes the loop back to (0, 0).
     dc = np.maximum(delta, 0.0)
-    d_prev = np.concatenate([state.last_delta[None, :], dc[:-1]], axis=0)
-    f_prev = np.concatenate([state.last_force[None, :], f_n[:-1]], axis=0)
-    cum = np.cumsum(0.5 * (f_n + f_prev) * (dc - d_prev), axis=0)
-    base = np.where(start >= 0, np.take_along_axis(cum - 0.5 * (f_n + f_prev) * (dc - d_prev), np.maximum(start, 0), axis=0), -state.energy[None, :])
-    energy = cum - base
+    d_e = 0.5 * (f_n + _shift(f_n, state.last_force)) * (dc - _shift(dc, state.last_delta))
+    cum = np.cumsum(d_e, axis=0)
+    energy = cum - np.where(has_start, (cum - d_e)[at_start], -state.energy)
 
     new_state = ContactState(
         in_contact=in_c[-1].copy(),
@@ -500,7 +509,7 @@ def contact_wrench(points: np.ndarray, forces: np.ndarray, refs: np.ndarray, foo
     onehot[np.arange(c), foot] = 1.0
     arm = points - refs[:, foot, :]
     if d == 3:
-        m_c = np.cross(arm, forces)
+        m_c = cross(arm, forces)
     else:
         m_c = arm[..., 0] * forces[..., 1] - arm[..., 1] * forces[..., 0]
     f_feet = np.einsum("ncd,cf->nfd", forces, onehot)

@@ -50,6 +50,7 @@ from .forceplate import Plate, PlateSignals
 from .kinematics import check_state, point_kinematics, tree_state
 from .model import Model
 from .rnea import Wrench, rnea
+from .spatial import cross
 from .support import stability_margin, support_polygon
 from .zmp import ground_wrench, zmp_of_wrench
 
@@ -76,7 +77,7 @@ class PlateLoad:
 def plate_load(plate: Plate, signals: PlateSignals) -> PlateLoad:
     """:class:`PlateLoad` of a processed plate: moment about the origin = centre × F + M_centre."""
     f = np.asarray(signals.force, dtype=float)
-    return PlateLoad(f, np.cross(plate.centre, f) + signals.moment, plate.corners, np.asarray(signals.valid, bool), plate.name)
+    return PlateLoad(f, cross(plate.centre, f) + signals.moment, plate.corners, np.asarray(signals.valid, bool), plate.name)
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,7 @@ def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], f
         plate_below=plate_below,
         indeterminate=plate_below & plate_above,
         residual_force=r[:, :3],
-        residual_moment=r[:, 3:] - np.cross(c, r[:, :3]),
+        residual_moment=r[:, 3:] - cross(c, r[:, :3]),
         com_acc_kinematic=dh[:, :3] / mass,
         com_acc_plates=w_meas[:, :3] / mass + model.gravity,
         com=c,

@@ -15,7 +15,7 @@ Planar models (x forward, y up) use :func:`interval_margin` on the ground line.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -27,9 +27,27 @@ class SupportError(ValueError):
 @dataclass(frozen=True)
 class SupportPolygon:
     """vertices (K, 2) m, lab x, y, counter-clockwise, no repeated or collinear vertices; K = 0 in flight,
-    1 for a point contact, 2 for a segment (collinear contacts), ≥ 3 for a polygon."""
+    1 for a point contact, 2 for a segment (collinear contacts), ≥ 3 for a polygon.
+    Derived on construction: edges (K, 2) = v_{k+1} − v_k, inward unit normals n_k (K, 2) and offsets
+    n_k·v_k (K,) m (meaningful for K ≥ 3)."""
 
     vertices: np.ndarray
+    edges: np.ndarray = field(init=False, repr=False, compare=False)
+    normals: np.ndarray = field(init=False, repr=False, compare=False)
+    offsets: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        v = np.asarray(self.vertices, dtype=float).reshape(-1, 2)
+        e = np.empty_like(v)
+        e[:-1] = v[1:] - v[:-1]
+        e[-1:] = v[:1] - v[-1:]
+        length = np.hypot(e[:, 0], e[:, 1])
+        length[length == 0.0] = 1.0
+        n = np.column_stack((-e[:, 1], e[:, 0])) / length[:, None]
+        object.__setattr__(self, "vertices", v)
+        object.__setattr__(self, "edges", e)
+        object.__setattr__(self, "normals", n)
+        object.__setattr__(self, "offsets", np.einsum("kd,kd->k", n, v))  # s_k = n_k·p − n_k·v_k
 
     @property
     def n_vertices(self) -> int:
@@ -37,11 +55,11 @@ class SupportPolygon:
 
 
 def _hull(pts: np.ndarray, tol: float) -> np.ndarray:
-    """Andrew's monotone chain on (M, 2) points: CCW vertices without collinear points (tol m²)."""
-    pts = np.unique(pts, axis=0)  # lexicographic sort, duplicates removed
-    if len(pts) <= 2:
-        return pts
-    p = pts.tolist()
+    """Andrew's monotone chain on (M, 2) points: CCW vertices without collinear points (tol m²).
+    Plain Python on the few points of a support polygon: cheaper than array calls or Qhull."""
+    p = sorted(set(map(tuple, pts.tolist())))
+    if len(p) <= 2:
+        return np.array(p, dtype=float).reshape(-1, 2)
 
     def half(seq):
         out: list = []
@@ -55,10 +73,8 @@ def _hull(pts: np.ndarray, tol: float) -> np.ndarray:
         return out
 
     lower, upper = half(p), half(p[::-1])
-    hull = np.array(lower[:-1] + upper[:-1])
-    if len(hull) == 2 and np.allclose(hull[0], hull[1]):
-        hull = hull[:1]
-    return hull
+    hull = lower[:-1] + upper[:-1]
+    return np.array(hull if len(hull) != 2 or hull[0] != hull[1] else hull[:1], dtype=float)
 
 
 def support_polygon(points, in_contact=None, tol: float = 1e-12) -> SupportPolygon:
@@ -104,15 +120,14 @@ def stability_margin(p, polygon: SupportPolygon) -> np.ndarray:
     if k == 0:
         return np.full(p.shape[0], np.nan)
     if k == 1:
-        return -np.linalg.norm(p - v[0], axis=1)
+        return -np.hypot(p[:, 0] - v[0, 0], p[:, 1] - v[0, 1])
     if k == 2:
         return -_segment_distance(p, v[:1], v[1:])[:, 0]
-    w = np.roll(v, -1, axis=0)
-    e = w - v
-    n = np.stack([-e[:, 1], e[:, 0]], axis=1) / np.linalg.norm(e, axis=1)[:, None]
-    s = np.einsum("kd,mkd->mk", n, p[:, None, :] - v[None])
-    inside = np.all(s >= 0.0, axis=1)
-    return np.where(inside, s.min(axis=1), -_segment_distance(p, v, w).min(axis=1))
+    s = p @ polygon.normals.T - polygon.offsets
+    smin = s.min(axis=1)
+    if np.all(smin >= 0.0):  # the usual live case: no distance to the edges needed
+        return smin
+    return np.where(smin >= 0.0, smin, -_segment_distance(p, v, v + polygon.edges).min(axis=1))
 
 
 def support_margin(points, in_contact, p, tol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:

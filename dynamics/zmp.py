@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .spatial import cross
+
 G = 9.81  # m/s², methods.md section 0
 
 
@@ -77,7 +79,7 @@ def ground_wrench(mass: float, com, pdot, ldot, g: float | np.ndarray = G) -> tu
     if gvec.shape != (3,):
         raise ZMPError(f"g must be a scalar or a 3-vector (m/s²), got shape {gvec.shape}")
     f = pdot - mass * gvec
-    return f, ldot + np.cross(com, f)
+    return f, ldot + cross(com, f)
 
 
 def zmp_of_wrench(force, moment, ground_z: float = 0.0, min_fz: float = 0.0) -> ZMP:
@@ -180,7 +182,7 @@ def zmp_deviation(force, moment, nominal, min_fz: float = 0.0) -> ZMPDeviation:
     nn = _check_n(force=f, moment=n)
     pn = np.broadcast_to(np.asarray(nominal, dtype=float), (nn, 3)) if np.ndim(nominal) == 1 else _series(nominal, "nominal", 3)
     _check_n(force=f, nominal=pn)
-    mom = n - np.cross(pn, f)
+    mom = n - cross(pn, f)
     valid = f[:, 2] > max(min_fz, 0.0)
     d = np.full((nn, 2), np.nan)
     np.divide(-mom[:, 1], f[:, 2], out=d[:, 0], where=valid)
