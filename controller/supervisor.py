@@ -126,6 +126,11 @@ class Supervisor:
         for c in self.children:
             c.state = "stopped"
 
+    @property
+    def finished(self) -> bool:
+        """True when no process runs or waits for a restart (all exited, failed or gave up)."""
+        return all(c.state in ("exited", "failed") for c in self.children)
+
     # -- reporting -------------------------------------------------------------------------
 
     def status_line(self) -> str:
@@ -216,7 +221,10 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 def run_lab(lab: Lab, *, out: Any = None) -> int:
-    """`walklab run`: supervise `lab` until SIGINT/SIGTERM/SIGHUP; returns the exit status (0).
+    """`walklab run`: supervise `lab` until SIGINT/SIGTERM/SIGHUP; returns the exit status.
+
+    0 after a stop signal; when every process has exited or been given up on, the supervisor
+    stops by itself with status 0 if they all exited with status 0, else 1.
 
     Publishes ``events/supervisor`` (kind ``"event"``, no samples; ``meta`` holds the event name
     and its fields) and ``health/supervisor`` on ``[supervisor] bind``; prints `status_line`
@@ -235,8 +243,8 @@ def run_lab(lab: Lab, *, out: Any = None) -> int:
     def on_signal(signum: int, frame: Any) -> None:
         stop["signal"] = signum
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     pub = publisher_for(lab, lab.supervisor.bind)
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     health = Health("supervisor", pub)
 
     def publish_event(event: str, fields: dict[str, Any]) -> None:
@@ -251,13 +259,17 @@ def run_lab(lab: Lab, *, out: Any = None) -> int:
         next_status = time.monotonic() + min(interval, 2.0)  # a first line soon after start
         while stop["signal"] is None:
             sup.poll()
+            if sup.finished:
+                log.warning("no process left to run (all exited or gave up): stopping")
+                break
             health.tick()
             pub.poll_subscriptions()
             if interval > 0 and time.monotonic() >= next_status:
                 next_status = time.monotonic() + interval
                 print(sup.status_line(), file=out, flush=True)
             time.sleep(0.02)
-        log.info("%s: stopping %d process(es)", signal.Signals(stop["signal"]).name, len(sup.children))
+        else:
+            log.info("%s: stopping %d process(es)", signal.Signals(stop["signal"]).name, len(sup.children))
     finally:
         sup.stop()
         health.state = "stopped"
@@ -270,4 +282,4 @@ def run_lab(lab: Lab, *, out: Any = None) -> int:
             for s, handler in previous.items():
                 signal.signal(s, handler)
     log.info("all processes stopped")
-    return 0
+    return 1 if any(c.last_status for c in sup.children) and stop["signal"] is None else 0

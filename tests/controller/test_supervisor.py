@@ -288,3 +288,38 @@ def test_curve_secured_lab_serves_key_holders_only(tmp_path):
     assert set(rows) == {"forceplate/FP1", "forceplate/FP2"}
     assert all(int(r[4]) > 0 and r[5] == "0" for r in rows.values())  # RECEIVED > 0, GAPS 0
     assert "health: forceplates running" in out  # the health monitor, a key holder, heard the plates
+
+
+def test_gives_up_after_max_restarts_then_stops_by_itself(tmp_path):
+    (tmp_path / "crasher.py").write_text(CRASHER)
+    ports = free_ports(3)
+    config = tmp_path / "lab.toml"
+    config.write_text(textwrap.dedent(f"""
+        [lab]
+        name = "giveup"
+        [supervisor]
+        bind = "tcp://127.0.0.1:{ports[0]}"
+        backoff_initial_s = 0.1
+        [[processes]]
+        name = "crasher"
+        module = "crasher"
+        bind = "tcp://127.0.0.1:{ports[1]}"
+        args = ["0.1"]
+        max_restarts = 2
+        [[processes]]
+        name = "oneshot"
+        module = "crasher"
+        bind = "tcp://127.0.0.1:{ports[2]}"
+        args = ["0.1"]
+        restart = "never"
+    """))
+    proc = start(config, tmp_path)
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err  # nothing left to run, and not all exited with status 0
+    assert err.count("crasher restarted") == 2
+    assert "crasher exit status 3; gave up after 2 restarts" in err
+    assert "oneshot exit status 3; restart policy 'never': not restarted" in err
+    assert "no process left to run" in err
