@@ -9,7 +9,8 @@ a body point pinned to a fixed ground point), distances (1 row each, squared for
 |r_i - r_j|^2 - L^2), angles (1 row each, phi_j - phi_i - value; an absolute angle when i is the
 ground; also x or y coordinates: x_j - x_i - value). A driver is a distance, angle or coordinate
 row that also depends on the scalar input s (crank angle in rad, actuator extension or slider
-position in m): angle driver phi_j - phi_i - value - s, distance driver |d|^2 - (L0 + s)^2. With one input the driven linkage is kinematically determined (0 DOF).
+position in m): angle driver phi_j - phi_i - value - s, distance driver |d|^2 - (L0 + s)^2.
+With one input the driven linkage is kinematically determined (0 DOF).
 
 `load_linkage(data, source)` builds a `Linkage` from a parsed TOML dict with kind = "linkage"
 (format in docs/linkage.md); `read_linkage(name_or_path)` reads and loads one. This module is the
@@ -75,7 +76,8 @@ class Linkage:
     pin_bi, pin_bj (P,) int; pin_ui, pin_uj (P, 2) body-frame vectors centre -> point (m) (for a
     ground pin, pin_uj is the fixed point in the planar frame); dist_* likewise plus dist_length
     (D,) and dist_driven (D,) bool; coord_bi, coord_bj, coord_axis (A,) int (axis 0 x, 1 y, 2 phi),
-    coord_value (A,) m or rad, coord_driven (A,) bool. mass_diag (n,) = diag(M); gravity_force (n,) = h_gravity = [0, -m_i g, 0, ...].
+    coord_value (A,) m or rad, coord_driven (A,) bool. mass_diag (n,) = diag(M);
+    gravity_force (n,) = h_gravity = [0, -m_i g, 0, ...].
     """
 
     name: str
@@ -387,7 +389,8 @@ def _build(data: dict, source: str) -> Linkage:
         dist_uj=arr(dists, 3, (2,)), dist_length=np.array([d[4] for d in dists], dtype=float),
         dist_driven=np.array([d[5] for d in dists], dtype=bool),
         coord_bi=arr(angs, 0), coord_bj=arr(angs, 1), coord_axis=arr(angs, 4),
-        coord_value=np.array([a[2] for a in angs], dtype=float), coord_driven=np.array([a[3] for a in angs], dtype=bool),
+        coord_value=np.array([a[2] for a in angs], dtype=float),
+        coord_driven=np.array([a[3] for a in angs], dtype=bool),
         points=points, body_ends=tuple((t["minus"], t["plus"]) for t in data["bodies"]),
         ground_points=ground_pts, assembly=steps, foot=data["foot"],
         pivot=data["pivot"], gravity=gravity, input_kind=kinds.pop(),
