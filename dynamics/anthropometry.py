@@ -138,7 +138,7 @@ def scale_segment(name: str, mass: float, height: float, sex: str = "male") -> S
 class HumanSegment:
     """One body of the generated human, in the standing posture (lab frame, z up, x forward, y left).
 
-    joint: "free" (the floating base), "spherical" or "revolute" (axis: unit 3-vector, lab frame);
+    joint: "free" (the floating base), "spherical" or "revolute" (a flexion axis, medio-lateral);
     joint_pos: joint centre (m); com: CoM (m); inertia: (3, 3) central inertia tensor in kg*m^2,
     axes of the segment frame = lab axes in this posture; points: named points on the segment
     (m, lab frame) such as landmarks and foot contact points.
@@ -147,7 +147,6 @@ class HumanSegment:
     name: str
     parent: str | None
     joint: str
-    axis: tuple[float, float, float] | None
     joint_pos: np.ndarray
     mass: float
     com: np.ndarray
@@ -188,8 +187,7 @@ def human15(mass: float, height: float, sex: str = "male") -> list[HumanSegment]
     z_ankle = z_knee - shank.length
     if z_ankle <= 0:
         raise ValueError(f"stacked segment lengths exceed the stature {height} m (ankle at {z_ankle:.4f} m)")
-    z_supr = z_cerv - (seg("upper_trunk_c7").length - seg("upper_trunk").length)
-    ey = (0.0, 1.0, 0.0)
+    z_supr = z_cerv - (upper.length - seg("upper_trunk").length)
 
     # Thorax = upper + middle trunk pieces on one vertical axis: parallel-axis theorem about the
     # merged CoM (x and y moments gain m d^2, z is unchanged).
@@ -202,31 +200,30 @@ def human15(mass: float, height: float, sex: str = "male") -> list[HumanSegment]
         return np.array([x, y, z])
 
     segments = [
-        HumanSegment("pelvis", None, "free", None, at(z_midh), lower.mass, at(z_omph - lower.com), _vertical(lower),
+        HumanSegment("pelvis", None, "free", at(z_midh), lower.mass, at(z_omph - lower.com), _vertical(lower),
                      {"OMPH": at(z_omph), "MIDH": at(z_midh)}),
-        HumanSegment("thorax", "pelvis", "spherical", None, at(z_omph), m_th, at(z_th), I_th,
+        HumanSegment("thorax", "pelvis", "spherical", at(z_omph), m_th, at(z_th), I_th,
                      {"CERV": at(z_cerv), "SUPR": at(z_supr), "XYPH": at(z_xyph)}),
-        HumanSegment("head", "thorax", "spherical", None, at(z_cerv), head.mass, at(z_vert - head.com),
+        HumanSegment("head", "thorax", "spherical", at(z_cerv), head.mass, at(z_vert - head.com),
                      _vertical(head), {"VERT": at(z_vert)}),
     ]
     for side, sign in (("r", -1.0), ("l", 1.0)):
         ys, yh = sign * SHOULDER_WIDTH * height / 2, sign * HIP_WIDTH * height / 2
         z_elbow = z_supr - arm.length
         z_wrist = z_elbow - fore.length
-        x_ankle = 0.0
-        x_heel = x_ankle - ANKLE_FROM_HEEL * foot.length
+        x_heel = -ANKLE_FROM_HEEL * foot.length  # the ankle centre is at x = 0
         segments += [
-            HumanSegment(f"upper_arm_{side}", "thorax", "spherical", None, at(z_supr, ys), arm.mass,
+            HumanSegment(f"upper_arm_{side}", "thorax", "spherical", at(z_supr, ys), arm.mass,
                          at(z_supr - arm.com, ys), _vertical(arm), {}),
-            HumanSegment(f"forearm_{side}", f"upper_arm_{side}", "revolute", ey, at(z_elbow, ys), fore.mass,
+            HumanSegment(f"forearm_{side}", f"upper_arm_{side}", "revolute", at(z_elbow, ys), fore.mass,
                          at(z_elbow - fore.com, ys), _vertical(fore), {}),
-            HumanSegment(f"hand_{side}", f"forearm_{side}", "revolute", ey, at(z_wrist, ys), hand.mass,
+            HumanSegment(f"hand_{side}", f"forearm_{side}", "revolute", at(z_wrist, ys), hand.mass,
                          at(z_wrist - hand.com, ys), _vertical(hand), {"MET3": at(z_wrist - hand.length, ys)}),
-            HumanSegment(f"thigh_{side}", "pelvis", "spherical", None, at(z_midh, yh), thigh.mass,
+            HumanSegment(f"thigh_{side}", "pelvis", "spherical", at(z_midh, yh), thigh.mass,
                          at(z_midh - thigh.com, yh), _vertical(thigh), {}),
-            HumanSegment(f"shank_{side}", f"thigh_{side}", "revolute", ey, at(z_knee, yh), shank.mass,
+            HumanSegment(f"shank_{side}", f"thigh_{side}", "revolute", at(z_knee, yh), shank.mass,
                          at(z_knee - shank.com, yh), _vertical(shank), {}),
-            HumanSegment(f"foot_{side}", f"shank_{side}", "revolute", ey, at(z_ankle, yh, x_ankle), foot.mass,
+            HumanSegment(f"foot_{side}", f"shank_{side}", "revolute", at(z_ankle, yh), foot.mass,
                          at(0.0, yh, x_heel + foot.com), np.diag([foot.inertia[2], foot.inertia[1], foot.inertia[0]]),
                          {"HEEL": at(0.0, yh, x_heel), "TTIP": at(0.0, yh, x_heel + foot.length)}),
         ]
@@ -340,9 +337,9 @@ def human15_table(mass: float, height: float, sex: str = "male", ball_joints: bo
     }
 
 
-# Generic lower-limb exoskeleton worn over human15: design values for a prototype of this class
-# (bodies: name, human segment it is strapped to, mass kg, CoM in the human segment's frame as
-# fractions (x, y of the segment's lateral side, z of the human segment length), box size m).
+# Generic lower-limb exoskeleton worn over human15: design values for a prototype of this class.
+# Body masses (kg) per human segment they are strapped to; motors and joint limits joint side.
+EXO_MASS = {"pelvis": 4.0, "thigh": 2.2, "shank": 0.7}
 EXO_MOTOR = {"gear_ratio": 100.0, "torque_limit": 80.0, "velocity_limit": 6.0, "rotor_inertia": 3.3e-5}
 EXO_LIMITS = {"hip_flexion": (-0.5, 2.0), "knee": (0.0, 2.1)}
 
@@ -357,21 +354,24 @@ def exoskeleton_table(mass: float, height: float, sex: str = "male") -> dict:
     """human15 (three-revolute joints) wearing a lower-limb exoskeleton, as a model table.
 
     Exoskeleton bodies are rigidly attached (fixed joints) to the human segment they are strapped
-    to: a hip belt with the two hip motors and the battery on the pelvis (4.0 kg), per leg a thigh
-    link carrying the knee motor at its distal end (2.2 kg) and a shank link with the cuff
-    (0.7 kg). Actuators: hip flexion and knee per leg, gear 100, 80 N*m and 6 rad/s joint side.
+    to: a hip belt with the two hip motors and the battery on the pelvis, per leg a thigh link
+    carrying the knee motor near its distal end and a shank link with the cuff (EXO_MASS).
+    Actuators: hip flexion and knee per leg (EXO_MOTOR), with joint limits EXO_LIMITS.
     """
     table = human15_table(mass, height, sex)
     segs = table["segment"]
     by = {s["name"]: s for s in segs}
     H = height
-    extra = [("exo_pelvis", "pelvis", 4.0, [-0.12, 0.0, 0.02], (0.12, HIP_WIDTH * H + 0.14, 0.15))]
+    # (name, human segment, mass, CoM in that segment's frame, uniform-box size x, y, z), all m
+    extra = [("exo_pelvis", "pelvis", EXO_MASS["pelvis"], [-0.12, 0.0, 0.02], (0.12, HIP_WIDTH * H + 0.14, 0.15))]
     for side, sign in (("_r", -1.0), ("_l", 1.0)):
         thigh_len = -by[f"shank{side}"]["origin"][2]
         shank_len = -by[f"foot{side}"]["origin"][2]
         extra += [
-            (f"exo_thigh{side}", f"thigh{side}", 2.2, [0.0, sign * 0.09, -0.75 * thigh_len], (0.06, 0.05, thigh_len)),
-            (f"exo_shank{side}", f"shank{side}", 0.7, [0.0, sign * 0.07, -0.35 * shank_len], (0.05, 0.04, 0.6 * shank_len)),
+            (f"exo_thigh{side}", f"thigh{side}", EXO_MASS["thigh"], [0.0, sign * 0.09, -0.75 * thigh_len],
+             (0.06, 0.05, thigh_len)),
+            (f"exo_shank{side}", f"shank{side}", EXO_MASS["shank"], [0.0, sign * 0.07, -0.35 * shank_len],
+             (0.05, 0.04, 0.6 * shank_len)),
         ]
     for name, parent, m, com, size in extra:
         segs.insert(next(i for i, s in enumerate(segs) if s["name"] == parent) + 1, {
@@ -391,10 +391,11 @@ def exoskeleton_table(mass: float, height: float, sex: str = "male") -> dict:
     table["description"] = (f"Lower-limb exoskeleton (hip flexion and knee actuators per leg) worn by the human15 "
                             f"subject ({sex}, {mass:g} kg, {height:g} m); floating base at the pelvis.")
     table["notes"] = table["notes"] + [
-        "Exoskeleton: generic design values for a prototype of this class, not a product datasheet. Hip belt "
-        "4.0 kg (hip motors, battery, electronics) on the pelvis; per leg a 2.2 kg thigh link (knee motor near "
-        "the knee) and a 0.7 kg shank link, each a uniform box rigidly strapped (fixed joint) to the human "
-        "segment. The hip motor drives the human's hip flexion revolute joint.",
+        f"Exoskeleton: generic design values for a prototype of this class, not a product datasheet. Hip belt "
+        f"{EXO_MASS['pelvis']:g} kg (hip motors, battery, electronics) on the pelvis; per leg a "
+        f"{EXO_MASS['thigh']:g} kg thigh link (knee motor near the knee) and a {EXO_MASS['shank']:g} kg shank "
+        "link, each a uniform box rigidly strapped (fixed joint) to the human segment. The hip motor drives the "
+        "human's hip flexion revolute joint.",
         f"Actuators: harmonic-drive motors, gear {EXO_MOTOR['gear_ratio']:g}:1, {EXO_MOTOR['torque_limit']:g} N*m "
         f"and {EXO_MOTOR['velocity_limit']:g} rad/s joint side, rotor {EXO_MOTOR['rotor_inertia']:g} kg*m^2; "
         f"joint limits hip flexion {EXO_LIMITS['hip_flexion']} rad, knee {EXO_LIMITS['knee']} rad.",
