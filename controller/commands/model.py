@@ -82,10 +82,16 @@ def _tree_text(model) -> str:
             joint = model.segment(a.joint).joint_name or a.joint
             lines.append(f"{a.name:<18} {joint:<{wj}} {_fmt(a.gear_ratio, 7)} {_fmt(a.torque_limit, 11)} "
                          f"{_fmt(a.velocity_limit, 12)}")
+    points = [f"    {s.name}: " + "; ".join(f"{kind} {', '.join(pts)}" for kind, pts in
+                                            (("markers", s.markers), ("contacts", s.contacts)) if pts)
+              for s in model.segments if s.markers or s.contacts]
+    if points:
+        lines += ["", "markers and contact points:"] + points
     n_points = len(model.marker_names) + len(model.contact_names)
     n_massive = sum(s.mass > 0 for s in model.segments)
-    lines += ["", f"total: {len(model.segments)} segments ({n_massive} with mass), mass {model.total_mass:.4f} kg, nq = {model.nq}, "
-                  f"nv = {model.nv}, {len(model.actuators)} actuators, {n_points} markers/contact points"]
+    lines += ["", f"total: {len(model.segments)} segments ({n_massive} with mass), mass {model.total_mass:.4f} kg, "
+                  f"nq = {model.nq}, nv = {model.nv}, {len(model.actuators)} actuators, "
+                  f"{n_points} markers/contact points"]
     return "\n".join(lines)
 
 

@@ -82,6 +82,8 @@ def test_show_exoskeleton_reports_actuators_and_total():
         assert a.name in r.stdout
     assert f"mass {exo.total_mass:.4f} kg" in r.stdout
     assert "(20 with mass)" in r.stdout  # 15 human segments + 5 exoskeleton bodies
+    for side in ("_r", "_l"):
+        assert f"foot{side}: contacts heel{side}, toe{side}" in r.stdout
 
 
 def test_show_linkage_lists_bodies():
