@@ -188,6 +188,7 @@ class Publisher:
         self.sent: dict[str, int] = {}
         self._id = uuid.uuid4().hex
         self._subscribers: set[bytes] = set()
+        self._next_sub_check = 0
 
     # -- subscriptions and the handshake
 
@@ -199,13 +200,16 @@ class Publisher:
     def poll_subscriptions(self, timeout_s: float = 0.0) -> int:
         """Handle subscription messages (welcoming new subscribers); returns the subscriber count.
 
-        Waits at most ``timeout_s`` for the first message. Called by every `send`.
+        Waits at most ``timeout_s`` for the first message. `send` calls it at most every 5 ms.
         """
         sock = self._sock
         if timeout_s > 0 and not sock.poll(int(math.ceil(timeout_s * 1000))):
             return len(self._subscribers)
-        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            msg = sock.recv()
+        while True:
+            try:
+                msg = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
             if not msg.startswith(b"\x01" + _SUB_TOKEN_PREFIX) and not msg.startswith(b"\x00" + _SUB_TOKEN_PREFIX):
                 continue  # an ordinary stream subscription
             token = msg[1:]
@@ -270,7 +274,9 @@ class Publisher:
         """
         if self._closed:
             raise BusError(f"publisher {self.endpoint!r} is closed")
-        if self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        now = time.monotonic_ns()
+        if now >= self._next_sub_check:  # at most every 5 ms: getsockopt costs more than a send
+            self._next_sub_check = now + 5_000_000
             self.poll_subscriptions()
         frame.t_pub = time.monotonic_ns()
         parts = encode(frame)

@@ -40,6 +40,7 @@ DTYPES = frozenset({
     "|b1", "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8",
     "<f2", "<f4", "<f8", "<c8", "<c16",
 })
+_NP_DTYPES = {s: np.dtype(s) for s in DTYPES}
 #: Largest buffer accepted by `decode` (bytes); a larger declared size is rejected before any allocation.
 MAX_BUFFER_BYTES = 256 * 2**20
 #: Largest msgpack header accepted by `decode` (bytes).
@@ -199,12 +200,8 @@ def encode(frame: Frame) -> list[bytes | memoryview]:
 # ----------------------------------------------------------------------------------- decoding
 
 
-def _is_int(x: Any) -> bool:
-    return type(x) is int  # bool is an int subclass and must not pass
-
-
 def _check_name(what: str, value: Any) -> None:
-    if not isinstance(value, str):
+    if type(value) is not str:
         raise FrameError(f"header: {what} must be a string, got {type(value).__name__}")
     n = len(value.encode("utf-8", "surrogatepass"))
     if not 1 <= n <= MAX_NAME_BYTES or "\x00" in value:
@@ -215,7 +212,7 @@ def _check_meta(value: Any, path: str, depth: int = 0) -> None:
     if depth > 8:
         raise FrameError(f"header: {path} nested deeper than 8 levels")
     if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        if _is_int(value) and not -_INT64 <= value < _UINT64:
+        if type(value) is int and not -_INT64 <= value < _UINT64:
             raise FrameError(f"header: {path} integer {value} out of 64-bit range")
         return
     if isinstance(value, (list, tuple)):
@@ -231,64 +228,87 @@ def _check_meta(value: Any, path: str, depth: int = 0) -> None:
     raise FrameError(f"header: {path} has unsupported type {type(value).__name__}")
 
 
-def _check_header(h: Any) -> None:
-    """Validate a header map in full; raises FrameError naming the first bad field."""
-    if not isinstance(h, dict):
-        raise FrameError(f"header: expected a msgpack map, got {type(h).__name__}")
-    missing = _HEADER_KEYS - h.keys()
-    if missing:
-        raise FrameError(f"header: missing field(s) {sorted(missing)}")
-    unknown = h.keys() - _HEADER_KEYS
-    if unknown:
-        raise FrameError(f"header: unknown field(s) {sorted(map(str, unknown))}")
-    if h["v"] != SCHEMA_VERSION or not _is_int(h["v"]):
-        raise FrameError(f"header: schema version v={h['v']!r}, this reader understands v={SCHEMA_VERSION}")
+# Layouts (kind, channels, units) already validated, by stream: a stream's layout rarely changes, so
+# checking it costs one list comparison per frame instead of one check per channel.
+_LAYOUTS: dict[str, tuple[str, list, list]] = {}
+_MAX_LAYOUTS = 4096
+
+
+def _check_layout(h: dict) -> None:
     _check_name("stream", h["stream"])
     _check_name("kind", h["kind"])
-    if not _is_int(h["seq"]) or not 0 <= h["seq"] < _UINT64:
-        raise FrameError(f"header: seq must be an integer in [0, 2**64), got {h['seq']!r}")
-    for key in ("t_host", "t", "t_pub"):
-        if not _is_int(h[key]) or not -_INT64 <= h[key] < _INT64:
-            raise FrameError(f"header: {key} must be an int64 nanosecond stamp, got {h[key]!r}")
-    if h["t_device"] is not None and (not _is_int(h["t_device"]) or not -_INT64 <= h["t_device"] < _INT64):
-        raise FrameError(f"header: t_device must be an int64 nanosecond stamp or nil, got {h['t_device']!r}")
-    rate = h["rate_hz"]
-    if type(rate) not in (int, float) or not math.isfinite(rate) or rate < 0:
-        raise FrameError(f"header: rate_hz must be a finite number >= 0, got {rate!r}")
     for key in ("channels", "units"):
-        if not isinstance(h[key], list):
+        if type(h[key]) is not list:
             raise FrameError(f"header: {key} must be a list of strings, got {type(h[key]).__name__}")
         for item in h[key]:
-            if not isinstance(item, str) or len(item) > MAX_NAME_BYTES:
+            if type(item) is not str or len(item) > MAX_NAME_BYTES:
                 raise FrameError(f"header: {key} entries must be strings of <= {MAX_NAME_BYTES} chars, got {item!r:.60}")
     if len(h["units"]) != len(h["channels"]):
         raise FrameError(f"header: {len(h['channels'])} channels but {len(h['units'])} units")
+
+
+def _check_buffer(i: int, b: Any) -> None:
+    if type(b) is not dict or b.keys() != _BUFFER_KEYS:
+        raise FrameError(f"header: buffers[{i}] must be a map with exactly {sorted(_BUFFER_KEYS)}")
+    _check_name(f"buffers[{i}].name", b["name"])
+    dtype, shape = b["dtype"], b["shape"]
+    if type(dtype) is not str or dtype not in DTYPES:
+        raise FrameError(f"header: buffers[{i}] ({b['name']!r}) dtype {dtype!r:.40} is not one of {sorted(DTYPES)}")
+    if type(shape) is not list or len(shape) > MAX_NDIM or not all(type(d) is int and d >= 0 for d in shape):
+        raise FrameError(f"header: buffers[{i}] ({b['name']!r}) shape {shape!r:.60} must be <= {MAX_NDIM} non-negative ints")
+    nbytes = math.prod(shape) * int(dtype[2:])  # dtype.str ends with the item size
+    if nbytes > MAX_BUFFER_BYTES:
+        raise FrameError(f"header: buffers[{i}] ({b['name']!r}) declares {nbytes} bytes, "
+                         f"more than MAX_BUFFER_BYTES={MAX_BUFFER_BYTES}")
+
+
+def _check_header(h: Any) -> None:
+    """Validate a header map in full; raises FrameError naming the first bad field."""
+    if type(h) is not dict:
+        raise FrameError(f"header: expected a msgpack map, got {type(h).__name__}")
+    if h.keys() != _HEADER_KEYS:
+        missing = _HEADER_KEYS - h.keys()
+        if missing:
+            raise FrameError(f"header: missing field(s) {sorted(missing)}")
+        raise FrameError(f"header: unknown field(s) {sorted(map(str, h.keys() - _HEADER_KEYS))}")
+    if type(h["v"]) is not int or h["v"] != SCHEMA_VERSION:
+        raise FrameError(f"header: schema version v={h['v']!r}, this reader understands v={SCHEMA_VERSION}")
+    # `type(x) is int` on purpose: msgpack booleans are ints to isinstance() and must not pass
+    seq = h["seq"]
+    if type(seq) is not int or not 0 <= seq < _UINT64:
+        raise FrameError(f"header: seq must be an integer in [0, 2**64), got {seq!r}")
+    for key in ("t_host", "t", "t_pub"):
+        if type(h[key]) is not int or not -_INT64 <= h[key] < _INT64:
+            raise FrameError(f"header: {key} must be an int64 nanosecond stamp, got {h[key]!r}")
+    t_device = h["t_device"]
+    if t_device is not None and (type(t_device) is not int or not -_INT64 <= t_device < _INT64):
+        raise FrameError(f"header: t_device must be an int64 nanosecond stamp or nil, got {t_device!r}")
+    rate = h["rate_hz"]
+    if type(rate) not in (int, float) or not math.isfinite(rate) or rate < 0:
+        raise FrameError(f"header: rate_hz must be a finite number >= 0, got {rate!r}")
+    stream = h["stream"]
+    layout = (h["kind"], h["channels"], h["units"])
+    if type(stream) is not str or _LAYOUTS.get(stream) != layout:
+        _check_layout(h)
+        if len(_LAYOUTS) >= _MAX_LAYOUTS:
+            _LAYOUTS.clear()
+        _LAYOUTS[stream] = (layout[0], list(layout[1]), list(layout[2]))  # copies: the caller may mutate
     buffers = h["buffers"]
-    if not isinstance(buffers, list) or not 1 <= len(buffers) <= MAX_BUFFERS + 1:
+    if type(buffers) is not list or not 1 <= len(buffers) <= MAX_BUFFERS + 1:
         raise FrameError(f"header: buffers must be a list of 1..{MAX_BUFFERS + 1} descriptors")
-    names = set()
     for i, b in enumerate(buffers):
-        if not isinstance(b, dict) or b.keys() != _BUFFER_KEYS:
-            raise FrameError(f"header: buffers[{i}] must be a map with exactly {sorted(_BUFFER_KEYS)}")
-        _check_name(f"buffers[{i}].name", b["name"])
-        if b["name"] in names:
-            raise FrameError(f"header: buffer name {b['name']!r} repeated")
-        names.add(b["name"])
-        if b["dtype"] not in DTYPES:
-            raise FrameError(f"header: buffers[{i}] ({b['name']!r}) dtype {b['dtype']!r:.40} is not one of {sorted(DTYPES)}")
-        shape = b["shape"]
-        if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(_is_int(d) and d >= 0 for d in shape):
-            raise FrameError(f"header: buffers[{i}] ({b['name']!r}) shape {shape!r:.60} must be <= {MAX_NDIM} non-negative ints")
-        nbytes = math.prod(shape) * int(b["dtype"][2:])  # dtype.str ends with the item size
-        if nbytes > MAX_BUFFER_BYTES:
-            raise FrameError(f"header: buffers[{i}] ({b['name']!r}) declares {nbytes} bytes, more than MAX_BUFFER_BYTES={MAX_BUFFER_BYTES}")
+        _check_buffer(i, b)
+    if len(buffers) > 1 and len({b["name"] for b in buffers}) != len(buffers):
+        raise FrameError(f"header: buffer names {[b['name'] for b in buffers]} repeat")
     data = buffers[0]
     if data["name"] != "data" or len(data["shape"]) != 2 or data["shape"][1] != len(h["channels"]):
         raise FrameError(f"header: buffer 0 must be 'data' of shape (samples, {len(h['channels'])}), "
                          f"got {data['name']!r} {data['shape']}")
-    _check_meta(h["meta"], "meta")
-    if not isinstance(h["meta"], dict):
-        raise FrameError(f"header: meta must be a map, got {type(h['meta']).__name__}")
+    meta = h["meta"]
+    if type(meta) is not dict:
+        raise FrameError(f"header: meta must be a map, got {type(meta).__name__}")
+    if meta:
+        _check_meta(meta, "meta")
 
 
 def _buffer(part: Any) -> memoryview:
@@ -341,7 +361,7 @@ def decode(parts: Sequence[Any]) -> Frame:
     arrays = []
     for desc, part in zip(descs, parts[2:]):
         view = _buffer(part)
-        dtype = np.dtype(desc["dtype"])
+        dtype = _NP_DTYPES[desc["dtype"]]
         expected = math.prod(desc["shape"]) * dtype.itemsize
         if len(view) != expected:
             raise FrameError(f"stream {topic!r}: buffer {desc['name']!r} has {len(view)} bytes, "
