@@ -82,6 +82,10 @@ class Link:
     def __init__(self, url: str, *, baudrate: int = 1_000_000, heartbeat_hz: float = 20.0, liveness_s: float = 0.1,
                  reconnect: bool = True, backoff_s: tuple[float, float] = (0.02, 0.2), queue_size: int = 100_000,
                  read_timeout_s: float = 0.005):
+        if heartbeat_hz < 0 or liveness_s <= 0 or not 0 < backoff_s[0] <= backoff_s[1] or read_timeout_s <= 0:
+            raise ValueError(f"Link({url!r}): expected heartbeat_hz >= 0 (got {heartbeat_hz}), liveness_s > 0 "
+                             f"(got {liveness_s}), 0 < backoff_s[0] <= backoff_s[1] (got {backoff_s}), "
+                             f"read_timeout_s > 0 (got {read_timeout_s})")
         self.url = url
         self.baudrate = baudrate
         self.heartbeat_hz = heartbeat_hz
@@ -208,6 +212,9 @@ class Link:
     def request(self, msg: P.Message, timeout_s: float = 0.1, retries: int = 3) -> P.Ack:
         """Send a request (CONFIG, ESTOP, RESET) and wait for its ACK, resending up to `retries` times.
         Raise NackError if refused, LinkTimeout if unanswered."""
+        if not isinstance(msg, P.REQUESTS):
+            raise ValueError(f"request(): {type(msg).__name__} is not acknowledged; use send() "
+                             f"(requests are {', '.join(c.__name__ for c in P.REQUESTS)})")
         waiter = _Waiter()
         seqs = []
         try:
@@ -243,8 +250,8 @@ class Link:
     # ----------------------------------------------------------------- receiving
 
     def recv(self, timeout_s: float | None = None) -> P.Frame | None:
-        """Next received frame (any type except ACK/NACK/CAPS answers consumed by requests are still
-        delivered), or None after timeout_s."""
+        """The oldest received frame not yet taken (every type, ACK/NACK/CAPS included), or None if
+        none arrives within timeout_s (None: wait forever)."""
         with self._qcond:
             if not self._queue:
                 self._qcond.wait(timeout_s)

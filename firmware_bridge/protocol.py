@@ -385,7 +385,10 @@ class Frame:
 
 def pack_frame(msg: Message, seq: int = 0, ack: int = 0, t_us: int = 0) -> bytes:
     """Unencoded frame: header + payload + CRC (no COBS, no delimiter)."""
-    payload = msg.pack()
+    try:
+        payload = msg.pack()
+    except struct.error as exc:  # a field outside its wire range, e.g. vel = 40000 for an i16
+        raise ProtocolError("payload", f"{TYPE_NAMES[msg.TYPE]}: field out of range for its wire type: {exc}") from None
     if len(payload) > MAX_PAYLOAD:
         raise ProtocolError("length", f"{TYPE_NAMES[msg.TYPE]}: payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
     body = HEADER.pack(PROTOCOL_VERSION, msg.TYPE, seq & 0xFFFF, ack & 0xFFFF, t_us & 0xFFFFFFFF, len(payload)) + payload

@@ -66,8 +66,9 @@ class Faults:
         for name in ("corrupt_rate", "drop_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"Faults.{name} = {getattr(self, name)!r}: expected a probability in [0, 1]")
-        if self.delay_s < 0 or self.unplug_for_s < 0:
-            raise ValueError("Faults.delay_s and Faults.unplug_for_s must be >= 0 s")
+        if self.delay_s < 0 or self.unplug_for_s < 0 or (self.unplug_at_s is not None and self.unplug_at_s < 0):
+            raise ValueError(f"Faults: delay_s ({self.delay_s}), unplug_for_s ({self.unplug_for_s}) and "
+                             f"unplug_at_s ({self.unplug_at_s}) must be >= 0 s")
 
 
 @dataclass
@@ -110,6 +111,10 @@ class VirtualMCU:
             raise ValueError(f"control_hz = {control_hz}: expected a divisor of 1 000 000 (integer µs period)")
         if stream_hz not in SUPPORTED_RATES or control_hz % stream_hz:
             raise ValueError(f"stream_hz = {stream_hz}: expected one of {SUPPORTED_RATES} dividing control_hz")
+        if cpr <= 0 or watchdog_ms <= 0 or heartbeat_hz <= 0 or current_noise_a < 0 or vel_window < 1:
+            raise ValueError(f"VirtualMCU: expected cpr > 0 (got {cpr}), watchdog_ms > 0 (got {watchdog_ms}), "
+                             f"heartbeat_hz > 0 (got {heartbeat_hz}), current_noise_a >= 0 (got {current_noise_a}), "
+                             f"vel_window >= 1 (got {vel_window})")
         params = motor if isinstance(motor, list) else [motor or plant.MotorParams()] * n_motors
         if len(params) != n_motors:
             raise ValueError(f"motor: {len(params)} MotorParams for n_motors = {n_motors}")

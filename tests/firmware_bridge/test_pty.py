@@ -271,3 +271,43 @@ def test_lockstep_position_and_velocity_control_with_a_load_callback():
     assert np.mean([m.vel for m in m1]) * P.VEL_LSB_CPS == pytest.approx(5.0 * 4096 / (2 * np.pi), rel=0.01)
     assert all(m.flags & P.FLAG_ENABLED and m.mode == P.MODE_VELOCITY for m in m1)
     assert seen and seen[-1] > 2.9  # the load saw the MCU clock (s)
+
+
+def test_host_heartbeats_feed_the_watchdog_only_while_the_application_is_alive():
+    with VirtualMCU(N, watchdog_ms=500) as mcu, Link(mcu.port, heartbeat_hz=50, liveness_s=0.1) as link:
+        link.send(torque_cmd(0.05))  # arms the watchdog
+        t_end = time.monotonic() + 1.0
+        while time.monotonic() < t_end:  # alive, but no commands: heartbeats keep the MCU fed
+            link.alive()
+            time.sleep(0.02)
+        link.request(P.Config(watchdog_ms=500), **REQ)  # answered only after everything sent before it
+        assert mcu.stats.watchdog_trips == 0
+        # The application stops checking in: heartbeats stop after liveness_s, the watchdog trips.
+        frames: list[P.Frame] = []
+        collect_until(link, frames, lambda fr: any(f.msg.motors[0].flags & P.FLAG_WATCHDOG for f in states(fr)))
+        assert mcu.stats.watchdog_trips == 1
+
+
+def test_current_noise_statistics():
+    mcu = VirtualMCU(1, current_noise_a=0.01, seed=11)  # idle: true current 0, sigma 10 mA
+    try:
+        with Link(mcu.port, heartbeat_hz=0) as link:
+            mcu.step(3000)
+            frames: list[P.Frame] = []
+            collect_until(link, frames, lambda fr: len(states(fr)) >= 3000)
+    finally:
+        mcu.close()
+    cur = np.array([f.msg.motors[0].current_ma for f in states(frames)], dtype=float)
+    assert abs(cur.mean()) < 1.0  # 5.5 standard errors
+    assert 9.0 < cur.std() < 11.0  # sqrt(10² + 1/12) mA after 1 mA rounding
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="corrupt_rate"):
+        Faults(corrupt_rate=2.0)
+    with pytest.raises(ValueError, match="stream_hz = 300"):
+        VirtualMCU(2, stream_hz=300)
+    with pytest.raises(P.ProtocolError, match="STATE: field out of range"):
+        P.encode_frame(P.State((P.MotorState(0, 40000, 0, 0),)))
+    with pytest.raises(ValueError, match="not acknowledged"):
+        Link("loop://").request(P.Command(()))
