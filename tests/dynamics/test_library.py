@@ -187,6 +187,8 @@ def test_table_4_2_inconsistency_is_reported_as_the_file_says():
     t42 = planar_chain_from_model(dynamics.load_model("zinkovsky_4_2"))
     data = raw("zinkovsky_4_2")
     note = " ".join(data["notes"])
+    comments = [l for l in configs.path("models/zinkovsky_4_2.toml").read_text().splitlines() if l.startswith("#")]
+    assert any("MASS INCONSISTENCY" in l for l in comments)  # said in a comment as well as in notes
     # The claims of the note hold for the data: element 1 mass = feet + shanks of Table 4.1 ...
     assert "7.18 = 2.00 + 5.18" in note
     assert t42.m[0] == pytest.approx(t41.m[0] + t41.m[1], abs=1e-12)
