@@ -323,7 +323,7 @@ def _convert(tp: Any, value: Any, key: str, ctx: _Ctx, meta: dict[str, Any]) -> 
         if "kind" not in value:
             raise ctx.error(f"{key}.kind", "missing required key (expected "
                             + " or ".join(map(_show, kinds)) + ")")
-        if value["kind"] not in kinds:
+        if not isinstance(value["kind"], str) or value["kind"] not in kinds:
             raise ctx.error(f"{key}.kind", "expected one of " + ", ".join(map(_show, kinds)),
                             value["kind"])
         return _build(kinds[value["kind"]], value, key, ctx, from_key=meta.get("from_key"))

@@ -3,12 +3,16 @@ file, key, value and expectation (exit status 2, no traceback), through the real
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
+import tomllib
 import typing
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from controller import cli, config
 from daq.bus import is_local_endpoint
@@ -185,3 +189,61 @@ def test_every_config_key_is_documented():
     assert "processes[].restart" in keys and "devices.NAME.corners" in keys and "bus.curve.client_key" in keys
     undocumented = [k for k in keys if f"`{k}`" not in doc]
     assert not undocumented
+
+
+# ------------------------------------------------------------------ any value at any key ----
+
+_scalars = st.one_of(st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=True), st.booleans(),
+                     st.text(max_size=12))
+_values = st.recursive(_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(["kind", "name", "x", "corners"]), inner,
+                                                 max_size=3)), max_leaves=8)
+
+
+def _toml(value) -> str:
+    """Inline TOML for a tomllib-shaped value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if value != value:
+            return "nan"
+        return repr(value) if abs(value) != float("inf") else ("inf" if value > 0 else "-inf")
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def _paths(node, prefix=()):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield prefix + (k,)
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield prefix + (i,)
+            yield from _paths(v, prefix + (i,))
+
+
+GOOD_TREE = tomllib.loads(GOOD)
+GOOD_PATHS = list(_paths(GOOD_TREE))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(GOOD_PATHS), value=_values)
+def test_any_value_anywhere_is_accepted_or_one_line_config_error(tmp_path, path, value):
+    tree = json.loads(json.dumps(GOOD_TREE))
+    node = tree
+    for p in path[:-1]:
+        node = node[p]
+    node[path[-1]] = value
+    text = "\n".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in tree.items())
+    file = write(tmp_path, text)
+    try:
+        config.load(file)
+    except config.ConfigError as exc:
+        msg = str(exc)
+        assert "\n" not in msg and msg.startswith(f"{file}: ")
