@@ -20,7 +20,6 @@ from typing import Callable
 import numpy as np
 
 from . import constraints as C
-from .kinematics import _solve
 from .model import Linkage, LinkageError
 
 Torque = Callable[[float, np.ndarray, np.ndarray], float]
@@ -72,7 +71,11 @@ def _accelerations(model, q, qd, effort, alpha, beta, krows, drow) -> np.ndarray
         # b = -Phi_q^D / Phi_s^D (s = 0: a distance driver at its nominal length)
         h = h - effort * J[drow] / C.input_derivative(model, 0.0)[0, drow]
     rhs = np.concatenate([h, g - 2.0 * alpha * (Jk @ qd) - beta * beta * phi])
-    return _solve(model, K[None], rhs[None])[0, :n]
+    try:
+        return np.linalg.solve(K, rhs)[:n]
+    except np.linalg.LinAlgError:
+        raise LinkageError(f"{model.name}: singular KKT matrix: dependent constraints or a singular "
+                           "configuration of the released linkage") from None
 
 
 def project(model: Linkage, q: np.ndarray, qd: np.ndarray, tol: float = 1e-12,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import constraints as C
-from .kinematics import _solve
+from .kinematics import solve
 from .model import Linkage, LinkageError
 
 
@@ -61,7 +61,7 @@ def inverse_dynamics(model: Linkage, q: np.ndarray, qd: np.ndarray, s, sd, sdd,
     K[:, n:, :n] = Jc
     rhs = np.concatenate([applied_forces(model, q, foot_force),
                           C.gamma(model, q, qd, s, sd, sdd)], axis=1)
-    x = _solve(model, K, rhs)
+    x = solve(model, K, rhs, kkt=True)
     qdd, lam = x[:, :n], x[:, n:]
     effort = np.einsum("nm,nm->n", lam, C.input_derivative(model, C._check_s(s, N, "s")))
     P = len(model.pin_bi)

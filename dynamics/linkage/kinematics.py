@@ -14,12 +14,24 @@ from . import constraints as C
 from .model import Linkage, SingularConfigurationError
 
 
-def _solve(model: Linkage, J: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+def solve(model: Linkage, A: np.ndarray, rhs: np.ndarray, kkt: bool = False) -> np.ndarray:
+    """Batched solve of A x = rhs, A (N, k, k), rhs (N, k): Phi_q systems (k = n) or KKT systems
+    (k = n + m, kkt=True), split into the independent blocks of `Linkage.components`."""
+    comps = model.components
     try:
-        return np.linalg.solve(J, rhs[..., None])[..., 0]
+        if len(comps) == 1:
+            return np.linalg.solve(A, rhs[..., None])[..., 0]
+        n = model.n_coords
+        x = np.empty(rhs.shape)
+        for cols, rows in comps:
+            idx = np.concatenate([cols, n + rows]) if kkt else None
+            r, c = (idx, idx) if kkt else (rows, cols)
+            x[:, c] = np.linalg.solve(A[:, r[:, None], c], rhs[:, r][..., None])[..., 0]
+        return x
     except np.linalg.LinAlgError:
         raise SingularConfigurationError(
-            f"{model.name}: singular constraint Jacobian in the velocity/acceleration solve") from None
+            f"{model.name}: singular constraint Jacobian: the linkage is at a singular configuration "
+            "(dead centre or branch point)") from None
 
 
 def velocities(model: Linkage, q: np.ndarray, s, sd) -> np.ndarray:
@@ -28,12 +40,12 @@ def velocities(model: Linkage, q: np.ndarray, s, sd) -> np.ndarray:
     N = q.shape[0]
     sd = C._check_s(sd, N, "sd")
     rhs = -C.input_derivative(model, C._check_s(s, N, "s")) * sd[:, None]
-    return _solve(model, C.jacobian(model, q), rhs)
+    return solve(model, C.jacobian(model, q), rhs)
 
 
 def accelerations(model: Linkage, q: np.ndarray, qd: np.ndarray, s, sd, sdd) -> np.ndarray:
     """q'' (N, n) from Phi_q q'' = gamma."""
-    return _solve(model, C.jacobian(model, q), C.gamma(model, q, qd, s, sd, sdd))
+    return solve(model, C.jacobian(model, q), C.gamma(model, q, qd, s, sd, sdd))
 
 
 def input_derivatives(model: Linkage, q: np.ndarray, s) -> tuple[np.ndarray, np.ndarray]:

@@ -141,6 +141,39 @@ class Linkage:
     def gravity_force(self) -> np.ndarray:
         return _frozen(np.array([v for b in self.bodies for v in (0.0, -b.mass * self.gravity, 0.0)]))
 
+    @cached_property
+    def components(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        """(coordinate indices, row indices) of each independent sub-linkage (bodies connected by
+        constraints other than through the ground; the legs of a walker). Each block of Phi_q is
+        square for a driven linkage, so the solves split into independent blocks; a single block
+        when the linkage is one connected mechanism or a block would not be square."""
+        nb = self.n_bodies
+        parent = list(range(nb + 1))
+
+        def find(a: int) -> int:
+            while parent[a] != a:
+                parent[a] = parent[parent[a]]
+                a = parent[a]
+            return a
+
+        pairs = [(int(i), int(j)) for i, j in zip(np.concatenate([self.pin_bi, self.dist_bi, self.coord_bi]),
+                                                  np.concatenate([self.pin_bj, self.dist_bj, self.coord_bj]))]
+        for i, j in pairs:
+            if i != nb and j != nb:
+                parent[find(i)] = find(j)
+        row_body = [i if i != nb else j for i, j in pairs]
+        row_body = [b for b in row_body[:len(self.pin_bi)] for _ in (0, 1)] + row_body[len(self.pin_bi):]
+        roots = sorted({find(b) for b in range(nb)})
+        comps = []
+        for r in roots:
+            bodies = [b for b in range(nb) if find(b) == r]
+            cols = np.array([3 * b + k for b in bodies for k in range(3)])
+            rows = np.array([k for k, b in enumerate(row_body) if find(b) == r])
+            if rows.size != cols.size:
+                return ((np.arange(self.n_coords), np.arange(self.n_rows)),)
+            comps.append((_frozen(cols), _frozen(rows)))
+        return tuple(comps)
+
     def point(self, name: str) -> tuple[int, np.ndarray]:
         """(body index, body-frame vector) of a named moving point; LinkageError if unknown."""
         if name not in self.points:

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import constraints as C
 from .assembly import assemble
+from .kinematics import solve
 from .model import Linkage, SingularConfigurationError
 
 TOL = 1e-12
@@ -33,14 +34,10 @@ def newton(model: Linkage, q0: np.ndarray, s, tol: float = TOL, max_iter: int = 
         active, phi = active[keep], phi[keep]
         if active.size == 0:
             return q
-        J = C.jacobian(model, q[active])
         try:
-            q[active] -= np.linalg.solve(J, phi[..., None])[..., 0]
-        except np.linalg.LinAlgError:
-            k = int(active[0])
-            raise SingularConfigurationError(
-                f"{model.name}: singular constraint Jacobian at input s={s[k]:.6g}: the linkage is "
-                "at a singular configuration (dead centre or branch point)") from None
+            q[active] -= solve(model, C.jacobian(model, q[active]), phi)
+        except SingularConfigurationError as exc:
+            raise SingularConfigurationError(f"{exc} (Newton step near input s={s[active[0]]:.6g})") from None
     k = int(active[0])
     raise SingularConfigurationError(
         f"{model.name}: Newton-Raphson did not converge at input s={s[k]:.6g} "
@@ -49,15 +46,24 @@ def newton(model: Linkage, q0: np.ndarray, s, tol: float = TOL, max_iter: int = 
 
 
 def condition_numbers(model: Linkage, q: np.ndarray) -> np.ndarray:
-    """cond_2(Phi_q) per sample, shape (N,) (about 400 at worst for the nominal Jansen leg)."""
-    return np.linalg.cond(C.jacobian(model, q))
+    """cond_2(Phi_q) per sample, shape (N,) (about 400 at worst for the nominal Jansen leg); for a
+    linkage of independent blocks (a walker) the largest condition number of its blocks."""
+    return _regularity(model, C.jacobian(model, q))[0]
+
+
+def _regularity(model: Linkage, J: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cond (N,), sign of det (N, n_blocks)) of Phi_q per independent block."""
+    conds, signs = [], []
+    for cols, rows in model.components:
+        B = J[:, rows[:, None], cols] if len(model.components) > 1 else J
+        conds.append(np.linalg.cond(B))
+        signs.append(np.linalg.slogdet(B)[0])
+    return np.max(conds, axis=0), np.stack(signs, axis=1)
 
 
 def _check_regular(model: Linkage, q: np.ndarray, s: np.ndarray, cond_max: float,
-                   sign0: float | None = None, s_prev: float = float("nan")) -> float:
-    J = C.jacobian(model, q)
-    cond = np.linalg.cond(J)
-    sign, _ = np.linalg.slogdet(J)
+                   sign0: np.ndarray | None = None, s_prev: float = float("nan")) -> np.ndarray:
+    cond, sign = _regularity(model, C.jacobian(model, q))
     bad = np.flatnonzero(cond > cond_max)
     if bad.size:
         k = int(bad[0])
@@ -65,14 +71,14 @@ def _check_regular(model: Linkage, q: np.ndarray, s: np.ndarray, cond_max: float
             f"{model.name}: near-singular configuration at input s={s[k]:.6g}: cond(Phi_q) = "
             f"{cond[k]:.3g} > {cond_max:.3g} (dead centre or branch point; the branch would flip)")
     ref = sign[0] if sign0 is None else sign0
-    flip = np.flatnonzero(sign != ref)
+    flip = np.flatnonzero(np.any(sign != ref, axis=1))
     if flip.size:
         k = int(flip[0])
         prev = s[k - 1] if k > 0 else s_prev
         raise SingularConfigurationError(
             f"{model.name}: det(Phi_q) changed sign between inputs s={prev:.6g} and s={s[k]:.6g}: "
             "the solution crossed a singular configuration onto another assembly branch")
-    return float(ref)
+    return ref
 
 
 def chunks(model: Linkage, N: int, kkt: bool = False) -> list[slice]:
@@ -109,8 +115,7 @@ def track(model: Linkage, s, q_start: np.ndarray | None = None, cond_max: float 
     sign = _check_regular(model, q, s[:1], cond_max)
     out[0] = q[0]
     for k in range(1, s.shape[0]):
-        J = C.jacobian(model, q)
-        q_s = np.linalg.solve(J, -C.input_derivative(model, s[k - 1:k])[..., None])[..., 0]
+        q_s = solve(model, C.jacobian(model, q), -C.input_derivative(model, s[k - 1:k]))
         q = newton(model, q + q_s * (s[k] - s[k - 1]), s[k:k + 1], tol)
         _check_regular(model, q, s[k:k + 1], cond_max, sign, s_prev=s[k - 1])
         out[k] = q[0]
