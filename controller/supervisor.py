@@ -255,6 +255,8 @@ def run_lab(lab: Lab, *, out: Any = None) -> int:
     sup = Supervisor(lab, events=publish_event)
     interval = lab.supervisor.status_interval_s
     try:
+        log.info("lab %r: supervisor on %s; watch the streams with `walklab bus monitor --config %s`",
+                 lab.lab.name, lab.supervisor.bind, lab.source)
         sup.start()
         next_status = time.monotonic() + min(interval, 2.0)  # a first line soon after start
         while stop["signal"] is None:

@@ -115,6 +115,14 @@ def test_bad_config_is_one_line_naming_file_key_and_expectation(tmp_path, capsys
         assert w in lines[0], (w, lines[0])
 
 
+def test_check_requires_a_run_function(tmp_path, capsys):
+    path = write(tmp_path, GOOD.replace('module = "daq.simulated"', 'module = "controller.config"'))
+    assert cli.main(["config", "check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f'{path}: processes[0].module = "controller.config": expected a module defining run(ctx, args)' in err
+
+
 def test_missing_file_and_bad_toml_through_the_real_command(tmp_path):
     missing = tmp_path / "nope.toml"
     broken = write(tmp_path, "[lab\nname = 1\n")
