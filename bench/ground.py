@@ -13,8 +13,8 @@ chassis held in place (treadmill), crank at 1 rev/s, ground 8 mm above the lowes
             (zmp_centroidal);
   margin    support polygon of the feet in contact and the signed margin of the ZMP;
   cop       two type-2 force plates (one per side) raw channels -> lab COP, combined COP.
-Two modes: one batched call over --batch samples (offline), and live 1-sample steps with the contact
-state carried between calls. Peer: scipy.spatial.ConvexHull (Qhull) for the support hull.
+Modes: one batched call over --batch samples (offline), and live blocks of 1 and 10 samples (a bus
+frame) with the contact state carried between calls. Peer: scipy.spatial.ConvexHull (Qhull) for the support hull.
 """
 import argparse
 import os
@@ -26,13 +26,16 @@ from pathlib import Path
 import numpy as np
 from scipy.spatial import ConvexHull
 
-from dynamics import forceplate as fp
-from dynamics.contact import ContactKinematics, Friction, NormalLaw, Plane, contact_forces, contact_wrench, penetration
-from dynamics.linkage.constraints import point_positions
-from dynamics.linkage.model import read_linkage
-from dynamics.linkage.position import assembled_positions
-from dynamics.support import stability_margin, support_margin, support_polygon
-from dynamics.zmp import zmp_centroidal, zmp_of_wrench
+# The repository root first: a bench/<name>.py named like a package would otherwise shadow it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dynamics import forceplate as fp  # noqa: E402
+from dynamics.contact import ContactKinematics, Friction, NormalLaw, Plane, contact_forces, contact_wrench, penetration  # noqa: E402
+from dynamics.linkage.constraints import point_positions  # noqa: E402
+from dynamics.linkage.model import read_linkage  # noqa: E402
+from dynamics.linkage.position import assembled_positions  # noqa: E402
+from dynamics.support import stability_margin, support_margin, support_polygon  # noqa: E402
+from dynamics.zmp import zmp_centroidal, zmp_of_wrench  # noqa: E402
 
 RATE = 1000.0
 N_FEET = 16
@@ -170,26 +173,27 @@ def main() -> int:
     pipe.state = None
     stats("all of the above", timed(lambda: pipe.step(pos, vel, plates, raws, com, pdot, ldot), reps), n)
 
-    # --- live: 1-sample steps with carried state
+    # --- live: blocks of 1 sample and of 10 samples (a bus frame) with carried state
     steps = int(max(200, min(n, args.seconds * 2000)))
-    print(f"\nlive, 1-sample steps ({steps} consecutive samples, contact state carried):")
-    pipe.state = None
-    parts = {"contact": [], "wrench + ZMP": [], "support + margin": [], "COP 2 plates + combine": [], "total step": []}
-    for i in range(steps):
-        sl = slice(i, i + 1)
-        t0 = time.perf_counter_ns()
-        kin, r = pipe.contact(pos[sl], vel[sl])
-        t1 = time.perf_counter_ns()
-        zz, _ = pipe.wrench_zmp(pos[sl], r.force, com[sl], pdot[sl], ldot[sl])
-        t2 = time.perf_counter_ns()
-        support_margin(pos[sl], kin.delta > 0, zz.point)
-        t3 = time.perf_counter_ns()
-        pipe.cop(plates, [rw[sl] for rw in raws])
-        t4 = time.perf_counter_ns()
-        for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0)):
-            parts[k].append(v)
-    for k, v in parts.items():
-        stats(k, v)
+    for block in (1, 10):
+        print(f"\nlive, {block}-sample blocks ({steps} consecutive samples, contact state carried; per-sample figures):")
+        pipe.state = None
+        parts = {"contact": [], "wrench + ZMP": [], "support + margin": [], "COP 2 plates + combine": [], "total": []}
+        for i in range(0, steps, block):
+            sl = slice(i, i + block)
+            t0 = time.perf_counter_ns()
+            kin, r = pipe.contact(pos[sl], vel[sl])
+            t1 = time.perf_counter_ns()
+            zz, _ = pipe.wrench_zmp(pos[sl], r.force, com[sl], pdot[sl], ldot[sl])
+            t2 = time.perf_counter_ns()
+            support_margin(pos[sl], kin.delta > 0, zz.point)
+            t3 = time.perf_counter_ns()
+            pipe.cop(plates, [rw[sl] for rw in raws])
+            t4 = time.perf_counter_ns()
+            for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0)):
+                parts[k].append(v)
+        for k, v in parts.items():
+            stats(k, v, block)
 
     # --- peer: the support hull, walklab (monotone chain) vs scipy ConvexHull (Qhull)
     m = min(steps, n)

@@ -180,7 +180,7 @@ def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], f
     """Joint torques bottom-up from the plates and top-down from the free ends, their disagreement and
     the CoM-acceleration / moment residual (module doc equations).
 
-    model: a floating-base tree (root joint free_flyer or planar); q (N, nq), v, a (N, nv); plates:
+    model: a 3-D floating-base tree (root joint free_flyer, gravity along −z); q (N, nq), v, a (N, nv); plates:
     :class:`PlateLoad` per plate (see :func:`plate_load`); feet: foot segment names (their contact
     points decide what is on a plate), or a mapping foot segment → point names (markers or contacts
     of the model). height_tol, edge_tol: m, see :func:`assign_plates`.
@@ -189,9 +189,15 @@ def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], f
     if v is None or a is None:
         raise PlateIDError("plate_inverse_dynamics needs q, v and a")
     roots = [s for s in model.segments if s.parent is None]
-    if len(roots) != 1 or roots[0].joint.type not in ("free_flyer", "planar"):
-        raise PlateIDError(f"model {model.name!r}: needs one floating root (free_flyer or planar joint), got "
+    if len(roots) != 1 or roots[0].joint.type != "free_flyer":
+        raise PlateIDError(f"model {model.name!r}: needs one floating root (a free_flyer joint), got "
                            f"{[(s.name, s.joint.type) for s in roots]}")
+    g = float(np.linalg.norm(model.gravity))
+    if not np.allclose(model.gravity, [0.0, 0.0, -g]):
+        raise PlateIDError(f"model {model.name!r}: plates lie on the lab floor z = const; gravity must be along -z, "
+                           f"got {model.gravity.tolist()}")
+    if not plates:
+        raise PlateIDError("plates: give at least one PlateLoad")
     n = q.shape[0]
     names = dict(feet) if isinstance(feet, Mapping) else {f: tuple(model.segment(f).contacts) for f in feet}
     if not names:

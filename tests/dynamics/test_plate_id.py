@@ -158,7 +158,10 @@ def test_errors_named(human):
     model, q, v, a, f, n, _ = human
     with pytest.raises(PlateIDError, match="corners"):
         plate_inverse_dynamics(model, q, v, a, [PlateLoad(f, n, np.zeros((3, 3)), np.ones(N, bool))], ["foot_r"])
+    ok = PlateLoad(f, n, plate_under(model, q, ["heel_r", "toe_r"]), np.ones(N, bool))
     with pytest.raises(PlateIDError, match="no contact points"):
-        plate_inverse_dynamics(model, q, v, a, [], ["thigh_r"])
+        plate_inverse_dynamics(model, q, v, a, [ok], ["thigh_r"])
+    with pytest.raises(PlateIDError, match="at least one PlateLoad"):
+        plate_inverse_dynamics(model, q, v, a, [], ["foot_r"])
     with pytest.raises(KeyError, match="foot_x"):
-        plate_inverse_dynamics(model, q, v, a, [], ["foot_x"])
+        plate_inverse_dynamics(model, q, v, a, [ok], ["foot_x"])
