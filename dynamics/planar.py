@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 G = 9.81  # m/s^2, methods.md section 0
+CHUNK = 2048  # samples per block: the (N, n+2, n+2) matrices stay in cache
 
 
 @dataclass(frozen=True)
@@ -133,20 +134,21 @@ def planar_terms(chain: PlanarChain, phi: np.ndarray, dphi: np.ndarray) -> tuple
     C1 = np.arctan2(C4, C3)
     c = C0 * np.cos(phi + C1)
     d = C0 * np.sin(phi + C1)
-    # A_ij / B_ij for j a proper ancestor of i: one (N, n, n) angle grid masked by mu.
-    angle = phi[:, :, None] - phi[:, None, :] + C1[None, :, None]
-    lower = mu - np.eye(n)
-    A_low = lower * l[None, :] * C0[:, None] * np.cos(angle)
-    B_low = -lower * l[None, :] * C0[:, None] * np.sin(angle)
-    A = A_low + np.swapaxes(A_low, 1, 2) + np.diag(chain.Jc + m * (chain.a1**2 + chain.a2**2) + l**2 * S)
-    B = B_low - np.swapaxes(B_low, 1, 2)
+    # A_ij, B_ij only for the pairs (i, j) with j a proper ancestor of i (zero elsewhere).
+    I, J = np.nonzero(mu - np.eye(n))
+    angle = phi[:, I] - phi[:, J] + C1[I]
+    coef = l[J] * C0[I]
     N = phi.shape[0]
     total = m.sum()
     Ah = np.zeros((N, n + 2, n + 2))
     Ah[:, 0, 0] = Ah[:, 1, 1] = total
     Ah[:, 0, 2:] = Ah[:, 2:, 0] = c
     Ah[:, 1, 2:] = Ah[:, 2:, 1] = d
-    Ah[:, 2:, 2:] = A
+    Ah[:, 2:, 2:][:, np.arange(n), np.arange(n)] = chain.Jc + m * (chain.a1**2 + chain.a2**2) + l**2 * S
+    Ah[:, 2 + I, 2 + J] = Ah[:, 2 + J, 2 + I] = coef * np.cos(angle)
+    B = np.zeros((N, n, n))
+    B[:, I, J] = -coef * np.sin(angle)
+    B[:, J, I] = -B[:, I, J]
     w2 = dphi**2
     bh = np.concatenate([np.sum(d * w2, axis=1, keepdims=True), -np.sum(c * w2, axis=1, keepdims=True),
                          np.einsum("kij,kj->ki", B, w2)], axis=1)
@@ -169,8 +171,11 @@ def planar_inverse_dynamics(chain: PlanarChain, q: np.ndarray, v: np.ndarray, a:
     q, v, a = (_batch(chain, name, x, width) for name, x in (("q", q), ("v", v), ("a", a)))
     if not q.shape == v.shape == a.shape:
         raise ValueError(f"q {q.shape}, v {v.shape} and a {a.shape} must have the same shape")
-    Ah, bh, Dh = planar_terms(chain, q[:, 2:], v[:, 2:])
-    Q = np.einsum("kij,kj->ki", Ah, a) - bh - g * Dh
+    Q = np.empty_like(q)
+    for s in range(0, q.shape[0], CHUNK):
+        e = s + CHUNK
+        Ah, bh, Dh = planar_terms(chain, q[s:e, 2:], v[s:e, 2:])
+        Q[s:e] = np.einsum("kij,kj->ki", Ah, a[s:e]) - bh - g * Dh
     return Q[0] if single else Q
 
 
