@@ -173,7 +173,7 @@ def test_crashing_child_restarts_with_backoff_and_events(tmp_path):
     assert "crasher exit status 3" in err and "restarted (restart 1" in err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_stop_leaves_no_process_and_no_socket(tmp_path, sig):
     ports = free_ports(3)
     proc = start(sim_lab(tmp_path, ports), tmp_path)
@@ -324,3 +324,42 @@ def test_gives_up_after_max_restarts_then_stops_by_itself(tmp_path):
     assert "crasher exit status 3; gave up after 2 restarts" in err
     assert "oneshot exit status 3; restart policy 'never': not restarted" in err
     assert "no process left to run" in err
+
+
+STUBBORN = '''
+import signal
+import time
+
+def run(ctx, args):
+    """Ignore SIGTERM and never return: only SIGKILL ends this one."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        ctx.health.tick()
+        time.sleep(0.02)
+'''
+
+
+def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
+    (tmp_path / "stubborn.py").write_text(STUBBORN)
+    ports = free_ports(2)
+    config = tmp_path / "lab.toml"
+    config.write_text(textwrap.dedent(f"""
+        [lab]
+        name = "stubborn"
+        [supervisor]
+        bind = "tcp://127.0.0.1:{ports[0]}"
+        stop_grace_s = 0.5
+        [[processes]]
+        name = "stubborn"
+        module = "stubborn"
+        bind = "tcp://127.0.0.1:{ports[1]}"
+    """))
+    proc = start(config, tmp_path)
+    try:
+        with Subscriber([f"tcp://127.0.0.1:{ports[1]}"], ["health/*"]) as sub:
+            pid = health_pids(sub, {"stubborn"}, timeout_s=20)["stubborn"]
+    finally:
+        out, err = stop(proc)
+    assert proc.returncode == 0
+    assert "stubborn (pid %d) ignored SIGTERM for 0.5 s: SIGKILL" % pid in err
+    assert not alive(pid) and all(port_free(p) for p in ports)
