@@ -76,7 +76,8 @@ def external_wrenches(model: Model, f_ext: Sequence[Wrench] | None, N: int, batc
 
 # ---------------------------------------------------------------------------------------------
 # Code generation with constant folding. An item is None (zero), a float constant, or a string
-# holding a Python expression / variable name of the generated code.
+# holding a Python expression / variable name of the generated code; a leading "-" marks a
+# negated term, which sums turn into subtractions.
 
 def _mul(x, y):
     if x is None or y is None or (isinstance(x, float) and x == 0.0) or (isinstance(y, float) and y == 0.0):
@@ -88,7 +89,7 @@ def _mul(x, y):
         if c == 1.0:
             return e
         if c == -1.0:
-            return f"(-{e})"
+            return e[1:] if e.startswith("-") else f"-{e}"
         return f"({c!r}*{e})"
     return f"({x}*{y})"
 
@@ -106,7 +107,13 @@ def _add(*xs):
         return const if const != 0.0 else None
     if const != 0.0:
         terms.append(repr(const))
-    return terms[0] if len(terms) == 1 else "(" + " + ".join(terms) + ")"
+    if len(terms) == 1:
+        return terms[0]
+    terms.sort(key=lambda x: x.startswith("-"))      # a positive term first, negated ones subtracted
+    out = terms[0]
+    for x in terms[1:]:
+        out += f" - {x[1:]}" if x.startswith("-") else f" + {x}"
+    return f"({out})"
 
 
 def _neg(x):
@@ -146,7 +153,7 @@ class _Code:
 
     def let(self, x):
         """Bind a compound expression to a fresh variable; names, constants and zeros pass."""
-        if x is None or isinstance(x, float) or x.isidentifier():
+        if x is None or isinstance(x, float) or x.removeprefix("-").isidentifier():
             return x
         self.n += 1
         name = f"t{self.n}"

@@ -1,0 +1,135 @@
+"""Inverse dynamics throughput and latency of dynamics.rnea against Pinocchio, same run.
+
+Run: .venv/bin/python bench/dynamics.py [--samples 100000] [--calls 3000] [--model human15]
+
+(1) Batch: one dynamics.rnea call on N samples of the floating-base 15-segment human
+    (configs/models/human15.toml) against a Python loop of pinocchio.rnea over the same samples on
+    the same model; torques compared (max |Δτ|) and throughput ratio printed.
+(2) Single sample: latency of dynamics.rnea(q, v, a) for one sample (p50/p99/max), with
+    pinocchio.rnea from Python as the reference.
+(3) Jansen table lookup rate: not here — bench/linkage.py.
+
+Both libraries load the same URDF, written by dynamics.save_urdf from the TOML model (floating
+base: free flyer added on load by both). A model URDF cannot express (spherical joints) falls
+back to building the Pinocchio model from the walklab Model through Pinocchio's C++ API
+(dynamics.pinocchio_model.to_pinocchio, identical joint order and q/v layout); the output says
+which path ran.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import dynamics  # noqa: E402
+from dynamics.pinocchio_model import to_pinocchio  # noqa: E402
+from dynamics.samples import random_configuration  # noqa: E402
+
+
+def machine() -> str:
+    cpu = platform.processor() or "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, load avg {os.getloadavg()[0]:.1f}"
+
+
+def percentiles(times_s: list[float]) -> str:
+    t = np.array(times_s) * 1e6
+    return f"p50 {np.percentile(t, 50):8.1f} µs   p99 {np.percentile(t, 99):8.1f} µs   max {t.max():8.1f} µs"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=100_000, help="batch size N for (1)")
+    ap.add_argument("--calls", type=int, default=3000, help="single-sample calls for (2)")
+    ap.add_argument("--model", default="human15", help="model name or TOML path")
+    ap.add_argument("--repeats", type=int, default=3, help="repeats of the batch timings (median reported)")
+    args = ap.parse_args(argv)
+    import pinocchio as pin
+
+    print(f"machine: {machine()}")
+    print(f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
+    print(f"numpy {np.__version__}, pinocchio {pin.__version__}")
+    toml_model = dynamics.load_model(args.model)
+    with tempfile.TemporaryDirectory() as tmp:
+        urdf = Path(tmp) / f"{toml_model.name}.urdf"
+        try:
+            dynamics.save_urdf(toml_model, urdf)
+        except dynamics.ModelError as e:
+            print(f"peer model: built with to_pinocchio ({e})")
+            model, pm = toml_model, to_pinocchio(toml_model)
+        else:
+            floating = toml_model.segments[0].joint.type == "free_flyer"
+            print(f"peer model: the same URDF (dynamics.save_urdf of {args.model}) loaded by both, floating={floating}")
+            model = dynamics.load_urdf(urdf, floating=floating)
+            pm = (pin.buildModelFromUrdf(str(urdf), pin.JointModelFreeFlyer()) if floating
+                  else pin.buildModelFromUrdf(str(urdf)))
+            pm.gravity = pin.Motion(np.concatenate((model.gravity, np.zeros(3))))
+    pd = pm.createData()
+    joints = {}
+    for s in model.segments:
+        joints[s.joint.type] = joints.get(s.joint.type, 0) + 1
+    print(f"model {model.name}: {len(model.segments)} segments, nq = {model.nq}, nv = {model.nv}, "
+          f"{model.total_mass:.1f} kg, joints {joints}")
+
+    rng = np.random.default_rng(0)
+    N = args.samples
+    q = random_configuration(model, rng, N)
+    v = rng.normal(size=(N, model.nv))
+    a = rng.normal(size=(N, model.nv))
+
+    # (1) batch throughput
+    dynamics.rnea(model, q[:10], v[:10], a[:10])   # generate and compile the kernel once
+    ours, theirs = [], []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        tau = dynamics.rnea(model, q, v, a)
+        ours.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        tau_pin = np.array([pin.rnea(pm, pd, q[k], v[k], a[k]) for k in range(N)])
+        theirs.append(time.perf_counter() - t0)
+    err = np.abs(tau - tau_pin).max()
+    t_ours, t_pin = float(np.median(ours)), float(np.median(theirs))
+    print(f"\n(1) batch inverse dynamics, N = {N} samples (median of {args.repeats})")
+    print(f"    dynamics.rnea batch      {t_ours:8.3f} s   {N / t_ours:12,.0f} samples/s")
+    print(f"    pinocchio.rnea loop      {t_pin:8.3f} s   {N / t_pin:12,.0f} samples/s")
+    print(f"    throughput ratio         {t_pin / t_ours:8.2f} x   (target >= 1, aim 3)")
+    print(f"    max |tau - tau_pin|      {err:.3e} (of max |tau| {np.abs(tau_pin).max():.1f})")
+    if not np.allclose(tau, tau_pin, rtol=1e-9, atol=1e-9):
+        print("    RESULTS DIFFER", file=sys.stderr)
+        return 1
+
+    # (2) single-sample latency
+    ours, theirs = [], []
+    for k in range(args.calls):
+        i = k % N
+        t0 = time.perf_counter()
+        dynamics.rnea(model, q[i], v[i], a[i])
+        ours.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        pin.rnea(pm, pd, q[i], v[i], a[i])
+        theirs.append(time.perf_counter() - t0)
+    print(f"\n(2) single-sample latency, {args.calls} calls")
+    print(f"    dynamics.rnea       {percentiles(ours)}   (target p50 < 200 µs)")
+    print(f"    pinocchio.rnea      {percentiles(theirs)}")
+
+    print("\n(3) Jansen table lookup rate: see bench/linkage.py")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
