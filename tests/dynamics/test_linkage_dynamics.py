@@ -178,13 +178,16 @@ def test_forward_of_inverse_is_identity(jansen):
     assert np.allclose(FW.accelerations(jansen, q[0], qd[0], tau), qdd[0], atol=1e-9)
 
 
-def test_torque_free_simulation_conserves_energy_and_constraints(jansen):
+@pytest.mark.parametrize("projection", [True, False])
+def test_torque_free_simulation_conserves_energy_and_constraints(jansen, projection):
     q0 = P.assembled_positions(jansen, [0.3])[0]
-    tr = FW.simulate(jansen, q0, np.zeros_like(q0), t_end=0.3, dt=2e-3, method="rk4")
+    tr = FW.simulate(jansen, q0, np.zeros_like(q0), t_end=0.3, dt=2e-3, method="rk4", projection=projection)
     T, V = FW.mechanical_energy(jansen, tr.q, tr.qd)
     assert T.max() > 1e-3                                       # it does swing
     assert np.max(np.abs(T + V - (T[0] + V[0]))) < 1e-7 * T.max()
-    assert np.sqrt(tr.E_p.max()) < 1e-11 and np.sqrt(tr.E_v.max()) < 1e-10
+    # with projection: on the manifold to Newton tolerance; Baumgarte alone: drift stays tiny
+    bound = 1e-11 if projection else 1e-8
+    assert np.sqrt(tr.E_p.max()) < bound and np.sqrt(tr.E_v.max()) < 100 * bound
 
 
 def test_constant_torque_work_equals_energy_gain(jansen):
