@@ -189,3 +189,19 @@ def test_unknown_model_name_and_missing_file():
         read_linkage("nope_leg")
     with pytest.raises(FileNotFoundError, match="not found"):
         read_linkage("/nonexistent/leg.toml")
+
+
+@pytest.mark.parametrize("step", [0.5, 1.5, 2.5, 3.0])
+def test_coarse_continuation_never_silently_changes_branch(step):
+    # Newton from a far predictor may land on the crossed assembly of the four-bar; that must be
+    # reported (det Phi_q changes sign), otherwise the result must be the assembled branch.
+    model = load_linkage(four_bar(1.0, 3.0, 2.5, 3.0), "grashof (test)")
+    th = np.array([0.0, step])
+    try:
+        q = P.track(model, th)
+    except SingularConfigurationError as exc:
+        assert "changed sign" in str(exc) and step == 3.0
+        return
+    qa = P.assembled_positions(model, th)
+    assert np.allclose(C.point_positions(model, q, "B"), C.point_positions(model, qa, "B"), atol=1e-10)
+    assert step != 3.0, "the jump onto the crossed branch went unreported"
