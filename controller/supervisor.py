@@ -2,8 +2,8 @@
 
 Each enabled ``[[processes]]`` entry becomes a real subprocess
 ``python -m controller.proc --config FILE --name NAME ARGS...`` (which runs ``MODULE.run``) in its
-own session (process group), so a
-Ctrl-C typed in the terminal reaches only the supervisor, which then stops the children in order.
+own session (process group), so a Ctrl-C typed in the terminal reaches only the supervisor, which
+then stops the children in order.
 Children started through `controller.proc` also ask the kernel for SIGTERM when the supervisor
 dies (``PR_SET_PDEATHSIG``), so even a SIGKILLed supervisor leaves no orphans behind.
 
@@ -13,7 +13,8 @@ signal) or ``never``. The delay before restart ``k`` (k = 1, 2, ...) is
     delay_k = min(backoff_initial_s * 2**(k-1), backoff_max_s)
 
 and ``k`` falls back to 1 when the process had run at least ``backoff_reset_s`` before crashing.
-Every exit, restart and give-up is an event: a log line and a frame on ``events/supervisor``.
+Every exit (``exit``, or ``crash`` for a non-zero status), restart and give-up is an event: a log
+line and a frame on ``events/supervisor``.
 
 Stopping (SIGINT, SIGTERM, SIGHUP or `Supervisor.stop`): SIGTERM to every child's process group,
 up to ``stop_grace_s`` for them to exit, SIGKILL to those left, then reap them all.
@@ -26,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from controller.config import Lab, Process
@@ -48,11 +49,6 @@ class Child:
     streak: int = 0              # consecutive quick crashes: sets the backoff exponent
     next_start: float = 0.0      # time.monotonic() of the scheduled restart (state backoff)
     last_status: int | None = None  # last exit status (negative: killed by that signal)
-    pids: list[int] = field(default_factory=list)  # every pid this child had, oldest first
-
-    @property
-    def pid(self) -> int | None:
-        return self.popen.pid if self.popen is not None and self.state == "running" else None
 
 
 def backoff_delay(k: int, initial_s: float, max_s: float) -> float:
@@ -149,11 +145,6 @@ class Supervisor:
             parts.append(s)
         return f"[{self.lab.lab.name}] " + " | ".join(parts)
 
-    def health(self) -> dict[str, Any]:
-        """Per-process state for the supervisor's health frame."""
-        return {c.spec.name: {"state": c.state, "pid": c.pid, "restarts": c.restarts,
-                              "last_status": c.last_status} for c in self.children}
-
     # -- internals -------------------------------------------------------------------------
 
     def command(self, spec: Process) -> list[str]:
@@ -167,7 +158,6 @@ class Supervisor:
         # a stop can signal the child together with anything it spawned.
         child.popen = subprocess.Popen(self.command(child.spec), env=env, start_new_session=True,
                                        stdin=subprocess.DEVNULL, close_fds=True)
-        child.pids.append(child.popen.pid)
         child.started = self._now()
         child.state = "running"
         log.info("started %s (pid %d): %s.run", child.spec.name, child.popen.pid, child.spec.module)
@@ -191,15 +181,13 @@ class Supervisor:
         delay = backoff_delay(child.streak, sup.backoff_initial_s, sup.backoff_max_s)
         child.state = "backoff"
         child.next_start = now + delay
-        self._event("crash", child, status=status, ran_s=round(ran, 3), restart_in_s=delay)
+        self._event("crash" if status else "exit", child, status=status, ran_s=round(ran, 3),
+                    restart_in_s=delay)
 
     def _event(self, event: str, child: Child, **fields: Any) -> None:
         fields = {"process": child.spec.name, **fields}
-        if "status" in fields:
-            how = _describe_status(fields["status"])
-        else:
-            how = ""
-        if event == "crash":
+        how = _describe_status(fields["status"]) if "status" in fields else ""
+        if "restart_in_s" in fields:
             log.warning("%s %s after %.1f s; restart in %.1f s", child.spec.name, how, fields["ran_s"],
                         fields["restart_in_s"])
         elif event == "restart":
