@@ -148,7 +148,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=1.0, help="approximate timing time per live case")
     ap.add_argument("--batch", type=int, default=10000, help="samples in the offline batch")
     args = ap.parse_args()
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; python {sys.version.split()[0]}, numpy {np.__version__}")
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+          f"python {sys.version.split()[0]}, numpy {np.__version__}")
     print(f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
     rng = np.random.default_rng(0)
     n = args.batch

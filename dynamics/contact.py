@@ -463,7 +463,7 @@ def contact_forces(
 
     # Loop integral ∮ F_N dδ on clipped δ: outside episodes δ = F = 0, so dE vanishes there and the
     # first sample after lift-off closes the loop back to (0, 0).
-    dc = np.maximum(delta, 0.0)
+    dc = np.where(in_c, delta, 0.0)  # a NaN δ (marker gap) counts as no contact, never poisons the sums
     d_e = 0.5 * (f_n + _shift(f_n, state.last_force)) * (dc - _shift(dc, state.last_delta))
     cum = np.cumsum(d_e, axis=0)
     energy = cum - np.where(has_start, (cum - d_e)[at_start], -state.energy)

@@ -355,3 +355,14 @@ def test_fit_recovers_parameters_from_noisy_force(truth):
     assert fit.law.restitution == pytest.approx(truth.restitution, abs=0.02)
     assert fit.law.damping == pytest.approx(truth.damping, rel=0.05, abs=1e-9)
     assert fit.rms < 0.01 * res.f_normal.max()
+
+
+def test_nan_penetration_is_no_contact_and_does_not_poison_energy():
+    law = NormalLaw("flores", 5e4, restitution=0.6)
+    pts, vel, _ = sampled_drop(law)
+    kin = penetration(Plane(), pts, vel)
+    gap = ContactKinematics(kin.delta.copy(), kin.delta_dot, kin.v_t, kin.normal)
+    gap.delta[:50] = np.nan  # marker gap in the flight phase
+    a, b = contact_forces(law, kin), contact_forces(law, gap)
+    assert np.all(b.f_normal[:50] == 0) and np.all(np.isfinite(b.energy))
+    np.testing.assert_allclose(b.energy[b.lift_off], a.energy[a.lift_off], rtol=1e-12)
