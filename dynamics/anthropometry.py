@@ -251,6 +251,24 @@ def _vec(x) -> list[float]:
     return [round(float(v), 12) + 0.0 for v in x]  # + 0.0 turns -0.0 into 0.0
 
 
+def urdf_order(rows: list[dict]) -> list[dict]:
+    """Segment tables in the order Pinocchio's URDF reader gives their joints: depth first from the
+    world, siblings sorted by joint name (urdfdom keeps joints in a name-sorted map). With this
+    order a model's q and v layouts equal Pinocchio's for its exported URDF."""
+    children: dict[str, list[dict]] = {}
+    for r in rows:
+        children.setdefault(r["parent"], []).append(r)
+    out: list[dict] = []
+
+    def visit(parent: str) -> None:
+        for r in sorted(children.get(parent, []), key=lambda r: r.get("joint_name", r["name"])):
+            out.append(r)
+            visit(r["name"])
+
+    visit("world")
+    return out
+
+
 def human15_table(mass: float, height: float, sex: str = "male", ball_joints: bool = False) -> dict:
     """The 15-segment human as a model table in the TOML model format of docs/models.md.
 
@@ -258,7 +276,8 @@ def human15_table(mass: float, height: float, sex: str = "male", ball_joints: bo
     hips) are, by default, three revolute joints each (flexion, adduction or lateral bending,
     axial rotation; flexion, adduction, internal rotation and bending to the left positive)
     through two massless link segments, so that the model exports to URDF and an actuator can
-    drive one axis; ball_joints=True makes them single spherical joints. Segment frames are
+    drive one axis; ball_joints=True makes them single spherical joints. Segments are listed in
+    Pinocchio's URDF order (`urdf_order`). Segment frames are
     parallel to the lab frame in the standing posture, origins on the joint centres; the floating
     base (pelvis, origin MIDH) has q = 0 at the lab origin, so standing on the floor needs base
     z = meta.standing_base_height.
@@ -333,7 +352,7 @@ def human15_table(mass: float, height: float, sex: str = "male", ball_joints: bo
         "meta": {"sex": sex, "body_mass": float(mass), "stature": float(height),
                  "standing_base_height": round(float(pos["pelvis"][2]), 12),
                  "joints3": "spherical" if ball_joints else "revolute"},
-        "segment": out,
+        "segment": urdf_order(out),
     }
 
 
@@ -382,6 +401,7 @@ def exoskeleton_table(mass: float, height: float, sex: str = "male") -> dict:
             if seg.get("joint_name", "").startswith(joint + "_"):
                 seg["limits"] = {"lower": lo, "upper": hi, "velocity": EXO_MOTOR["velocity_limit"],
                                  "effort": EXO_MOTOR["torque_limit"]}
+    table["segment"] = urdf_order(segs)
     table["actuator"] = [
         {"name": f"{joint}_motor{side}", "joint": f"{seg}{side}", **EXO_MOTOR}
         for side in ("_r", "_l") for joint, seg in (("hip", "hip_flex"), ("knee", "shank"))]
