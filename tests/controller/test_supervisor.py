@@ -225,7 +225,7 @@ def test_bus_monitor_shows_force_plate_streams_without_gaps(tmp_path):
         assert [b.seq - a.seq for a, b in zip(frames, frames[1:])] == [1] * 49
         assert {b.t_device - a.t_device for a, b in zip(frames, frames[1:])} == {5_000_000}
         mon = subprocess.run([sys.executable, "-m", "controller.cli", "bus", "monitor", "--config", str(config),
-                              "--duration", "3"], capture_output=True, text=True, cwd=REPO, timeout=60)
+                              "--duration", "2"], capture_output=True, text=True, cwd=REPO, timeout=60)
     finally:
         stop(proc)
     assert mon.returncode == 0, mon.stderr
@@ -279,7 +279,7 @@ def test_curve_secured_lab_serves_key_holders_only(tmp_path):
         with Subscriber([fp], ["forceplate/*"]) as plain, \
                 Subscriber([fp], ["forceplate/*"], curve=stranger) as unauthorized:
             mon = subprocess.run([sys.executable, "-m", "controller.cli", "bus", "monitor", "--config",
-                                  str(config), "--stream", "forceplate/*", "--duration", "4"],
+                                  str(config), "--stream", "forceplate/*", "--duration", "2.5"],
                                  capture_output=True, text=True, cwd=REPO, timeout=60)
             assert plain.recv(timeout_s=0.5) is None and unauthorized.recv(timeout_s=0.5) is None
     finally:
