@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
 
+from daq.bus import DEFAULT_RCVHWM, DEFAULT_SNDHWM, is_local_endpoint
+
 __all__ = [
     "ConfigError", "Lab", "LabInfo", "Bus", "Curve", "Supervisor", "Process",
     "ForcePlate", "Mcu", "Mocap", "Device", "load", "parse_endpoint",
@@ -71,9 +73,9 @@ class Curve:
 @dataclass(frozen=True)
 class Bus:
     """``[bus]``: ZeroMQ settings shared by every publisher and subscriber of the lab."""
-    sndhwm: int = field(default=1000, metadata=_doc(
+    sndhwm: int = field(default=DEFAULT_SNDHWM, metadata=_doc(
         "send high-water mark of every publisher, in frames per subscriber (0 = unlimited)", min=0))
-    rcvhwm: int = field(default=1000, metadata=_doc(
+    rcvhwm: int = field(default=DEFAULT_RCVHWM, metadata=_doc(
         "receive high-water mark of every subscriber, in frames (0 = unlimited)", min=0))
     curve: Curve | None = field(default=None, metadata=_doc(
         "CurveZMQ keys; required as soon as any endpoint binds a non-loopback address"))
@@ -452,8 +454,6 @@ def _cross_checks(lab: Lab, ctx: _Ctx) -> None:
     for name, d in lab.devices.items():
         if isinstance(d, ForcePlate) and d.type == 4 and d.cal_matrix is None:
             raise ctx.error(f"devices.{name}.cal_matrix", "missing: a type-4 plate needs a 6x6 calibration matrix")
-    from daq.bus import is_local_endpoint
-
     owners = [("supervisor", lab.supervisor)] + [(f"processes[{i}]", p) for i, p in enumerate(lab.processes)]
     for key, owner in owners:
         for ep_key in ("bind", "connect"):

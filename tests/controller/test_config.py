@@ -47,7 +47,7 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_good_config_loads_into_typed_frozen_objects(tmp_path):
     lab = config.load(write(tmp_path, GOOD))
     assert lab.lab.name == "t"
-    assert lab.bus.sndhwm == 1000 and lab.bus.curve is None  # defaults
+    assert lab.bus.sndhwm == 10_000 and lab.bus.curve is None  # defaults (those of daq.bus)
     (proc,) = lab.processes
     assert proc.restart == "on-failure" and proc.args == () and proc.devices == ("FP1",)
     plate = lab.devices["FP1"]
