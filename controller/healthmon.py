@@ -108,7 +108,8 @@ def run(ctx: Any, args: Sequence[str]) -> int:
     opts = _parser(ctx.lab.supervisor.status_interval_s).parse_args(list(args))
     book = HealthBook(opts.silent_s)
     sub = ctx.subscriber(["health/*"])
-    next_summary = time.monotonic_ns() + int(opts.interval * 1e9)
+    # A first summary soon after start (once every process had time to send its first health).
+    next_summary = time.monotonic_ns() + int(min(opts.interval, 3.0) * 1e9)
     while not ctx.stopping:
         frame = sub.recv(timeout_s=0.05)
         if frame is not None:
