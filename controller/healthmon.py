@@ -107,6 +107,9 @@ def run(ctx: Any, args: Sequence[str]) -> int:
     """Monitor the lab's health streams until asked to stop (see module doc)."""
     opts = _parser(ctx.lab.supervisor.status_interval_s).parse_args(list(args))
     book = HealthBook(opts.silent_s)
+    # Joining health streams late is normal here, and this process's own losses come back through
+    # its own health frame (health/NAME), which the book checks like any other.
+    logging.getLogger("walklab.bus").setLevel(logging.ERROR)
     sub = ctx.subscriber(["health/*"])
     # A first summary soon after start (once every process had time to send its first health).
     next_summary = time.monotonic_ns() + int(min(opts.interval, 3.0) * 1e9)
