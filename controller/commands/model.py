@@ -1,11 +1,13 @@
 """`walklab model`: inspect model files, report linkage gait metrics, generate a scaled human.
 
-    walklab model show NAME|FILE
+    walklab model show NAME|FILE [--floating]
+    walklab model urdf NAME|FILE [-o FILE]
     walklab model linkage NAME|FILE [--crank-speed RAD_S] [--ground-penetration M] [--json]
     walklab model human --mass KG --height M [--sex male|female] [--ball-joints | --exoskeleton]
                         [-o FILE]
 
-NAME is a shipped model (configs/models/NAME.toml); FILE a path to a TOML model file.
+NAME is a shipped model (configs/models/NAME.toml); FILE a path to a TOML model file (or, for
+`show`, a URDF file: FILE.urdf, with --floating for a free-flyer root).
 """
 from __future__ import annotations
 
@@ -22,8 +24,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = p.add_subparsers(dest="model_command", metavar="SUBCOMMAND", required=True)
 
     show = sub.add_parser("show", help="print a model's segments (or a linkage's bodies), joints, masses, totals")
-    show.add_argument("model", metavar="NAME|FILE", help="shipped model name or TOML file path")
+    show.add_argument("model", metavar="NAME|FILE", help="shipped model name, TOML or URDF file path")
+    show.add_argument("--floating", action="store_true", help="URDF only: give the root link a free-flyer joint")
     show.set_defaults(func=_show)
+
+    urdf = sub.add_parser("urdf", help="write a tree model as URDF (for Pinocchio, RViz, MuJoCo's compiler, ...)")
+    urdf.add_argument("model", metavar="NAME|FILE", help="shipped model name or TOML file path")
+    urdf.add_argument("-o", "--output", metavar="FILE", help="URDF file to write (default: standard output)")
+    urdf.set_defaults(func=_urdf)
 
     link = sub.add_parser("linkage", help="gait metrics, crank torque and energy of a crank-driven leg linkage")
     link.add_argument("model", metavar="NAME|FILE", help="linkage model (e.g. jansen_leg, chebyshev_leg)")
@@ -58,10 +66,29 @@ def _vec(v) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from dynamics import Model, load_model
+    from dynamics import Model, load_model, load_urdf
 
-    model = load_model(args.model)  # a tree Model, or a closed-chain Linkage for kind = "linkage"
+    if args.model.lower().endswith(".urdf"):
+        model = load_urdf(args.model, floating=args.floating)
+    else:
+        model = load_model(args.model)  # a tree Model, or a closed-chain Linkage for kind = "linkage"
     print(_tree_text(model) if isinstance(model, Model) else _linkage_text(model))
+    return 0
+
+
+def _urdf(args: argparse.Namespace) -> int:
+    from dynamics import Model, load_model, urdf_string
+
+    model = load_model(args.model)
+    if not isinstance(model, Model):
+        raise ValueError(f"{args.model}: a closed-chain linkage has no URDF form (URDF describes trees)")
+    text = urdf_string(model)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}: {model.name}, {len(model.segments)} segments, nq = {model.nq}, "
+              f"nv = {model.nv}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return 0
 
 

@@ -187,3 +187,22 @@ def test_shipped_human_files_are_the_generator_output(name, args):
 
 def test_human_generator_bad_subject_is_one_line_error():
     one_line_error(walklab("human", "--mass", "72.6", "--height", "178"), "stature", "178")
+
+
+def test_urdf_export_opens_in_pinocchio_and_shows_back(tmp_path):
+    import pinocchio as pin
+
+    out = tmp_path / "exo.urdf"
+    r = walklab("urdf", "exoskeleton", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    exo = dynamics.load_model("exoskeleton")
+    pm = pin.buildModelFromUrdf(str(out), pin.JointModelFreeFlyer())
+    assert (pm.nq, pm.nv) == (exo.nq, exo.nv)
+    assert sum(i.mass for i in pm.inertias) == pytest.approx(exo.total_mass, rel=1e-12)
+    shown = walklab("show", str(out), "--floating")
+    assert shown.returncode == 0, shown.stderr
+    assert f"mass {exo.total_mass:.4f} kg, nq = {exo.nq}, nv = {exo.nv}, 4 actuators" in shown.stdout
+
+
+def test_urdf_of_a_linkage_is_one_line_error():
+    one_line_error(walklab("urdf", "jansen_leg"), "jansen_leg", "linkage")
