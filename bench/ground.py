@@ -214,7 +214,29 @@ def main() -> int:
     stats("scipy.spatial.ConvexHull", qhull_ns)
     poly = support_polygon(pos[idx[0]], in_c[idx[0]])
     stats("stability_margin, 1 point", timed(lambda: stability_margin(z.point[idx[0], :2], poly), 2000))
+    plate_id_bench(rng)
     return 0
+
+
+def plate_id_bench(rng):
+    """Inverse dynamics with two plates (human15, 32 DoF): bottom-up, top-down and residual per sample."""
+    from dynamics import contact_positions, load_model
+    from dynamics.plate_id import PlateLoad, plate_inverse_dynamics
+
+    model = load_model("human15")
+    print("\nplate inverse dynamics, human15 (32 DoF), 2 plates (ground-free rnea + one position pass, bottom-up + top-down + residual):")
+    for n in (1, 10, 1000):
+        q = np.tile(model.neutral(), (n, 1))
+        q[:, 2] = 0.8948
+        v, a = rng.standard_normal((n, model.nv)), rng.standard_normal((n, model.nv))
+        plates = []
+        for names in (["heel_r", "toe_r"], ["heel_l", "toe_l"]):
+            p = contact_positions(model, q, names)[..., :2].reshape(-1, 2)
+            lo, hi = p.min(0) - 0.05, p.max(0) + 0.05
+            corners = np.array([[hi[0], hi[1], -1e-3], [lo[0], hi[1], -1e-3], [lo[0], lo[1], -1e-3], [hi[0], lo[1], -1e-3]])
+            plates.append(PlateLoad(np.tile([0.0, 0, 358.0], (n, 1)), np.zeros((n, 3)), corners, np.ones(n, bool)))
+        t = timed(lambda: plate_inverse_dynamics(model, q, v, a, plates, ["foot_r", "foot_l"]), 20 if n < 1000 else 3)
+        stats(f"block of {n} samples, per sample", t, n)
 
 
 if __name__ == "__main__":

@@ -19,13 +19,14 @@ An unloaded plate's wrench (noise, offsets) is applied to no foot but counts as 
 **Torques.** With f_i the gravito-inertial wrench of segment i (``rnea``'s backward pass), W(D) the
 plate wrenches on a set of segments D, D_k the subtree below joint k and C_k its complement:
 
-    bottom-up   τ_k = S_kᵀ [ Σ_{D_k} f_i − W(D_k) ]              rnea with the plate wrenches
+    bottom-up   τ_k = S_kᵀ [ Σ_{D_k} f_i − W(D_k) ] = τ_k^free − S_kᵀ W(D_k)   (= rnea with the plate wrenches)
     top-down    τ_k = S_kᵀ [ W(C_k) − Σ_{C_k} f_i ]
                     = τ_k^free − S_kᵀ [ w_req − W(C_k) ]           (joints with a plate below them)
     top-down    τ_k = τ_k^free                                     (joints with no plate below them)
 
 τ^free is the ground-free rnea (no external wrench), w_req = Σ_all f_i the ground wrench the motion
-requires (from the centroidal momentum rate: f = Ṗ − M g⃗, n_O = L̇_G + c × f). For joints with a plate
+requires (the free-flyer rows of τ^free in the lab frame; equal to f = Ṗ − M g⃗, n_O = L̇_G + c × f of the
+centroidal momentum rate). For joints with a plate
 below them the top-down torque comes from the free ends (head, arms, swing leg) and uses no plate in
 single support; in double support the other foot's plate is on the complement (``indeterminate``: both
 sides carry a plate; statically indeterminate, methods.md trap 9). For any joint
@@ -44,15 +45,13 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .centroidal import centroidal_momentum
-from .com import com
 from .forceplate import Plate, PlateSignals
-from .kinematics import check_state, point_kinematics, tree_state
+from .kinematics import check_state, lab_inertias, tree_state
 from .model import Model
-from .rnea import Wrench, rnea
-from .spatial import cross
+from .rnea import rnea
+from .spatial import cross, matvec
 from .support import stability_margin, support_polygon
-from .zmp import ground_wrench, zmp_of_wrench
+from .zmp import zmp_of_wrench
 
 
 class PlateIDError(ValueError):
@@ -158,6 +157,8 @@ class PlateID:
     wrenches on both sides of the joint (double support);
     residual_force (N, 3) N and residual_moment (N, 3) N·m about the CoM: measured − required;
     com_acc_kinematic, com_acc_plates (N, 3) m/s²: Ṗ/M and ΣF/M + g⃗; com (N, 3) m;
+    foot_wrench (N, F, 6): the plate wrench applied to each foot (force N, moment N·m about the lab
+    origin; as ``Wrench(foot, force, point=0, moment)`` it is the f_ext of ``rnea``);
     assignment: the :class:`Assignment` used; feet: the foot segment names in assignment order.
     """
 
@@ -171,6 +172,7 @@ class PlateID:
     com_acc_kinematic: np.ndarray
     com_acc_plates: np.ndarray
     com: np.ndarray
+    foot_wrench: np.ndarray
     assignment: Assignment
     feet: tuple[str, ...]
 
@@ -209,7 +211,10 @@ def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], f
             raise PlateIDError(f"foot {f!r} has no contact points: give its point names (markers) explicitly")
     point_names = [p for pts in names.values() for p in pts]
     point_foot = np.repeat(np.arange(len(names)), [len(p) for p in names.values()])
-    positions = point_kinematics(model, q, names=point_names)
+    # One position pass serves the foot points, the CoM, the root placement and the motion subspaces.
+    st = tree_state(model, q)
+    segs, local = zip(*(model.point(p) for p in point_names))
+    positions = matvec(st.rotation[:, list(segs)], np.array(local)) + st.position[:, list(segs)]
     asg = assign_plates(plates, positions, point_foot, len(names), height_tol, edge_tol)
 
     # Plate wrenches (about the lab origin) per foot, and the total measured.
@@ -218,15 +223,15 @@ def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], f
     w_meas = w_plate.sum(axis=1)
     w_applied = w_foot.sum(axis=1)
 
-    zero = np.zeros(3)
-    f_ext = [Wrench(f, force=w_foot[:, i, :3], point=zero, moment=w_foot[:, i, 3:]) for i, f in enumerate(names)]
-    tau_bu = rnea(model, q, v, a, f_ext)
     tau_free = rnea(model, q, v, a)
 
-    c = com(model, q)
-    _, dh = centroidal_momentum(model, q, v, a)
-    f_req, n_req = ground_wrench(model.total_mass, c, dh[:, :3], dh[:, 3:], model.gravity)
-    w_req = np.concatenate([f_req, n_req], axis=1)
+    # Required ground wrench = the ground-free rnea's free-flyer rows (force, moment about the base
+    # origin, base frame), turned to the lab frame about the lab origin.
+    R0, p0 = st.rotation[:, 0], st.position[:, 0]
+    f_req = matvec(R0, tau_free[:, :3])
+    w_req = np.concatenate([f_req, matvec(R0, tau_free[:, 3:6]) + cross(p0, f_req)], axis=1)
+    m, c_seg, _, _ = lab_inertias(model, st)
+    c = np.einsum("s,nsj->nj", m, c_seg) / model.total_mass
 
     # Feet below each joint (foot segment in the joint's subtree) carrying a plate wrench.
     below = model.supports[np.array(foot_seg)][:, model.dof_segment].T.astype(bool)  # (nv, F)
@@ -235,7 +240,8 @@ def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], f
     plate_above = (loaded_foot[:, None, :] & ~below[None]).any(axis=2)
     w_below = np.einsum("kf,nfj->nkj", below.astype(float), w_foot)                    # W(D_k)
     w_complement = w_applied[:, None, :] - w_below                                      # W(C_k)
-    S = tree_state(model, q).S                                                          # (N, nv, 6)
+    S = st.S                                                                            # (N, nv, 6)
+    tau_bu = tau_free - np.einsum("nkj,nkj->nk", S, w_below)  # = rnea with the foot wrenches as f_ext
     tau_td = np.where(plate_below, tau_free - np.einsum("nkj,nkj->nk", S, w_req[:, None, :] - w_complement), tau_free)
 
     mass = model.total_mass
@@ -248,9 +254,10 @@ def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], f
         indeterminate=plate_below & plate_above,
         residual_force=r[:, :3],
         residual_moment=r[:, 3:] - cross(c, r[:, :3]),
-        com_acc_kinematic=dh[:, :3] / mass,
+        com_acc_kinematic=f_req / mass + model.gravity,  # Ṗ = f_req + M g⃗
         com_acc_plates=w_meas[:, :3] / mass + model.gravity,
         com=c,
+        foot_wrench=w_foot,
         assignment=asg,
         feet=tuple(names),
     )

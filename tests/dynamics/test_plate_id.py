@@ -1,12 +1,13 @@
 """Inverse dynamics with measured ground reactions (methods.md b.2, h.2) on simulated human15 data:
-the plate wrenches are built from the free-flyer rows of the ground-free RNEA (what the ground must
-provide), so they are consistent with the motion."""
+the plate wrenches are what the ground must provide, from walklab's centroidal momentum rate, so they
+are consistent with the motion (plate_id computes the requirement from the rnea free-flyer rows)."""
 import numpy as np
 import pytest
 
-from dynamics import Wrench, contact_positions, forward_kinematics, load_model, rnea
+from dynamics import Wrench, centroidal_momentum, com, contact_positions, load_model, rnea
 from dynamics.forceplate import Plate, process
 from dynamics.plate_id import PlateIDError, PlateLoad, adequacy, assign_plates, plate_inverse_dynamics, plate_load
+from dynamics.zmp import ground_wrench
 
 N = 40
 
@@ -25,12 +26,12 @@ def human():
     q[:, 3:7] = quat / np.linalg.norm(quat, axis=1)[:, None]
     v = 0.5 * rng.standard_normal((N, model.nv))
     a = 2.0 * rng.standard_normal((N, model.nv))
-    # Required ground wrench, lab frame about the origin, from rnea's free-flyer rows (base frame).
+    # Required ground wrench, lab frame about the origin, from the centroidal momentum rate (plate_id
+    # itself takes it from rnea's free-flyer rows: the two routes must agree).
+    c = com(model, q)
+    _, dh = centroidal_momentum(model, q, v, a)
+    f, n = ground_wrench(model.total_mass, c, dh[:, :3], dh[:, 3:])
     tau = rnea(model, q, v, a)
-    pl = forward_kinematics(model, q)
-    R, p = pl.rotation[:, 0], pl.translation[:, 0]
-    f = np.einsum("nij,nj->ni", R, tau[:, :3])
-    n = np.einsum("nij,nj->ni", R, tau[:, 3:6]) + np.cross(p, f)
     return model, q, v, a, f, n, tau
 
 
@@ -50,6 +51,13 @@ def joints_of(model, segment):
     return np.flatnonzero(model.supports[i][model.dof_segment] > 0)
 
 
+def check_bottom_up_is_rnea_with_f_ext(model, q, v, a, res):
+    """Bottom-up torques = walklab rnea with the assigned foot wrenches as external wrenches."""
+    f_ext = [Wrench(f, res.foot_wrench[:, i, :3], np.zeros(3), res.foot_wrench[:, i, 3:]) for i, f in enumerate(res.feet)]
+    ref = rnea(model, q, v, a, f_ext)
+    np.testing.assert_allclose(res.tau_bottom_up, ref, atol=1e-9 * np.abs(ref).max())
+
+
 def test_single_support_consistent_data(human):
     model, q, v, a, f, n, tau_free = human
     corners = plate_under(model, q, ["heel_r", "toe_r"])
@@ -57,6 +65,7 @@ def test_single_support_consistent_data(human):
     res = plate_inverse_dynamics(model, q, v, a, [plate], ["foot_r", "foot_l"])
     assert res.assignment.weights[:, 0, 0].tolist() == [1.0] * N and not res.assignment.weights[:, 0, 1].any()
     assert not (res.assignment.shared.any() or res.assignment.unassigned.any() or res.assignment.straddling.any())
+    check_bottom_up_is_rnea_with_f_ext(model, q, v, a, res)
     scale = np.abs(res.tau_bottom_up).max()
     np.testing.assert_allclose(res.tau_bottom_up, res.tau_top_down, atol=1e-9 * scale)
     np.testing.assert_allclose(res.tau_bottom_up[:, :6], 0.0, atol=1e-9 * scale)  # no base residual
@@ -100,6 +109,7 @@ def test_double_support_split_is_consistent_and_flagged(human):
     plates = [PlateLoad(W1[0], W1[1], left, np.ones(N, bool), "L"), PlateLoad(f - W1[0], n - W1[1], right, np.ones(N, bool), "R")]
     res = plate_inverse_dynamics(model, q, v, a, plates, ["foot_r", "foot_l"])
     assert res.assignment.weights[:, 0, 1].all() and res.assignment.weights[:, 1, 0].all()
+    check_bottom_up_is_rnea_with_f_ext(model, q, v, a, res)
     scale = np.abs(res.tau_bottom_up).max()
     np.testing.assert_allclose(res.disagreement, 0.0, atol=1e-9 * scale)
     np.testing.assert_allclose(res.residual_force, 0.0, atol=1e-9)
@@ -122,6 +132,7 @@ def test_foot_straddling_two_plates_gets_both(human):
     res = plate_inverse_dynamics(model, q, v, a, plates, ["foot_r", "foot_l"])
     assert res.assignment.straddling[:, 0].all() and not res.assignment.straddling[:, 1].any()
     assert res.assignment.weights[:, :, 0].all()
+    check_bottom_up_is_rnea_with_f_ext(model, q, v, a, res)
     np.testing.assert_allclose(res.disagreement, 0.0, atol=1e-9 * np.abs(res.tau_bottom_up).max())
 
 
