@@ -2,6 +2,8 @@
 import numpy as np
 import pinocchio as pin
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dynamics.forceplate import Plate, process
 from dynamics.zmp import (
@@ -227,3 +229,15 @@ def test_model_zmp_planar_chain():
     ref = zmp_point_masses_planar(m, cc[..., :2], ac[..., :2], J, A[..., 5], min_fraction=0.0)
     np.testing.assert_array_equal(z.valid, ref.valid)
     np.testing.assert_allclose(z.point[z.valid], ref.point[ref.valid], atol=1e-10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), pz=st.floats(-0.5, 0.5))
+def test_horizontal_moment_vanishes_about_the_zmp(seed, pz):
+    rng = np.random.default_rng(seed)
+    f = np.column_stack([rng.normal(0, 100, (20, 2)), rng.uniform(50, 2000, 20)])
+    n = rng.normal(0, 300, (20, 3))
+    p = zmp_of_wrench(f, n, ground_z=pz).point
+    about_p = n - np.cross(p, f)  # moment of the ground wrench about the ZMP
+    np.testing.assert_allclose(about_p[:, :2], 0.0, atol=1e-9 * np.abs(n).max())
+    np.testing.assert_allclose(p[:, 2], pz)
