@@ -41,6 +41,7 @@ class ZMP:
 
 
 def _series(a, name: str, width: int | None) -> np.ndarray:
+    """a as (N, width) (or (N,) for width None), promoting one sample to N = 1; ZMPError naming `name`."""
     a = np.asarray(a, dtype=float)
     if a.ndim == (1 if width is None else 2) - 1:  # one sample: promote to N = 1
         a = a[None]
@@ -122,7 +123,7 @@ def zmp_planar(mass: float, com, pdot, kdot, ground_y: float = 0.0, g: float = G
     com, pdot, kdot = _series(com, "com", 2), _series(pdot, "pdot", 2), _series(kdot, "kdot", None)
     _check_n(com=com, pdot=pdot, kdot=kdot)
     fy = mass * g + pdot[:, 1]
-    valid = fy >= min_fraction * mass * g
+    valid = (fy > 0.0) & (fy >= min_fraction * mass * g)
     p = np.full(fy.shape, np.nan)
     num = (com[:, 1] - ground_y) * pdot[:, 0] - kdot
     np.divide(-num, fy, out=p, where=valid)
@@ -152,7 +153,7 @@ def zmp_point_masses_planar(masses, positions, accelerations, inertias=None, ang
             raise ZMPError(f"inertias must be ({m.size},) and angular_accelerations ({r.shape[0]}, {m.size}), got {j.shape}, {phi.shape}")
         num = num + phi @ j
     den = wy.sum(axis=1)
-    valid = den >= min_fraction * m.sum() * g
+    valid = (den > 0.0) & (den >= min_fraction * m.sum() * g)
     p = np.full(den.shape, np.nan)
     np.divide(num, den, out=p, where=valid)
     return ZMP(p, valid)
