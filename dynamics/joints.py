@@ -1,5 +1,5 @@
-"""Joint models: motion of the child frame in the joint placement frame, motion subspaces, and
-the configuration derivative q̇(q, v) of each joint type (docs/models.md table).
+"""Joint models: normalisation of q, motion subspaces, and the configuration derivative q̇(q, v)
+of each joint type (docs/models.md table); joint transforms are generated in codegen.py.
 
 All functions take a joint's block of q as an (N, nq_i) array and return arrays with N first.
 """
@@ -8,46 +8,29 @@ from __future__ import annotations
 import numpy as np
 
 from .model import Joint, Model
-from .spatial import axis_angle_matrix, quat_to_matrix
+from .spatial import quat_to_matrix
 
 QUAT_TOL = 1e-3  # |‖quaternion‖ − 1| accepted (and normalised away); larger is a caller error
 
 
-def unit_quaternions(quat: np.ndarray, what: str) -> np.ndarray:
-    """Normalise (N, 4) quaternions; ValueError naming `what` if a norm is off by more than QUAT_TOL."""
-    n = np.linalg.norm(quat, axis=-1)
-    bad = np.abs(n - 1) > QUAT_TOL
-    if bad.any():
-        k = int(np.argmax(bad))
-        raise ValueError(f"{what}: quaternion (x, y, z, w) must have unit norm, got norm {n[k]:.6g} at sample {k}")
-    return quat / n[:, None]
-
-
-def transform(joint: Joint, qi: np.ndarray, what: str = "q") -> tuple[np.ndarray, np.ndarray]:
-    """Child frame in the placement frame: rotation (N, 3, 3) and translation (N, 3) m for the
-    joint's coordinates qi (N, nq_i)."""
-    N = qi.shape[0]
-    t = joint.type
-    if t in ("revolute", "revolute_unbounded"):
-        if t == "revolute":
-            c, s = np.cos(qi[:, 0]), np.sin(qi[:, 0])
-        else:
-            r = np.hypot(qi[:, 0], qi[:, 1])
-            if np.any(np.abs(r - 1) > QUAT_TOL):
-                raise ValueError(f"{what}: (cos θ, sin θ) of an unbounded revolute joint must have unit norm")
-            c, s = qi[:, 0] / r, qi[:, 1] / r
-        return axis_angle_matrix(joint.axis, c, s), np.zeros((N, 3))
-    if t == "prismatic":
-        return np.broadcast_to(np.eye(3), (N, 3, 3)), qi[:, :1] * joint.axis
-    if t == "spherical":
-        return quat_to_matrix(unit_quaternions(qi, what)), np.zeros((N, 3))
-    if t == "free_flyer":
-        return quat_to_matrix(unit_quaternions(qi[:, 3:7], what)), qi[:, :3]
-    if t == "planar":
-        c, s = np.cos(qi[:, 2]), np.sin(qi[:, 2])
-        R = axis_angle_matrix(np.array([0.0, 0.0, 1.0]), c, s)
-        return R, np.stack((qi[:, 0], qi[:, 1], np.zeros(N)), -1)
-    raise AssertionError(t)  # fixed joints never reach here (no coordinates)
+def normalized_configuration(model: Model, q: np.ndarray) -> np.ndarray:
+    """q (N, nq) with quaternion (x, y, z, w) and (cos θ, sin θ) blocks normalised; ValueError
+    naming the block of q if a norm is off by more than QUAT_TOL."""
+    blocks = [(iq + s.joint.nq - 4, 4) if s.joint.type in ("spherical", "free_flyer") else (iq, 2)
+              for s, iq in zip(model.segments, model.idx_q)
+              if s.joint.type in ("spherical", "free_flyer", "revolute_unbounded")]
+    if not blocks:
+        return q
+    q = q.copy()
+    for k, w in blocks:
+        n = np.linalg.norm(q[:, k:k + w], axis=1)
+        bad = np.abs(n - 1) > QUAT_TOL
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"q[{k}:{k + w}]: {'quaternion (x, y, z, w)' if w == 4 else '(cos θ, sin θ)'} "
+                             f"must have unit norm, got {n[i]:.6g} at sample {i}")
+        q[:, k:k + w] /= n[:, None]
+    return q
 
 
 def local_subspace(joint: Joint, qi: np.ndarray) -> np.ndarray:

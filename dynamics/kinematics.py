@@ -25,7 +25,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .joints import fixed_in_parent, local_subspace, transform
+from .codegen import Code, compiled, const, joint_transform, matmul, rot, run, vadd
+from .joints import fixed_in_parent, local_subspace, normalized_configuration
 from .model import Model
 from .spatial import cross, matvec, parallel_axis
 
@@ -83,31 +84,60 @@ class TreeState:
     acceleration: np.ndarray | None = None
 
 
+def _generate_fk(model: Model) -> str:
+    """Source of fk(q): the 9 rotation and 3 translation entries of every segment frame."""
+    code = Code()
+    q = [f"q{k}" for k in range(model.nq)]
+    world, out = [], []
+    for i, s in enumerate(model.segments):
+        j, par = s.joint, model.parents[i]
+        RJ, tJ = joint_transform(code, j, q[model.idx_q[i]:model.idx_q[i] + j.nq])
+        R0 = const(j.rotation)
+        R_rel, t_rel = matmul(R0, RJ), vadd(const(j.translation), rot(R0, tJ))
+        if par < 0:
+            R, p = R_rel, t_rel
+        else:
+            Rp, pp = world[par]
+            R, p = matmul(Rp, R_rel), vadd(pp, rot(Rp, t_rel))
+        R, p = [code.vec(r) for r in R], code.vec(p)
+        world.append((R, p))
+        out += R[0] + R[1] + R[2] + p
+    return code.function("fk", {"q": q}, out)
+
+
+def _subspace_template(model: Model) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Constant child-frame motion subspace columns (nv, 6), and (column, q index of θ) of the
+    planar joints, whose translation columns turn with θ."""
+    cache = model.__dict__.setdefault("_kernels", {})
+    if "subspace" not in cache:
+        cols, planar = [], []
+        for s, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
+            if s.joint.nv:
+                cols.append(local_subspace(s.joint, np.zeros((1, s.joint.nq)))[0])
+            if s.joint.type == "planar":
+                planar.append((int(iv), int(iq) + 2))
+        cache["subspace"] = (np.concatenate(cols) if cols else np.zeros((0, 6)), planar)
+    return cache["subspace"]
+
+
 def tree_state(model: Model, q: np.ndarray, v: np.ndarray | None = None, a: np.ndarray | None = None) -> TreeState:
     """Kinematics from validated (N, nq), (N, nv), (N, nv) arrays (see check_state)."""
     N, n = q.shape[0], len(model.segments)
-    R = np.empty((N, n, 3, 3))
-    p = np.empty((N, n, 3))
-    S_local = np.empty((N, model.nv, 6))
-    for i, s in enumerate(model.segments):
-        j, par = s.joint, model.parents[i]
-        if j.type == "fixed":
-            R_rel, t_rel = j.rotation, j.translation
-        else:
-            iq, iv = model.idx_q[i], model.idx_v[i]
-            qi = q[:, iq:iq + j.nq]
-            R_j, t_j = transform(j, qi)
-            R_rel = np.matmul(j.rotation, R_j)
-            t_rel = j.translation + t_j @ j.rotation.T
-            S_local[:, iv:iv + j.nv] = local_subspace(j, qi)
-        if par < 0:
-            R[:, i], p[:, i] = R_rel, t_rel
-        else:
-            R[:, i] = np.matmul(R[:, par], R_rel)
-            p[:, i] = p[:, par] + matvec(R[:, par], np.broadcast_to(t_rel, (N, 3)))
+    q = normalized_configuration(model, q)
+    X = run(compiled(model, "fk", _generate_fk), [q], 12 * n).reshape(N, n, 12)
+    R = X[..., :9].reshape(N, n, 3, 3)
+    p = np.ascontiguousarray(X[..., 9:])
+    template, planar = _subspace_template(model)
+    S_local = np.broadcast_to(template, (N,) + template.shape)
+    if planar:
+        S_local = S_local.copy()
+        for iv, iq in planar:
+            c, s = np.cos(q[:, iq]), np.sin(q[:, iq])
+            S_local[:, iv, 0], S_local[:, iv, 1] = c, -s            # R_z(θ)ᵀ e_x
+            S_local[:, iv + 1, 0], S_local[:, iv + 1, 1] = s, c     # R_z(θ)ᵀ e_y
     Rk, pk = R[:, model.dof_segment], p[:, model.dof_segment]
-    ang = matvec(Rk, S_local[..., 3:])
-    S = np.concatenate((matvec(Rk, S_local[..., :3]) + cross(pk, ang), ang), axis=-1)
+    ang = np.einsum("nkij,nkj->nki", Rk, S_local[..., 3:])
+    S = np.concatenate((np.einsum("nkij,nkj->nki", Rk, S_local[..., :3]) + cross(pk, ang), ang), axis=-1)
     if v is None:
         return TreeState(R, p, S)
     mask = model.supports[:, model.dof_segment]

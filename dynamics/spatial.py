@@ -67,12 +67,3 @@ def quat_to_matrix(quat: np.ndarray) -> np.ndarray:
         np.stack((2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)), -1),
         np.stack((2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)), -1),
     ), -2)
-
-
-def axis_angle_matrix(axis: np.ndarray, c: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """(..., 3, 3) rotations about a fixed unit axis (3,) by the angle with cosine c and sine s
-    (arrays (...)): Rodrigues R = c E + s [u]× + (1 − c) u uᵀ."""
-    u = np.asarray(axis, dtype=float)
-    K = np.array([[0.0, -u[2], u[1]], [u[2], 0.0, -u[0]], [-u[1], u[0], 0.0]])
-    c = c[..., None, None]
-    return c * np.eye(3) + s[..., None, None] * K + (1 - c) * np.outer(u, u)

@@ -1,0 +1,215 @@
+"""Straight-line code generation for tree algorithms (used by rnea.py and kinematics.py).
+
+A per-model algorithm is unrolled once into plain Python with the model's constants folded in
+(zero offsets, identity placements, axis-aligned joints and massless segments cost nothing),
+compiled, and cached on the model. The generated function takes coordinate columns and runs on
+float scalars (one sample: pure Python arithmetic, no numpy overhead) or on (N,) arrays (a batch:
+one numpy operation per scalar operation, no loop over samples).
+
+Items of the symbolic algebra: None (zero), a float constant, or a string holding a Python
+expression or variable name of the generated code; a leading "-" marks a negated term, which
+sums turn into subtractions.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from .model import Joint, Model
+
+
+def mul(x, y):
+    """x y with constant folding."""
+    if x is None or y is None or (isinstance(x, float) and x == 0.0) or (isinstance(y, float) and y == 0.0):
+        return None
+    if isinstance(x, float) and isinstance(y, float):
+        return x * y
+    if isinstance(x, float) or isinstance(y, float):
+        c, e = (x, y) if isinstance(x, float) else (y, x)
+        if c == 1.0:
+            return e
+        if c == -1.0:
+            return e[1:] if e.startswith("-") else f"-{e}"
+        return f"({c!r}*{e})"
+    return f"({x}*{y})"
+
+
+def add(*xs):
+    """Σ xs with constant folding; negated terms become subtractions."""
+    const, terms = 0.0, []
+    for x in xs:
+        if x is None:
+            continue
+        if isinstance(x, float):
+            const += x
+        else:
+            terms.append(x)
+    if not terms:
+        return const if const != 0.0 else None
+    if const != 0.0:
+        terms.append(repr(const))
+    if len(terms) == 1:
+        return terms[0]
+    terms.sort(key=lambda x: x.startswith("-"))      # a positive term first, negated ones subtracted
+    out = terms[0]
+    for x in terms[1:]:
+        out += f" - {x[1:]}" if x.startswith("-") else f" + {x}"
+    return f"({out})"
+
+
+def neg(x):
+    return mul(-1.0, x)
+
+
+def sub(x, y):
+    return add(x, neg(y))
+
+
+def vadd(*vs):
+    return [add(*(v[i] for v in vs)) for i in range(3)]
+
+
+def vneg(x):
+    return [neg(e) for e in x]
+
+
+def vcross(a, b):
+    return [sub(mul(a[1], b[2]), mul(a[2], b[1])),
+            sub(mul(a[2], b[0]), mul(a[0], b[2])),
+            sub(mul(a[0], b[1]), mul(a[1], b[0]))]
+
+
+def rot(R, x):
+    """R x for a 3x3 nested list R."""
+    return [add(*(mul(R[i][k], x[k]) for k in range(3))) for i in range(3)]
+
+
+def rotT(R, x):
+    """Rᵀ x."""
+    return [add(*(mul(R[k][i], x[k]) for k in range(3))) for i in range(3)]
+
+
+def matmul(A, B):
+    return [[add(*(mul(A[i][k], B[k][j]) for k in range(3))) for j in range(3)] for i in range(3)]
+
+
+def const(a) -> list:
+    """Float items of a constant array (flattened one level: vectors give floats, matrices rows)."""
+    a = np.asarray(a, dtype=float)
+    return [float(x) for x in a] if a.ndim == 1 else [[float(x) for x in r] for r in a]
+
+
+ZERO = [None, None, None]
+IDENTITY = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+
+
+class Code:
+    """Lines of a generated function body."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.n = 0
+
+    def let(self, x):
+        """Bind a compound expression to a fresh variable; names, constants and zeros pass."""
+        if x is None or isinstance(x, float) or x.removeprefix("-").isidentifier():
+            return x
+        self.n += 1
+        name = f"t{self.n}"
+        self.lines.append(f"    {name} = {x}")
+        return name
+
+    def vec(self, v):
+        return [self.let(x) for x in v]
+
+    def function(self, name: str, args: dict[str, list[str]], outputs: list) -> str:
+        """Source of ``def name(<args>, cos, sin)``; each arg is a sequence unpacked into the
+        listed variable names; returns the tuple of outputs (zeros as 0.0)."""
+        head = [f"def {name}({', '.join(args)}, cos, sin):"]
+        for arg, names in args.items():
+            if names:
+                head.append(f"    {', '.join(names)}, = {arg}")
+        ret = ", ".join("0.0" if x is None else repr(x) if isinstance(x, float) else x for x in outputs)
+        return "\n".join(head + self.lines + [f"    return ({ret}{',' if len(outputs) == 1 else ''})", ""])
+
+
+def joint_transform(code: Code, j: Joint, qs: list[str]):
+    """Rotation R_J (3x3 items) and translation t_J (3 items) of the child frame in the joint
+    placement frame, for the joint's coordinate names qs (quaternions assumed unit)."""
+    t = j.type
+    if t == "fixed":
+        return IDENTITY, ZERO
+    if t in ("revolute", "revolute_unbounded"):
+        if t == "revolute":
+            c, s = code.let(f"cos({qs[0]})"), code.let(f"sin({qs[0]})")
+        else:
+            c, s = qs[0], qs[1]
+        u = const(j.axis)
+        K = [[0.0, -u[2], u[1]], [u[2], 0.0, -u[0]], [-u[1], u[0], 0.0]]
+        # Rodrigues, R_ik = u_i u_k + c (δ_ik − u_i u_k) + s K_ik, folds to 0/1 for aligned axes
+        R = [[code.let(add(u[i] * u[k], mul(c, float(i == k) - u[i] * u[k]), mul(s, K[i][k]))) for k in range(3)]
+             for i in range(3)]
+        return R, ZERO
+    if t == "prismatic":
+        return IDENTITY, [mul(x, qs[0]) for x in const(j.axis)]
+    if t in ("spherical", "free_flyer"):
+        x, y, z, w = qs[-4:]
+        xx, yy, zz = code.let(f"{x}*{x}"), code.let(f"{y}*{y}"), code.let(f"{z}*{z}")
+        xy, xz, yz = code.let(f"{x}*{y}"), code.let(f"{x}*{z}"), code.let(f"{y}*{z}")
+        wx, wy, wz = code.let(f"{w}*{x}"), code.let(f"{w}*{y}"), code.let(f"{w}*{z}")
+        R = [[code.let(f"1.0 - 2.0*({yy} + {zz})"), code.let(f"2.0*({xy} - {wz})"), code.let(f"2.0*({xz} + {wy})")],
+             [code.let(f"2.0*({xy} + {wz})"), code.let(f"1.0 - 2.0*({xx} + {zz})"), code.let(f"2.0*({yz} - {wx})")],
+             [code.let(f"2.0*({xz} - {wy})"), code.let(f"2.0*({yz} + {wx})"), code.let(f"1.0 - 2.0*({xx} + {yy})")]]
+        return R, (list(qs[:3]) if t == "free_flyer" else ZERO)
+    if t == "planar":
+        c, s = code.let(f"cos({qs[2]})"), code.let(f"sin({qs[2]})")
+        return [[c, neg(s), None], [s, c, None], [None, None, 1.0]], [qs[0], qs[1], None]
+    raise AssertionError(t)
+
+
+def joint_motion(code: Code, j: Joint, RJ, vs: list[str], as_: list[str]):
+    """Joint velocity v_J = S v and acceleration S a + c_J in the child frame, as
+    ((lin, ang), (lin, ang)) items."""
+    t = j.type
+    if t == "fixed":
+        return (ZERO, ZERO), (ZERO, ZERO)
+    if t in ("revolute", "revolute_unbounded"):
+        u = const(j.axis)
+        return (ZERO, [mul(x, vs[0]) for x in u]), (ZERO, [mul(x, as_[0]) for x in u])
+    if t == "prismatic":
+        u = const(j.axis)
+        return ([mul(x, vs[0]) for x in u], ZERO), ([mul(x, as_[0]) for x in u], ZERO)
+    if t == "spherical":
+        return (ZERO, list(vs)), (ZERO, list(as_))
+    if t == "free_flyer":
+        return (list(vs[:3]), list(vs[3:])), (list(as_[:3]), list(as_[3:]))
+    if t == "planar":
+        vl = code.vec(rotT(RJ, [vs[0], vs[1], None]))
+        cJ = vneg(vcross([None, None, vs[2]], vl))          # c_J = (−ω_J × v_J,lin, 0)
+        return (vl, [None, None, vs[2]]), (vadd(rotT(RJ, [as_[0], as_[1], None]), cJ), [None, None, as_[2]])
+    raise AssertionError(t)
+
+
+def compiled(model: Model, key: str, generate: Callable[[Model], str]) -> Callable:
+    """The function generated by generate(model), compiled once and cached on the model."""
+    cache = model.__dict__.setdefault("_kernels", {})
+    fn = cache.get(key)
+    if fn is None:
+        env: dict = {}
+        exec(compile(generate(model), f"<{key} kernel of model {model.name!r}>", "exec"), env)
+        fn = cache[key] = env[key]
+    return fn
+
+
+def run(fn: Callable, columns: list[np.ndarray], n_out: int) -> np.ndarray:
+    """Call a generated kernel on (N, k) input arrays; returns (N, n_out). One sample runs on
+    Python floats with math.cos/sin, a batch on column arrays with np.cos/np.sin."""
+    N = columns[0].shape[0]
+    if N == 1:
+        return np.array([fn(*(c[0].tolist() for c in columns), math.cos, math.sin)], dtype=float).reshape(1, n_out)
+    out = np.empty((n_out, N))
+    for k, x in enumerate(fn(*(np.ascontiguousarray(c.T) for c in columns), np.cos, np.sin)):
+        out[k] = x
+    return out.T
