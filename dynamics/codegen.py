@@ -26,14 +26,17 @@ def mul(x, y):
         return None
     if isinstance(x, float) and isinstance(y, float):
         return x * y
-    if isinstance(x, float) or isinstance(y, float):
-        c, e = (x, y) if isinstance(x, float) else (y, x)
-        if c == 1.0:
-            return e
-        if c == -1.0:
-            return e[1:] if e.startswith("-") else f"-{e}"
-        return f"({c!r}*{e})"
-    return f"({x}*{y})"
+    negative = x.startswith("-") if isinstance(x, str) else x < 0
+    negative ^= y.startswith("-") if isinstance(y, str) else y < 0
+    x = x.removeprefix("-") if isinstance(x, str) else abs(x)
+    y = y.removeprefix("-") if isinstance(y, str) else abs(y)
+    if isinstance(x, float) and x == 1.0:
+        out = y
+    elif isinstance(y, float) and y == 1.0:
+        out = x
+    else:
+        out = f"({x!r}*{y})" if isinstance(x, float) else f"({x}*{y!r})" if isinstance(y, float) else f"({x}*{y})"
+    return f"-{out}" if negative else out      # the sign is carried to the enclosing sum
 
 
 def add(*xs):
