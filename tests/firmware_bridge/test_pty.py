@@ -41,6 +41,11 @@ def states(frames: list[P.Frame]) -> list[P.Frame]:
     return [f for f in frames if isinstance(f.msg, P.State)]
 
 
+def covers(ack: int, seq: int) -> bool:
+    """True if a header `ack` shows that frame `seq` was handled (ack at or after seq, mod 2**16)."""
+    return (ack - seq) & 0xFFFF < 0x8000
+
+
 def wait_for(pred, timeout_s: float = 5.0, step_s: float = 0.01) -> bool:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
@@ -59,18 +64,15 @@ REQ = {"timeout_s": 0.5, "retries": 6}  # generous: the MCU thread may be starve
 
 
 def test_1khz_state_and_command_round_trips_8_motors_clean_line():
-    # The MCU clock starts 1 s before the 2**32 µs wrap, so the stream crosses it.
-    with VirtualMCU(N, clock_start_us=2**32 - 1_000_000) as mcu, Link(mcu.port, heartbeat_hz=0) as link:
+    # The MCU clock starts 0.1 s before the 2**32 µs wrap, so the stream crosses it.
+    with VirtualMCU(N, clock_start_us=2**32 - 100_000) as mcu, Link(mcu.port, heartbeat_hz=0) as link:
         caps = link.hello()
         assert caps.n_motors == N and caps.cpr == (4096,) * N and 1000 in caps.rates_hz
         last = stream_commands(link, 2.0, torque_cmd(0.05))
         frames: list[P.Frame] = []
-        collect_until(link, frames, lambda fr: any(f.ack == last for f in states(fr)))
-        time.sleep(0.05)
-        frames.extend(link.drain())
+        collect_until(link, frames, lambda fr: any(covers(f.ack, last) for f in states(fr)) and len(states(fr)) >= 1000)
         ls, ms = link.stats, mcu.stats
     st = states(frames)
-    assert len(st) >= 200  # the MCU may lag wall time on a loaded machine; it never skips a tick
     assert ls.lost_frames == 0 and ls.rejected == {} and ls.out_of_order == 0 and ls.late_heartbeats == 0
     assert ms.rx_errors == {} and ms.rx_frames == ls.tx_frames  # every HELLO and COMMAND arrived
     assert ms.tx_overflow == 0
@@ -86,7 +88,7 @@ def test_1khz_state_and_command_round_trips_8_motors_clean_line():
     acks = [f.ack for f in st]
     assert all(P.seq_gap(a, b) < 0x8000 or a == b for a, b in zip(acks, acks[1:]))
     # Torque mode, 0.05 N·m at the output: i = tau / (Kt N) = 83 mA; motors enabled, accelerating.
-    on = [f for f in st if f.ack == last][0].msg.motors
+    on = [f for f in st if covers(f.ack, last)][0].msg.motors
     assert all(m.flags & P.FLAG_ENABLED and m.mode == P.MODE_TORQUE for m in on)
     assert all(abs(m.current_ma - 83) <= 3 for m in on) and all(m.vel > 0 for m in on)
     # 1 Mbaud 8N1 budget: 10 bits per byte over the MCU's elapsed time.
@@ -96,7 +98,7 @@ def test_1khz_state_and_command_round_trips_8_motors_clean_line():
 def test_one_percent_byte_corruption_every_bad_frame_rejected_stream_continues():
     with VirtualMCU(N, record=True, faults=Faults(corrupt_rate=0.01, seed=3)) as mcu, \
             Link(mcu.port, heartbeat_hz=0) as link:
-        time.sleep(1.5)
+        assert wait_for(lambda: mcu.stats.ticks >= 1500, 30.0)  # 1.5 s of MCU time, however loaded the host
         with mcu._lock:  # switch the fault off between two ticks and note the next seq
             mcu.set_faults(corrupt_rate=0.0)
             clean_from = mcu._tx_seq
@@ -119,7 +121,8 @@ def test_one_percent_byte_corruption_every_bad_frame_rejected_stream_continues()
     lost_hb = [s for s in affected & window if isinstance(P.decode_frame(sent[s]).msg, P.Heartbeat)]
     assert lost_hb and ls.late_heartbeats >= 1  # a lost MCU heartbeat shows as a late one
     # After the fault is switched off the stream is whole again.
-    assert set(range(clean_from, last + 1)) <= received
+    # (clean_from itself may be lost: glued to its predecessor if that one's delimiter was hit)
+    assert set(range(clean_from + 1, last + 1)) <= received
 
 
 def test_watchdog_cuts_torque_and_config_does_not_feed_it():
@@ -138,7 +141,7 @@ def test_watchdog_cuts_torque_and_config_does_not_feed_it():
     for f in st:
         prev = f.t_us if prev is None else P.unwrap(prev, f.t_us, 32)
         t.append(prev)
-    k_feed = next(i for i, f in enumerate(st) if f.ack == last_cmd)  # tick that handled the last COMMAND
+    k_feed = next(i for i, f in enumerate(st) if covers(f.ack, last_cmd))  # tick that handled the last COMMAND
     k_cut = next(i for i, f in enumerate(st) if i > k_feed and not f.msg.motors[0].flags & P.FLAG_ENABLED)
     cut = st[k_cut].msg.motors
     assert all(m.flags & P.FLAG_WATCHDOG and not m.flags & P.FLAG_ENABLED and m.current_ma == 0 for m in cut)
@@ -154,7 +157,9 @@ def test_estop_latches_until_reset_and_nack_names_the_error():
     with VirtualMCU(N) as mcu, Link(mcu.port, heartbeat_hz=50, liveness_s=1.0) as link:
         stream_commands(link, 0.1, torque_cmd(0.05))
         link.request(P.Estop(reason=2), **REQ)
-        stream_commands(link, 0.2, torque_cmd(0.05))  # commands and heartbeats do not clear it
+        ticks0 = mcu.stats.ticks
+        while mcu.stats.ticks < ticks0 + 200:  # 200 ms of MCU time of commands and heartbeats: no effect
+            stream_commands(link, 0.02, torque_cmd(0.05))
         link.request(P.Config(), **REQ)  # nor does configuration
         with pytest.raises(NackError, match="bad_motor"):
             link.request(P.Config(motor=N + 3), **REQ)
@@ -162,15 +167,15 @@ def test_estop_latches_until_reset_and_nack_names_the_error():
         link.request(P.Reset(), **REQ)
         last = stream_commands(link, 0.1, torque_cmd(0.05))
         frames: list[P.Frame] = []
-        collect_until(link, frames, lambda fr: any(f.ack == last for f in states(fr)))
-        assert link.stats.frames["HEARTBEAT"] >= 5 and mcu.stats.estops == 1
+        collect_until(link, frames, lambda fr: any(covers(f.ack, last) for f in states(fr)))
+        assert mcu.stats.estops == 1
     k_estop = next(i for i, f in enumerate(frames) if isinstance(f.msg, P.Ack) and f.msg.type == P.Estop.TYPE)
     k_reset = next(i for i, f in enumerate(frames) if isinstance(f.msg, P.Ack) and f.msg.type == P.Reset.TYPE)
     before = states(frames[:k_estop])
     latched = states(frames[k_estop:k_reset])
     after = states(frames[k_reset:])
     assert before[-1].msg.motors[0].flags & P.FLAG_ENABLED
-    assert len(latched) >= 10
+    assert len(latched) >= 200
     assert all(m.flags & P.FLAG_ESTOP and not m.flags & P.FLAG_ENABLED and m.current_ma == 0
                for f in latched for m in f.msg.motors)
     hb = [f.msg.status for f in frames[k_estop:k_reset] if isinstance(f.msg, P.Heartbeat)]
@@ -214,7 +219,7 @@ def test_walklab_devices_probes_a_virtual_mcu_port():
 
 def test_drop_and_delay_faults_at_run_time():
     with VirtualMCU(N, record=True, faults=Faults(drop_rate=0.02, seed=5)) as mcu, Link(mcu.port, heartbeat_hz=0) as link:
-        time.sleep(0.5)
+        assert wait_for(lambda: mcu.stats.ticks >= 500, 30.0)
         with mcu._lock:
             mcu.set_faults(drop_rate=0.0, delay_s=0.3)
             clean_from = mcu._tx_seq
