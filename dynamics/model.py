@@ -66,7 +66,7 @@ def _vec3(value, what: str) -> np.ndarray:
     return a
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Joint:
     """The joint between a segment and its parent.
 
@@ -95,7 +95,7 @@ class Joint:
         return JOINT_NQ_NV[self.type][1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Segment:
     """One rigid body of the tree with the joint to its parent.
 
@@ -136,11 +136,12 @@ class Actuator:
     rotor_inertia: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Model:
     """A validated tree of segments (parents first) with actuators and a gravity vector.
 
-    Constructing a Model validates it (ModelError naming the segment on failure) and derives:
+    Models, segments and joints compare (and hash) by identity. Constructing a Model validates it
+    (ModelError naming the segment on failure) and derives:
     nq, nv; parents (nseg,) int (-1 = world); idx_q, idx_v (nseg,) start of each joint's
     coordinates; nqs, nvs (nseg,) their sizes; dof_segment (nv,) the segment each velocity
     coordinate belongs to; supports (nseg, nseg) float, supports[i, j] = 1 if segment j is on the
