@@ -28,7 +28,7 @@ import numpy as np
 from .codegen import Code, compiled, const, joint_transform, matmul, rot, run, vadd
 from .joints import fixed_in_parent, local_subspace, normalized_configuration
 from .model import Model
-from .spatial import cross, matvec, parallel_axis
+from .spatial import cross, matvec, motion_cross, parallel_axis
 
 
 def as_batch(x, name: str, width: int) -> tuple[np.ndarray, bool]:
@@ -149,9 +149,7 @@ def tree_state(model: Model, q: np.ndarray, v: np.ndarray | None = None, a: np.n
     in_parent = np.concatenate([fixed_in_parent(s.joint) for s in model.segments])
     carrier[in_parent] = np.where(model.parents[carrier[in_parent]] < 0, n, model.parents[carrier[in_parent]])
     Vc = np.concatenate((V, np.zeros((N, 1, 6))), axis=1)[:, carrier]
-    w, vl = Vc[..., 3:], Vc[..., :3]
-    dS = np.concatenate((cross(w, S[..., :3]) + cross(vl, S[..., 3:]), cross(w, S[..., 3:])), axis=-1)
-    A = np.matmul(mask, S * a[..., None] + dS * v[..., None])
+    A = np.matmul(mask, S * a[..., None] + motion_cross(Vc, S) * v[..., None])
     return TreeState(R, p, S, V, A)
 
 
