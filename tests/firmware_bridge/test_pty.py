@@ -279,13 +279,13 @@ def test_lockstep_position_and_velocity_control_with_a_load_callback():
 
 
 def test_host_heartbeats_feed_the_watchdog_only_while_the_application_is_alive():
-    with VirtualMCU(N, watchdog_ms=500) as mcu, Link(mcu.port, heartbeat_hz=50, liveness_s=0.1) as link:
+    with VirtualMCU(N, watchdog_ms=1000) as mcu, Link(mcu.port, heartbeat_hz=50, liveness_s=0.1) as link:
         link.send(torque_cmd(0.05))  # arms the watchdog
         t_end = time.monotonic() + 1.0
         while time.monotonic() < t_end:  # alive, but no commands: heartbeats keep the MCU fed
             link.alive()
             time.sleep(0.02)
-        link.request(P.Config(watchdog_ms=500), **REQ)  # answered only after everything sent before it
+        link.request(P.Config(watchdog_ms=1000), **REQ)  # answered only after everything sent before it
         assert mcu.stats.watchdog_trips == 0
         # The application stops checking in: heartbeats stop after liveness_s, the watchdog trips.
         frames: list[P.Frame] = []
