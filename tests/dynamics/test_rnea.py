@@ -169,7 +169,9 @@ def test_chunked_batch_equals_unchunked(monkeypatch):
     (lambda m: (m.neutral(), np.zeros(m.nv + 1), np.zeros(m.nv)), r"^v: expected shape \(\d+,\) or \(N, \d+\)"),
     (lambda m: (m.neutral(), np.zeros(m.nv), np.zeros((3, m.nv))), r"^a: shape .* does not match q"),
     (lambda m: (m.neutral()[None].repeat(2, 0), np.zeros((3, m.nv)), np.zeros((3, m.nv))), r"^v: shape"),
-    (lambda m: (np.zeros(m.nq), np.zeros(m.nv), np.zeros(m.nv)), r"quaternion .* unit norm"),
+    (lambda m: (np.zeros(m.nq), np.zeros(m.nv), np.zeros(m.nv)), r"^q\[3:7\]: quaternion .* unit norm, got 0 at sample 0"),
+    (lambda m: (np.vstack([m.neutral(), 2 * m.neutral()]), np.zeros((2, m.nv)), np.zeros((2, m.nv))),
+     r"^q\[3:7\]: quaternion .* unit norm, got 2 at sample 1"),
     (lambda m: (m.neutral(), np.zeros(m.nv), np.array([np.inf] * m.nv)), r"^a: non-finite"),
 ])
 def test_bad_state_raises_a_clear_error(args, match):
