@@ -19,9 +19,10 @@ def _unit_blocks(model: Model) -> list[tuple[int, int]]:
     """(start, width) of q's quaternion (4) and (cos θ, sin θ) (2) blocks, cached on the model."""
     cache = model.__dict__.setdefault("_kernels", {})
     if "unit_blocks" not in cache:
-        cache["unit_blocks"] = [(int(iq) + s.joint.nq - 4, 4) if s.joint.type in ("spherical", "free_flyer") else (int(iq), 2)
+        quaternion = ("spherical", "free_flyer")
+        cache["unit_blocks"] = [(int(iq) + s.joint.nq - 4, 4) if s.joint.type in quaternion else (int(iq), 2)
                                 for s, iq in zip(model.segments, model.idx_q)
-                                if s.joint.type in ("spherical", "free_flyer", "revolute_unbounded")]
+                                if s.joint.type in quaternion + ("revolute_unbounded",)]
     return cache["unit_blocks"]
 
 

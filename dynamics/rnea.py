@@ -54,7 +54,8 @@ class Wrench:
     moment: np.ndarray | tuple = (0.0, 0.0, 0.0)
 
 
-def external_wrenches(model: Model, f_ext: Sequence[Wrench] | None, N: int, batched: bool) -> list[tuple[int, np.ndarray]]:
+def external_wrenches(model: Model, f_ext: Sequence[Wrench] | None, N: int,
+                      batched: bool) -> list[tuple[int, np.ndarray]]:
     """Validate f_ext and turn each wrench into (segment index, (N, 6) force about the lab origin)."""
     out = []
     for k, w in enumerate(f_ext or ()):

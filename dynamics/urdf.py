@@ -218,8 +218,10 @@ def urdf_string(model: Model) -> str:
     robot = ET.Element("robot", name=model.name)
     roots = [s for s in model.segments if s.parent is None]
     floating_root = len(roots) == 1 and roots[0].joint.type == "free_flyer"
-    if floating_root and not (np.allclose(roots[0].joint.rotation, np.eye(3)) and not np.any(roots[0].joint.translation)):
-        raise ModelError(f"model {model.name!r}: a root free flyer with a non-identity placement cannot be written to URDF")
+    if floating_root and not (np.allclose(roots[0].joint.rotation, np.eye(3))
+                              and not np.any(roots[0].joint.translation)):
+        raise ModelError(f"model {model.name!r}: a root free flyer with a non-identity placement "
+                         "cannot be written to URDF")
     need_world = not (floating_root or (len(roots) == 1 and roots[0].joint.type == "fixed"))
     if need_world:
         if WORLD_LINK in model.index:
@@ -258,7 +260,8 @@ def urdf_string(model: Model) -> str:
         tr = ET.SubElement(robot, "transmission", name=f"{a.name}_transmission")
         ET.SubElement(tr, "type").text = "transmission_interface/SimpleTransmission"
         jn = model.segment(a.joint).joint_name or a.joint
-        ET.SubElement(ET.SubElement(tr, "joint", name=jn), "hardwareInterface").text = "hardware_interface/EffortJointInterface"
+        interface = "hardware_interface/EffortJointInterface"
+        ET.SubElement(ET.SubElement(tr, "joint", name=jn), "hardwareInterface").text = interface
         ET.SubElement(ET.SubElement(tr, "actuator", name=a.name), "mechanicalReduction").text = repr(a.gear_ratio)
     ET.indent(robot)
     return ET.tostring(robot, encoding="unicode") + "\n"
