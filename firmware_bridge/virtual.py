@@ -35,6 +35,7 @@ import threading
 import time
 import tty
 from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -98,15 +99,21 @@ class VirtualMCU:
     watchdog timeout watchdog_ms, current noise sigma current_noise_a (A), output-shaft load callback
     `load(t, theta, omega) -> (J_load, tau_load)` (shapes (n,)), fault injection `faults`
     (changeable at run time with set_faults), MCU clock start clock_start_us (to exercise the
-    2**32 µs wrap), record=True keeps every transmitted frame by seq in `sent` (tests)."""
+    2**32 µs wrap), record=True keeps every transmitted frame by seq in `sent` (tests).
+    A force-plate amplifier / load-cell board: n_force = 6 or 8 and `force(t) -> channels` (SI, N and
+    N·m, called at each STATE period with the MCU time in s) adds a FORCE frame per stream period;
+    n_motors = 0 makes a force-only board (no STATE)."""
 
     def __init__(self, n_motors: int = 8, *, motor: plant.MotorParams | list[plant.MotorParams] | None = None,
                  cpr: int = 4096, control_hz: int = 1000, stream_hz: int = 1000, heartbeat_hz: int = 20,
                  watchdog_ms: int = 100, current_noise_a: float = 0.0, load: plant.LoadFn | None = None,
                  faults: Faults = Faults(), clock_start_us: int = 0, vel_window: int = 10,
-                 name: str = "walklab-virtual", record: bool = False, seed: int = 0):
-        if not 1 <= n_motors <= 32:
-            raise ValueError(f"n_motors = {n_motors}: expected 1..32")
+                 name: str = "walklab-virtual", record: bool = False, seed: int = 0,
+                 n_force: int = 0, force: Callable[[float], Sequence[float]] | None = None):
+        if not 0 <= n_motors <= 32:
+            raise ValueError(f"n_motors = {n_motors}: expected 0..32")
+        if n_force not in (0, 6, 8) or (n_force > 0) != (force is not None):
+            raise ValueError(f"n_force = {n_force}: expected 0, or 6 / 8 together with a force(t) callback")
         if control_hz <= 0 or 1_000_000 % control_hz:
             raise ValueError(f"control_hz = {control_hz}: expected a divisor of 1 000 000 (integer µs period)")
         if stream_hz not in SUPPORTED_RATES or control_hz % stream_hz:
@@ -119,6 +126,8 @@ class VirtualMCU:
         if len(params) != n_motors:
             raise ValueError(f"motor: {len(params)} MotorParams for n_motors = {n_motors}")
         self.n = n_motors
+        self.n_force = n_force
+        self.force = force
         self.cpr = int(cpr)
         self.control_hz = control_hz
         self.period_us = 1_000_000 // control_hz
@@ -311,7 +320,13 @@ class VirtualMCU:
             self._send(P.Log(40, f"watchdog: no COMMAND/HEARTBEAT for {(t - self._t_feed) / 1000:.0f} ms, torque off"))
         flags = self._control(t)
         if self._tick % self._stream_every == 0:
-            self._send(P.State(self._motor_states(flags)))
+            if self.n:
+                self._send(P.State(self._motor_states(flags)))
+            if self.n_force:
+                ch = tuple(float(c) for c in self.force(t * 1e-6))
+                if len(ch) != self.n_force:
+                    raise ValueError(f"VirtualMCU force(t) returned {len(ch)} channels, expected {self.n_force}")
+                self._send(P.Force(ch))
         if self._tick % self._hb_every == 0:
             self._send(P.Heartbeat(self._status()))
         self._flush()
@@ -351,7 +366,8 @@ class VirtualMCU:
     def _handle(self, frame: P.Frame, t: int) -> None:
         msg = frame.msg
         if isinstance(msg, P.Hello):
-            self._send(P.Caps(FIRMWARE, (self.cpr,) * self.n, 0, self.heartbeat_hz, SUPPORTED_RATES, self.name))
+            self._send(P.Caps(FIRMWARE, (self.cpr,) * self.n, self.n_force, self.heartbeat_hz, SUPPORTED_RATES,
+                              self.name))
         elif isinstance(msg, P.Heartbeat):
             self._t_feed = t
         elif isinstance(msg, P.Command):

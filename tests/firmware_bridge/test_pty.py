@@ -316,3 +316,42 @@ def test_bad_arguments_are_named():
         P.encode_frame(P.State((P.MotorState(0, 40000, 0, 0),)))
     with pytest.raises(ValueError, match="not acknowledged"):
         Link("loop://").request(P.Command(()))
+
+
+def test_force_board_streams_6_or_8_channels():
+    """A force-only board (no motors) streaming 8 Kistler channels: f(t) known, so each FORCE frame's
+    values must equal f at the frame's own MCU timestamp (to float32)."""
+    def f(t):
+        return [100.0 * np.sin(2 * np.pi * t) + k for k in range(8)]
+
+    mcu = VirtualMCU(0, n_force=8, force=f, stream_hz=500)
+    try:
+        with Link(mcu.port, heartbeat_hz=0) as link:
+            link.send(P.Hello())
+            mcu.step(1000)
+            frames: list[P.Frame] = []
+            collect_until(link, frames, lambda fr: sum(isinstance(x.msg, P.Force) for x in fr) >= 500)
+    finally:
+        mcu.close()
+    caps = [x.msg for x in frames if isinstance(x.msg, P.Caps)]
+    assert caps and caps[0].n_force == 8 and caps[0].n_motors == 0
+    forces = [x for x in frames if isinstance(x.msg, P.Force)]
+    assert not any(isinstance(x.msg, P.State) for x in frames) and len(forces) == 500
+    for x in forces:
+        np.testing.assert_allclose(x.msg.channels, np.float32(f(x.t_us * 1e-6)), rtol=1e-6, atol=1e-4)
+    with pytest.raises(ValueError, match="n_force = 7"):
+        VirtualMCU(0, n_force=7, force=f)
+
+
+def test_virtual_mcu_as_a_process_answers_link_and_devices():
+    proc = subprocess.Popen([sys.executable, "-m", "firmware_bridge.virtual", "--motors", "3", "--name", "proc-mcu"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        port = proc.stdout.readline().strip()
+        with Link(port, heartbeat_hz=0) as link:
+            caps = link.hello(timeout_s=2.0)
+        assert caps.name == "proc-mcu" and caps.n_motors == 3
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+    assert not os.path.exists(port)  # the process removed its device path on SIGTERM
