@@ -67,7 +67,7 @@ def sim_lab(tmp_path: Path, ports: list[int], extra: str = "") -> Path:
         [supervisor]
         bind = "tcp://127.0.0.1:{ports[0]}"
         status_interval_s = 0.5
-        stop_grace_s = 1.0
+        stop_grace_s = 5.0  # generous: the tests check the children exit on SIGTERM, not how fast
         backoff_initial_s = 0.2
         backoff_max_s = 0.8
         backoff_reset_s = 10.0
