@@ -61,6 +61,7 @@ BIND_RETRY_S = 1.0
 #: Topics starting with this prefix are bus control messages, never frames.
 CONTROL_PREFIX = b"\x00walklab/"
 _SUB_TOKEN_PREFIX = CONTROL_PREFIX + b"sub/"
+_SNDMORE, _NOBLOCK = int(zmq.SNDMORE), int(zmq.NOBLOCK)
 _IPC_PATH_MAX = 107  # sockaddr_un.sun_path minus the terminating NUL
 #: Sliding window for the measured rates [ns].
 RATE_WINDOW_NS = 2_000_000_000
@@ -207,7 +208,7 @@ class Publisher:
             return len(self._subscribers)
         while True:
             try:
-                msg = sock.recv(zmq.NOBLOCK)
+                msg = sock.recv(_NOBLOCK)
             except zmq.Again:
                 break
             if not msg.startswith(b"\x01" + _SUB_TOKEN_PREFIX) and not msg.startswith(b"\x00" + _SUB_TOKEN_PREFIX):
@@ -280,7 +281,12 @@ class Publisher:
             self.poll_subscriptions()
         frame.t_pub = time.monotonic_ns()
         parts = encode(frame)
-        self._sock.send_multipart(parts, copy=False)
+        send = self._sock.send
+        last = len(parts) - 1
+        for i, part in enumerate(parts):
+            # int flags: pyzmq's send_multipart spends more time combining enum flags than sending;
+            # zero-copy only pays off for large buffers (pyzmq copies small ones anyway)
+            send(part, 0 if i == last else _SNDMORE, copy=len(part) < zmq.COPY_THRESHOLD)
         self._seq[frame.stream] = frame.seq + 1
         self.sent[frame.stream] = self.sent.get(frame.stream, 0) + 1
 
@@ -457,7 +463,11 @@ class Subscriber:
         sock = self._sock
         while True:
             try:
-                parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                part = sock.recv(_NOBLOCK, copy=False)
+                parts = [part]
+                while part.more:
+                    part = sock.recv(_NOBLOCK, copy=False)
+                    parts.append(part)
             except zmq.Again:
                 self._check_connections()
                 if deadline is None:
