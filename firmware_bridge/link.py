@@ -176,22 +176,24 @@ class Link:
     # ----------------------------------------------------------------- sending
 
     def _send_frame(self, msg: P.Message, waiter: _Waiter | None = None) -> int:
-        with self._lock:
-            seq = self._tx_seq
-            self._tx_seq = (seq + 1) & 0xFFFF
-            ack = self._rx_seq or 0
-            if waiter is not None:
-                self._waiters[seq] = waiter
-        wire = P.encode_frame(msg, seq, ack, int(time.monotonic() * 1e6))
-        ser = self._ser
+        # seq is taken and the frame written under one lock, so frames leave in seq order whatever
+        # thread (application, heartbeat) sends them.
         ok = False
-        if ser is not None:
-            try:
-                with self._wlock:
+        with self._wlock:
+            with self._lock:
+                seq = self._tx_seq
+                self._tx_seq = (seq + 1) & 0xFFFF
+                ack = self._rx_seq or 0
+                if waiter is not None:
+                    self._waiters[seq] = waiter
+            wire = P.encode_frame(msg, seq, ack, int(time.monotonic() * 1e6))
+            ser = self._ser
+            if ser is not None:
+                try:
                     ser.write(wire)
-                ok = True
-            except (serial.SerialException, OSError):
-                pass  # the reader thread notices the failure and reconnects
+                    ok = True
+                except (serial.SerialException, OSError):
+                    pass  # the reader thread notices the failure and reconnects
         with self._lock:
             if ok:
                 self._stats.tx_frames += 1

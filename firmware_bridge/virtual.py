@@ -82,6 +82,7 @@ class McuStats:
     tx_bytes: int = 0
     tx_overflow: int = 0
     rx_frames: int = 0
+    rx_lost: int = 0  # host frames missing by seq gaps
     rx_errors: dict = field(default_factory=dict)
     watchdog_trips: int = 0
     estops: int = 0
@@ -166,6 +167,7 @@ class VirtualMCU:
         self._tick = 0
         self._tx_seq = 0
         self._rx_ack = 0
+        self._rx_seen = False
         self._decoder = P.StreamDecoder()
         self._stats = McuStats()
         self._txq: list[tuple[float, bytes]] = []
@@ -311,6 +313,10 @@ class VirtualMCU:
             self._unplugged_until = None
             self._plug()
         for frame in self._decoder.feed(self._read()):
+            if self._rx_seen:
+                gap = P.seq_gap(self._rx_ack, frame.seq)
+                self._stats.rx_lost += gap if gap < 0x8000 else 0
+            self._rx_seen = True
             self._rx_ack = frame.seq
             self._handle(frame, t)
         if self.wd_armed and not self.wd_tripped and t - self._t_feed >= self.watchdog_us:
