@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `walklab ... | head`: the reader left; not an error of ours, and nothing more to print.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except (ValueError, OSError, LookupError) as exc:
         # User-facing errors (config, model, frame, serial, file) are all ValueError/OSError
         # subclasses with a message that names the problem.
