@@ -173,3 +173,19 @@ def test_unwrap_counters():
 def test_unwrap_recovers_any_step_below_half_range(start, step):
     raw = ((start + step + 2**31) % 2**32) - 2**31  # as sent: int32
     assert P.unwrap(start, raw, 32) == start + step
+
+
+@settings(max_examples=1000)
+@given(st.sampled_from(sorted(P.MESSAGES)), st.binary(max_size=120), u16, u16, u32)
+def test_payload_parsers_fail_only_with_protocol_error(typ, payload, seq, ack, t_us):
+    """Any payload behind a valid header and CRC either parses or raises ProtocolError (so the stream
+    decoder, which catches only that, can never be crashed by a well-framed but malformed message)."""
+    body = struct.pack("<BBHHIH", 1, typ, seq, ack, t_us, len(payload)) + payload
+    raw = body + crc.crc16(body).to_bytes(2, "little")
+    try:
+        f = P.unpack_frame(raw)
+    except P.ProtocolError as exc:
+        assert exc.reason == "payload"
+    else:
+        assert (f.type, f.seq, f.ack, f.t_us) == (typ, seq, ack, t_us)
+    assert isinstance(P.StreamDecoder().feed(cobs.encode(raw) + b"\x00"), list)
