@@ -215,6 +215,14 @@ def test_walklab_devices_probes_a_virtual_mcu_port():
     r = subprocess.run([sys.executable, "-m", "controller.cli", "devices", "--port", "/nonexistent/ttyX"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.startswith("walklab devices: error: cannot open serial port")
+    m, s = os.openpty()  # a port that opens but where nothing answers
+    try:
+        r = subprocess.run([sys.executable, "-m", "controller.cli", "devices", "--port", os.ttyname(s),
+                            "--timeout", "0.1"], capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(m)
+        os.close(s)
+    assert r.returncode == 2 and "no CAPS from" in r.stderr and r.stderr.count("\n") == 1
 
 
 def test_drop_and_delay_faults_at_run_time():
