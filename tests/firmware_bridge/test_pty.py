@@ -234,7 +234,10 @@ def test_drop_and_delay_faults_at_run_time():
         # Every frame now leaves the MCU 300 ms late: a 50 ms request cannot be answered in time.
         with pytest.raises(LinkTimeout):
             link.request(P.Config(), timeout_s=0.05, retries=0)
-        link.request(P.Config(), timeout_s=10.0, retries=0)
+        # With retries, the (300 ms late) ACK of an earlier try completes the request: >= 2 retries first.
+        r0 = link.stats.retries
+        link.request(P.Config(), timeout_s=0.1, retries=100)
+        assert link.stats.retries - r0 >= 2 and link.stats.timeouts == 1
         frames: list[P.Frame] = []
         collect_until(link, frames, lambda fr: fr and fr[-1].seq >= clean_from + 50)
         ls = link.stats
