@@ -99,11 +99,13 @@ def _generate(model: Model) -> str:
         RJ, tJ = joint_transform(code, j, q[iq:iq + j.nq])
         tJ = code.vec(tJ)
         vJ, aJ = joint_motion(code, j, RJ, v[iv:iv + j.nv], a[iv:iv + j.nv])
-        # through the joint, plus the joint's own motion: v_i = X v_p + v_J, a_i = X a_p + a_J + v_i × v_J
-        w2 = code.vec(vadd(rotT(RJ, w1), vJ[1]))
-        v2 = code.vec(vadd(rotT(RJ, vadd(v1, vcross(w1, tJ))), vJ[0]))
-        al2 = code.vec(vadd(rotT(RJ, al1), aJ[1], vcross(w2, vJ[1])))
-        a2 = code.vec(vadd(rotT(RJ, vadd(a1, vcross(al1, tJ))), aJ[0], vcross(w2, vJ[0]), vcross(v2, vJ[1])))
+        # through the joint, plus the joint's own motion: v_i = X v_p + v_J,
+        # a_i = X a_p + a_J + v_i × v_J with v_i × v_J = (X v_p) × v_J
+        wX = code.vec(rotT(RJ, w1))
+        vX = code.vec(rotT(RJ, vadd(v1, vcross(w1, tJ))))
+        w2, v2 = code.vec(vadd(wX, vJ[1])), code.vec(vadd(vX, vJ[0]))
+        al2 = code.vec(vadd(rotT(RJ, al1), aJ[1], vcross(wX, vJ[1])))
+        a2 = code.vec(vadd(rotT(RJ, vadd(a1, vcross(al1, tJ))), aJ[0], vcross(wX, vJ[0]), vcross(vX, vJ[1])))
         motion[i] = (v2, w2, a2, al2)
         joint[i] = (R0, t0, RJ, tJ)
         if s.mass > 0:
