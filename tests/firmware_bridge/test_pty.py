@@ -366,3 +366,18 @@ def test_virtual_mcu_as_a_process_answers_link_and_devices():
         proc.terminate()
         assert proc.wait(timeout=10) == 0
     assert not os.path.exists(port)  # the process removed its device path on SIGTERM
+
+
+def test_link_accepts_pyserial_urls(tmp_path):
+    # loop:// echoes every byte: the link receives its own frames, decoded and counted.
+    with Link("loop://", heartbeat_hz=0) as link:
+        seqs = [link.send(torque_cmd(0.1 * k)) for k in range(5)]
+        frames: list[P.Frame] = []
+        collect_until(link, frames, lambda fr: len(fr) >= 5)
+        assert [f.seq for f in frames] == seqs and frames[3].msg == torque_cmd(np.float32(0.3).item())
+        assert link.stats.frames == {"COMMAND": 5} and link.stats.lost_frames == 0
+    # spy:// wraps the virtual MCU's pty and hexdumps the traffic to a file.
+    log = tmp_path / "spy.txt"
+    with VirtualMCU(2, name="spied") as mcu, Link(f"spy://{mcu.port}?file={log}", heartbeat_hz=0) as link:
+        assert link.hello().name == "spied"
+    assert "TX" in log.read_text() and "RX" in log.read_text()
