@@ -37,7 +37,7 @@ from .spatial import cross
 CHUNK = 4096  # samples per block: bounds memory and keeps the working set in cache
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Wrench:
     """An external wrench acting ON a segment (e.g. a ground reaction), lab frame.
 
