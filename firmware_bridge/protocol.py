@@ -6,11 +6,11 @@ Frame on the wire (docs/protocol.md is the normative text)::
 
 All integers little-endian; ``crc`` is CRC-16/CCITT-FALSE (check 0x29B1) over header + payload.
 ``seq`` counts frames per direction (mod 2**16), ``ack`` is the last good ``seq`` received from the
-peer, ``t_us`` the sender's microsecond clock (mod 2**32; the host sends 0 or its own clock).
+peer, ``t_us`` the sender's microsecond clock (mod 2**32; the host sends its monotonic clock).
 
 Messages are frozen dataclasses holding wire units (integers as sent, float32 setpoints); the
-conversions to SI happen in the link/virtual MCU at the edge, using the capabilities (counts per
-revolution) announced by HELLO.
+conversion of STATE to SI is `telemetry.StateUnwrapper`, using the counts per revolution announced
+in CAPS.
 """
 from __future__ import annotations
 
@@ -51,16 +51,9 @@ STATUS_WATCHDOG = 0x0002
 STATUS_ARMED = 0x0004  # watchdog armed (a COMMAND has been received since the last RESET/boot)
 
 # NACK error codes.
-ERRORS = {
-    1: "bad_length",
-    2: "bad_value",
-    3: "unknown_type",
-    4: "estop_latched",
-    5: "bad_motor",
-    6: "bad_version",
-    7: "busy",
-}
 ERR_BAD_LENGTH, ERR_BAD_VALUE, ERR_UNKNOWN_TYPE, ERR_ESTOP_LATCHED, ERR_BAD_MOTOR, ERR_BAD_VERSION, ERR_BUSY = range(1, 8)
+ERRORS = dict(enumerate(("bad_length", "bad_value", "unknown_type", "estop_latched", "bad_motor", "bad_version",
+                         "busy"), start=1))
 
 
 class ProtocolError(ValueError):
