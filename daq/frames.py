@@ -144,7 +144,7 @@ def _wire_array(name: str, arr: Any) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=dt)
 
 
-def header_of(frame: Frame, buffers: Sequence[tuple[str, np.ndarray]]) -> dict[str, Any]:
+def _header_of(frame: Frame, buffers: Sequence[tuple[str, np.ndarray]]) -> dict[str, Any]:
     """The header map of ``frame`` for the wire arrays ``buffers`` (validated like `decode` would)."""
     header = {
         "v": SCHEMA_VERSION,
@@ -186,7 +186,7 @@ def encode(frame: Frame) -> list[bytes | memoryview]:
     buffers = [("data", _wire_array("data", frame.data))]
     for name, arr in frame.extra.items():
         buffers.append((name, _wire_array(name, arr)))
-    header = header_of(frame, buffers)
+    header = _header_of(frame, buffers)
     try:
         packed = msgpack.packb(header, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
