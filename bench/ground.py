@@ -30,7 +30,7 @@ from scipy.spatial import ConvexHull
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dynamics import forceplate as fp  # noqa: E402
-from dynamics.contact import ContactKinematics, Friction, NormalLaw, Plane, contact_forces, contact_wrench, penetration  # noqa: E402
+from dynamics.contact import Friction, NormalLaw, Plane, contact_forces, contact_wrench, penetration  # noqa: E402
 from dynamics.linkage.constraints import point_positions  # noqa: E402
 from dynamics.linkage.model import read_linkage  # noqa: E402
 from dynamics.linkage.position import assembled_positions  # noqa: E402

@@ -12,7 +12,6 @@ from dynamics.contact import (
     RESTITUTION_LAWS,
     ContactError,
     ContactKinematics,
-    ContactState,
     Friction,
     HeightMap,
     NormalLaw,
