@@ -61,12 +61,13 @@ def collect_until(link: Link, frames: list[P.Frame], pred, timeout_s: float = 10
 
 
 REQ = {"timeout_s": 0.5, "retries": 6}  # generous: the MCU thread may be starved on a shared 2-core machine
+HELLO = {"timeout_s": 1.0, "retries": 4}
 
 
 def test_1khz_state_and_command_round_trips_8_motors_clean_line():
     # The MCU clock starts 0.1 s before the 2**32 µs wrap, so the stream crosses it.
     with VirtualMCU(N, clock_start_us=2**32 - 100_000) as mcu, Link(mcu.port, heartbeat_hz=0) as link:
-        caps = link.hello()
+        caps = link.hello(**HELLO)
         assert caps.n_motors == N and caps.cpr == (4096,) * N and 1000 in caps.rates_hz
         last = stream_commands(link, 2.0, torque_cmd(0.05))
         frames: list[P.Frame] = []
@@ -186,7 +187,7 @@ def test_estop_latches_until_reset_and_nack_names_the_error():
 
 def test_reconnect_after_unplug_within_one_second():
     with VirtualMCU(N) as mcu, Link(mcu.port, heartbeat_hz=20, backoff_s=(0.02, 0.2)) as link:
-        assert link.hello().n_motors == N
+        assert link.hello(**HELLO).n_motors == N
         mcu.unplug()
         assert not os.path.exists(mcu.port)  # the device path disappears, as for a pulled USB cable
         assert wait_for(lambda: link.stats.disconnects == 1, 3.0)
@@ -196,11 +197,11 @@ def test_reconnect_after_unplug_within_one_second():
         mcu.replug()
         assert wait_for(lambda: link.stats.reconnects == 1 and link.recv(0.001) is not None, 3.0, 0.001)
         assert time.monotonic() - t_plug < 1.0
-        assert link.hello().n_motors == N  # the link works end to end again
+        assert link.hello(**HELLO).n_motors == N  # the link works end to end again
         # A scheduled unplug from the fault injector is survived the same way.
         mcu.set_faults(unplug_at_s=mcu.stats.t_us * 1e-6 + 0.05, unplug_for_s=0.2)
         assert wait_for(lambda: link.stats.reconnects == 2, 3.0)
-        assert link.hello().n_motors == N
+        assert link.hello(**HELLO).n_motors == N
         assert mcu.stats.unplugs == 2
 
 
@@ -379,5 +380,5 @@ def test_link_accepts_pyserial_urls(tmp_path):
     # spy:// wraps the virtual MCU's pty and hexdumps the traffic to a file.
     log = tmp_path / "spy.txt"
     with VirtualMCU(2, name="spied") as mcu, Link(f"spy://{mcu.port}?file={log}", heartbeat_hz=0) as link:
-        assert link.hello().name == "spied"
+        assert link.hello(**HELLO).name == "spied"
     assert "TX" in log.read_text() and "RX" in log.read_text()
