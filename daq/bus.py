@@ -36,6 +36,7 @@ import ipaddress
 import logging
 import math
 import os
+import socket
 import time
 import uuid
 from collections import deque
@@ -119,6 +120,21 @@ def check_endpoint(endpoint: str, *, secured: bool, action: str) -> None:
             "or ipc must be secured (generate keys with `walklab keys` and set them in the lab config)")
 
 
+def _ipc_in_use(path: str) -> bool:
+    """True if a process accepts connections on the unix socket ``path``."""
+    if path.startswith("@"):
+        path = "\0" + path[1:]  # Linux abstract namespace
+    elif not os.path.exists(path):
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True
+
+
 # ----------------------------------------------------------------------------------- publisher
 
 
@@ -171,13 +187,17 @@ class Publisher:
                     self._auth.start()
                     self._auth.configure_curve_callback("*", credentials_provider=_KeySet(curve.authorized_clients))
                 curve.apply(self._sock)
+            # A socket closed a moment ago (a restarting daemon) releases its address asynchronously:
+            # retry for BIND_RETRY_S. For ipc, check first that nobody listens: libzmq would
+            # silently unlink a live socket file and take the address over.
             deadline = time.monotonic() + BIND_RETRY_S
             while True:
                 try:
+                    if endpoint.startswith("ipc://") and _ipc_in_use(endpoint[6:]):
+                        raise zmq.ZMQError(zmq.EADDRINUSE, "another process is listening on it")
                     self._sock.bind(endpoint)
                     break
                 except zmq.ZMQError as exc:
-                    # a socket closed a moment ago (a restarting daemon) releases its port asynchronously
                     if exc.errno != zmq.EADDRINUSE or time.monotonic() > deadline:
                         raise BusError(f"cannot bind {endpoint!r}: {exc}") from None
                     time.sleep(0.02)

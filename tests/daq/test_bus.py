@@ -305,7 +305,20 @@ def test_non_loopback_without_keys_is_refused(endpoint):
         Subscriber(endpoint.replace("*", "5555").replace("0.0.0.0", "10.0.0.1"))
 
 
-def test_bind_failure_is_a_bus_error():
+def test_bind_failure_is_a_bus_error(tmp_path):
     with Publisher("tcp://127.0.0.1:*") as pub:
         with pytest.raises(BusError, match="cannot bind"):
             Publisher(pub.endpoint)
+    # ipc: libzmq alone would steal a live socket file from its owner
+    with Publisher(f"ipc://{tmp_path}/a.ipc") as pub:
+        with pytest.raises(BusError, match="another process is listening"):
+            Publisher(pub.endpoint)
+    with pytest.raises(BusError, match="cannot bind"):
+        Publisher(f"ipc://{tmp_path}/no/such/folder/a.ipc")
+    # a stale socket file left by a crashed process is taken over
+    stale = tmp_path / "stale.ipc"
+    import socket
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(stale))
+    with Publisher(f"ipc://{stale}") as pub:
+        assert pub.endpoint == f"ipc://{stale}"
