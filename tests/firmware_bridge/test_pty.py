@@ -207,7 +207,7 @@ def test_reconnect_after_unplug_within_one_second():
 
 def test_walklab_devices_probes_a_virtual_mcu_port():
     with VirtualMCU(6, cpr=2048, name="bench-rig") as mcu:
-        r = subprocess.run([sys.executable, "-m", "controller.cli", "devices", "--port", mcu.port],
+        r = subprocess.run([sys.executable, "-m", "controller.cli", "devices", "--port", mcu.port, "--timeout", "1.0"],
                            capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert f"{mcu.port}: bench-rig  firmware 1.0.0  protocol v1" in r.stdout
