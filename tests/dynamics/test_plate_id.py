@@ -176,3 +176,41 @@ def test_errors_named(human):
         plate_inverse_dynamics(model, q, v, a, [], ["foot_r"])
     with pytest.raises(KeyError, match="foot_x"):
         plate_inverse_dynamics(model, q, v, a, [ok], ["foot_x"])
+
+
+@pytest.mark.parametrize(
+    "name, markers",
+    [
+        ("gait-raw.c3d", ["LTOE", "LANK", "RTOE", "RANK"]),  # its heel markers are empty
+        ("Walking_Hybrid_1_1.c3d", ["L_HEEL", "L_MT_1", "L_MT_5", "R_HEEL", "R_MT_1", "R_MT_5"]),
+    ],
+)
+def test_real_gait_one_foot_per_plate(shared_data, name, markers):
+    """Real walks over two plates (data README: one foot on each plate, consecutive stances): by foot
+    markers, every loaded sample of a plate goes to one and the same foot, a different foot on each
+    plate; where the swing foot passes over a loaded plate (shared) the nearest-COP rule keeps the stance foot."""
+    from daq.formats import c3d
+
+    trial = c3d.load(shared_data / name, zero=True)
+    labels = list(trial.markers.labels)
+    pts = trial.markers.positions[:, [labels.index(m) for m in markers]]
+    n_m = pts.shape[0]
+    step = trial.plates[0].force.shape[0] // n_m  # analog samples per marker frame
+    loads = []
+    for k, p in enumerate(trial.plates):
+        F, cop, T, ok = p.force[::step][:n_m], p.cop[::step][:n_m], p.free_moment[::step][:n_m], p.valid[::step][:n_m]
+        moment = np.where(ok[:, None], np.cross(np.nan_to_num(cop), F) + np.nan_to_num(T), 0.0)
+        loads.append(PlateLoad(F, moment, p.corners, ok, f"FP{k + 1}"))
+    half = len(markers) // 2
+    asg = assign_plates(loads, pts, np.repeat([0, 1], half), 2, height_tol=0.08)
+    feet = []
+    for k, load in enumerate(loads):
+        assert load.loaded.sum() > 20
+        w = asg.weights[load.loaded, k]
+        assert not asg.unassigned[:, k].any()
+        assert np.all(w.sum(axis=1) == 1)  # one foot at every loaded sample
+        foot = int(np.argmax(w.sum(axis=0)))
+        assert np.all(w[:, foot] == 1), f"{name} plate {k}: the foot changes during the stance"
+        feet.append(foot)
+    assert sorted(feet) == [0, 1]
+    assert asg.shared.any()  # the swing foot did pass over a loaded plate, and did not get its wrench
