@@ -322,3 +322,24 @@ def test_bind_failure_is_a_bus_error(tmp_path):
         s.bind(str(stale))
     with Publisher(f"ipc://{stale}") as pub:
         assert pub.endpoint == f"ipc://{stale}"
+
+
+def test_one_subscriber_many_publishers(tmp_path):
+    """A recorder-style subscriber on a tcp and an ipc publisher: handshake with both, streams kept apart."""
+    a = Publisher("tcp://127.0.0.1:*")
+    b = Publisher(f"ipc://{tmp_path}/b.ipc")
+    sub = Subscriber([a.endpoint, b.endpoint], expect=["fp/1", "enc/q", "markers/m"])
+    with a, b, sub:
+        assert a.wait_for_subscribers(1, TIMEOUT)
+        assert not sub.wait_connected(0.2)  # b has not answered yet
+        assert b.wait_for_subscribers(1, TIMEOUT)
+        assert sub.wait_connected(TIMEOUT)
+        for _ in range(5):
+            a.publish("fp/1", np.zeros((5, 3)), **FORCE)
+            b.publish("enc/q", [0.5], kind="angle", rate_hz=200.0, channels=["q"], units=["rad"])
+        frames = recv_n(sub, 10)
+        stats = sub.stats()
+    assert sorted({f.stream for f in frames}) == ["enc/q", "fp/1"]
+    assert stats["fp/1"].received == stats["enc/q"].received == 5
+    assert stats["fp/1"].samples == 25 and stats["enc/q"].samples == 5
+    assert stats["markers/m"].received == 0 and sub.missing() == ["markers/m"]

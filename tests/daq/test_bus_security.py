@@ -101,3 +101,33 @@ def test_all_interfaces_bind_is_allowed_with_keys(keys):
         with Subscriber(f"tcp://127.0.0.1:{port}", ["fp/1"], curve=CurveClient.from_files(keys["server"][0])) as sub:
             assert pub.wait_for_subscribers(1, 10.0) and sub.wait_connected(10.0)
             assert frames_received(sub, pub, 0.3) > 0
+
+
+def primary_address():
+    """The address this host uses towards other machines (no packet is sent); loopback without a network."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.255", 9))  # TEST-NET: routing only
+            return s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+
+
+def test_remote_style_endpoint_over_the_hosts_lan_address(keys):
+    """Connect through the machine's own non-loopback address, as a second lab PC would."""
+    from daq.bus import EndpointError
+
+    host = primary_address()
+    server = CurveServer.from_files(keys["server"][1])
+    with Publisher("tcp://0.0.0.0:*", curve=server) as pub:
+        remote = f"tcp://{host}:{pub.endpoint.rsplit(':', 1)[1]}"
+        if host != "127.0.0.1":
+            with pytest.raises(EndpointError, match="without CurveZMQ keys"):
+                Subscriber(remote, ["fp/1"])
+        with Subscriber(remote, ["fp/1"], curve=CurveClient.from_files(keys["server"][0])) as sub:
+            assert pub.wait_for_subscribers(1, 10.0) and sub.wait_connected(10.0)
+            assert frames_received(sub, pub, 0.3) > 0
+            if host != "127.0.0.1":  # monotonic clocks of two hosts are not comparable
+                assert sub.stats()["fp/1"].latency_p50_s is None
