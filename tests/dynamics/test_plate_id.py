@@ -214,3 +214,22 @@ def test_real_gait_one_foot_per_plate(shared_data, name, markers):
         feet.append(foot)
     assert sorted(feet) == [0, 1]
     assert asg.shared.any()  # the swing foot did pass over a loaded plate, and did not get its wrench
+
+
+def test_flight_phase_is_ballistic(human):
+    """Flight (methods.md b.5): motion from forward dynamics with no base wrench and no ground; unloaded
+    plates. The CoM falls at g, k_G is constant (zero moment residual) and the residual vanishes."""
+    from dynamics import forward_dynamics
+
+    model, q, v, *_ = human
+    rng = np.random.default_rng(9)
+    tau = np.column_stack([np.zeros((N, 6)), 5.0 * rng.standard_normal((N, model.nv - 6))])
+    a = forward_dynamics(model, q, v, tau)
+    zero = np.zeros((N, 3))
+    plate = PlateLoad(zero, zero, plate_under(model, q, ["heel_r", "toe_r"]), np.zeros(N, bool))
+    res = plate_inverse_dynamics(model, q, v, a, [plate], ["foot_r", "foot_l"])
+    np.testing.assert_allclose(res.com_acc_kinematic, np.tile([0, 0, -9.81], (N, 1)), atol=1e-9)
+    np.testing.assert_allclose(res.residual_force, 0.0, atol=1e-8)
+    np.testing.assert_allclose(res.residual_moment, 0.0, atol=1e-8)
+    np.testing.assert_allclose(res.tau_bottom_up, tau, atol=1e-8)
+    assert not res.plate_below.any() and not res.assignment.weights.any()
