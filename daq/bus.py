@@ -582,9 +582,10 @@ class Subscriber:
             if seq > late:  # published after we joined, lost before reaching us
                 st.gaps += 1
                 st.dropped += seq - late
-            if late:
-                log.warning("joined stream %r late: first seq %d, missed %d frame(s) published before joining",
-                            frame.stream, seq, late)
+            if late:  # expected streams warn; for others (a monitor joining a running lab) it is normal
+                log.log(logging.WARNING if frame.stream in self.expected else logging.INFO,
+                        "joined stream %r late: first seq %d, missed %d frame(s) published before joining",
+                        frame.stream, seq, late)
         elif seq == st.last_seq + 1:
             pass
         elif seq > st.last_seq:
