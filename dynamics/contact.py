@@ -299,7 +299,7 @@ class HeightMap:
         px, py = xy[..., 0], xy[..., 1]
         for name, p, g in (("x", px, self.x), ("y", py, self.y)):
             if np.any(~((p >= g[0]) & (p <= g[-1]))):
-                raise ContactError(f"HeightMap: contact point {name} outside the map [{g[0]}, {g[-1]}] m")
+                raise ContactError(f"HeightMap: contact point {name} outside the map [{g[0]}, {g[-1]}] m (or NaN)")
         i = np.clip(np.searchsorted(self.x, px, side="right") - 1, 0, self.x.size - 2)
         j = np.clip(np.searchsorted(self.y, py, side="right") - 1, 0, self.y.size - 2)
         hx = self.x[i + 1] - self.x[i]
