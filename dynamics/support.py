@@ -15,6 +15,7 @@ Planar models (x forward, y up) use :func:`interval_margin` on the ground line.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,16 +39,20 @@ class SupportPolygon:
 
     def __post_init__(self) -> None:
         v = np.asarray(self.vertices, dtype=float).reshape(-1, 2)
-        e = np.empty_like(v)
-        e[:-1] = v[1:] - v[:-1]
-        e[-1:] = v[:1] - v[-1:]
-        length = np.hypot(e[:, 0], e[:, 1])
-        length[length == 0.0] = 1.0
-        n = np.column_stack((-e[:, 1], e[:, 0])) / length[:, None]
+        # Plain Python over the few vertices of a support polygon: cheaper than a dozen array calls.
+        vl = v.tolist()
+        edges, normals, offsets = [], [], []
+        for (x, y), (x1, y1) in zip(vl, vl[1:] + vl[:1]):
+            ex, ey = x1 - x, y1 - y
+            length = math.hypot(ex, ey) or 1.0
+            nx, ny = -ey / length, ex / length
+            edges.append((ex, ey))
+            normals.append((nx, ny))
+            offsets.append(nx * x + ny * y)  # s_k = n_k·p − n_k·v_k
         object.__setattr__(self, "vertices", v)
-        object.__setattr__(self, "edges", e)
-        object.__setattr__(self, "normals", n)
-        object.__setattr__(self, "offsets", np.einsum("kd,kd->k", n, v))  # s_k = n_k·p − n_k·v_k
+        object.__setattr__(self, "edges", np.array(edges, dtype=float).reshape(-1, 2))
+        object.__setattr__(self, "normals", np.array(normals, dtype=float).reshape(-1, 2))
+        object.__setattr__(self, "offsets", np.array(offsets, dtype=float))
 
     @property
     def n_vertices(self) -> int:
@@ -92,7 +97,7 @@ def support_polygon(points, in_contact=None, tol: float = 1e-12) -> SupportPolyg
             raise SupportError(f"in_contact must have shape ({pts.shape[0]},), got {mask.shape}")
         pts = pts[mask]
     pts = pts[:, :2]
-    if not np.all(np.isfinite(pts)):
+    if not np.isfinite(pts).all():
         raise SupportError("points in contact must be finite (a NaN marker cannot bound the support polygon)")
     return SupportPolygon(_hull(pts, tol) if len(pts) else np.zeros((0, 2)))
 
@@ -125,7 +130,7 @@ def stability_margin(p, polygon: SupportPolygon) -> np.ndarray:
         return -_segment_distance(p, v[:1], v[1:])[:, 0]
     s = p @ polygon.normals.T - polygon.offsets
     smin = s.min(axis=1)
-    if np.all(smin >= 0.0):  # the usual live case: no distance to the edges needed
+    if (smin >= 0.0).all():  # the usual live case: no distance to the edges needed
         return smin
     return np.where(smin >= 0.0, smin, -_segment_distance(p, v, v + polygon.edges).min(axis=1))
 
@@ -147,7 +152,7 @@ def support_margin(points, in_contact, p, tol: float = 1e-12) -> tuple[np.ndarra
     for i in range(pts.shape[0]):
         poly = support_polygon(pts[i], mask[i], tol)
         nv[i] = poly.n_vertices
-        if nv[i] and np.all(np.isfinite(pp[i, :2])):
+        if nv[i] and math.isfinite(pp[i, 0]) and math.isfinite(pp[i, 1]):
             margin[i] = stability_margin(pp[i, :2], poly)[0]
     return margin, nv
 
