@@ -431,6 +431,7 @@ class Subscriber:
         self._token = _SUB_TOKEN_PREFIX + uuid.uuid4().hex.encode()
         self._closed = False
         self._monitor: zmq.Socket | None = None
+        self._lost: set[str] = set()  # endpoints to reconnect once nothing is queued
         self._since_check = 0
         self._sock = (context or zmq.Context.instance()).socket(zmq.SUB)
         try:
@@ -511,19 +512,24 @@ class Subscriber:
 
         libzmq re-sends the subscriptions of an automatically re-established connection, but an
         XPUB does not report them to the publisher (libzmq 4.3.5, measured), so a restarted
-        publisher would never welcome us. A fresh connect() behaves like the first one.
+        publisher would never welcome us. A fresh connect() behaves like the first one. But
+        disconnect() discards frames already received and not yet read, so it waits until the
+        socket has nothing queued (ZMQ_EVENTS processes pending commands, unlike a failed recv).
         """
         self._since_check = 0
         mon = self._monitor
-        if mon is None or not mon.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        if mon is None:
             return
-        lost = set()
         while mon.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            lost.add(zmq.utils.monitor.recv_monitor_message(mon)["endpoint"].decode(errors="replace"))
-        for e in self.endpoints if lost - set(self.endpoints) else lost:
+            e = zmq.utils.monitor.recv_monitor_message(mon)["endpoint"].decode(errors="replace")
+            self._lost.update([e] if e in self.endpoints else self.endpoints)
+        if not self._lost or self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            return
+        for e in sorted(self._lost):
             log.info("publisher at %s went away; reconnecting", e)
             self._sock.disconnect(e)
             self._sock.connect(e)
+        self._lost.clear()
 
     def _handle(self, parts: list[Any]) -> Frame | None:
         t_recv = time.monotonic_ns()

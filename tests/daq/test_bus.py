@@ -343,3 +343,17 @@ def test_one_subscriber_many_publishers(tmp_path):
     assert stats["fp/1"].received == stats["enc/q"].received == 5
     assert stats["fp/1"].samples == 25 and stats["enc/q"].samples == 5
     assert stats["markers/m"].received == 0 and sub.missing() == ["markers/m"]
+
+
+def test_frames_queued_from_a_publisher_that_left_are_all_read(endpoint):
+    """Reconnecting after a publisher goes away must not discard the frames it sent before leaving."""
+    pub, sub = connected(endpoint, ["fp/1"])
+    with sub:
+        with pub:
+            for _ in range(600):
+                pub.publish("fp/1", np.zeros((5, 3)), **FORCE)
+        time.sleep(0.5)  # the disconnection is noticed while 600 frames wait unread
+        frames = recv_n(sub, 600)
+        st = sub.stats()["fp/1"]
+    assert [f.seq for f in frames] == list(range(600))
+    assert (st.dropped, st.gaps) == (0, 0)
