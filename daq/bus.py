@@ -271,6 +271,8 @@ class Publisher:
                 i.e. the last sample is taken as just acquired.
             t: lab time of sample 0 [ns]; default ``t_host``.
         Raises FrameError for data that cannot be framed (wrong shape, dtype, channel count).
+        Buffers of 64 KiB or more leave without a copy: do not modify ``data`` in place afterwards
+        (ZeroMQ may still be sending it); publish a new array instead.
         """
         arr = np.asarray(data)
         if arr.ndim == 1:
@@ -296,7 +298,7 @@ class Publisher:
         if self._closed:
             raise BusError(f"publisher {self.endpoint!r} is closed")
         now = time.monotonic_ns()
-        if now >= self._next_sub_check:  # at most every 5 ms: getsockopt costs more than a send
+        if now >= self._next_sub_check:  # at most every 5 ms: a recv attempt costs as much as a send
             self._next_sub_check = now + 5_000_000
             self.poll_subscriptions()
         frame.t_pub = time.monotonic_ns()
