@@ -4,10 +4,11 @@ Tree models (docs/models.md): `Model` and its parts, `load_model` (walklab TOML;
 goes to `dynamics.linkage`), `load_urdf` / `save_urdf` (Pinocchio's joint order and layouts).
 Algorithms, batched over time (q (nq,) or (N, nq), v and a (nv,) or (N, nv)):
 `rnea` (with external `Wrench`es), `nonlinear_effects`, `generalized_gravity`, `crba`,
-`forward_dynamics`, `forward_kinematics`, `point_kinematics`, `marker_positions`,
+`aba`, `forward_dynamics`, `forward_kinematics`, `point_kinematics`, `marker_positions`,
 `contact_positions`, `point_jacobians`, `frame_jacobian`, `com`, `centroidal_momentum`,
 `configuration_derivative`.
 """
+from .aba import aba
 from .centroidal import centroidal_momentum
 from .com import com
 from .crba import crba
@@ -22,7 +23,7 @@ from .urdf import load_urdf, model_from_urdf_string, save_urdf, urdf_string
 
 __all__ = [
     "Actuator", "Joint", "Model", "ModelError", "Segment", "Wrench",
-    "centroidal_momentum", "com", "configuration_derivative", "contact_positions", "crba",
+    "aba", "centroidal_momentum", "com", "configuration_derivative", "contact_positions", "crba",
     "forward_dynamics", "forward_kinematics", "frame_jacobian", "generalized_gravity", "load_model",
     "load_urdf", "marker_positions", "model_from_dict", "model_from_urdf_string", "nonlinear_effects",
     "point_jacobians", "point_kinematics", "rnea", "save_urdf", "urdf_string",

@@ -144,13 +144,23 @@ def tree_state(model: Model, q: np.ndarray, v: np.ndarray | None = None, a: np.n
     V = np.matmul(mask, S * v[..., None])
     if a is None:
         return TreeState(R, p, S, V)
-    # velocity of the body each column is fixed in: the child, or the parent (index n = world, at rest)
-    carrier = model.dof_segment.copy()
-    in_parent = np.concatenate([fixed_in_parent(s.joint) for s in model.segments])
-    carrier[in_parent] = np.where(model.parents[carrier[in_parent]] < 0, n, model.parents[carrier[in_parent]])
-    Vc = np.concatenate((V, np.zeros((N, 1, 6))), axis=1)[:, carrier]
-    A = np.matmul(mask, S * a[..., None] + motion_cross(Vc, S) * v[..., None])
+    A = np.matmul(mask, S * a[..., None] + column_bias(model, S, V, v))
     return TreeState(R, p, S, V, A)
+
+
+def column_bias(model: Model, S: np.ndarray, V: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Velocity-product accelerations (v_c(k) × S_k) v_k (N, nv, 6) of each velocity coordinate,
+    lab frame about the origin: v_c(k) the spatial velocity (V (N, nseg, 6)) of the body column
+    S_k (N, nv, 6) is fixed in — the child, or the parent for the planar joint's translations."""
+    cache = model.__dict__.setdefault("_kernels", {})
+    if "carrier" not in cache:
+        n = len(model.segments)
+        carrier = model.dof_segment.copy()     # index n = the world, at rest
+        in_parent = np.concatenate([fixed_in_parent(s.joint) for s in model.segments])
+        carrier[in_parent] = np.where(model.parents[carrier[in_parent]] < 0, n, model.parents[carrier[in_parent]])
+        cache["carrier"] = carrier
+    Vc = np.concatenate((V, np.zeros((V.shape[0], 1, 6))), axis=1)[:, cache["carrier"]]
+    return motion_cross(Vc, S) * v[..., None]
 
 
 def lab_inertias(model: Model, st: TreeState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

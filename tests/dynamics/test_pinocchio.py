@@ -81,12 +81,14 @@ def test_rnea_crba_aba_match_pinocchio(urdf_pair):
     tau = dynamics.rnea(model, q, v, a)
     M = dynamics.crba(model, q)
     acc = dynamics.forward_dynamics(model, q, v, tau)
+    acc_aba = dynamics.aba(model, q, v, tau)
     for k in range(len(q)):
         np.testing.assert_allclose(tau[k], pin.rnea(pm, pd, q[k], v[k], a[k]), atol=TOL, rtol=0)
         np.testing.assert_allclose(M[k], pin.crba(pm, pd, q[k]), atol=TOL, rtol=0)
         np.testing.assert_allclose(dynamics.nonlinear_effects(model, q[k], v[k]), pin.nonLinearEffects(pm, pd, q[k], v[k]), atol=TOL)
         np.testing.assert_allclose(dynamics.generalized_gravity(model, q[k]), pin.computeGeneralizedGravity(pm, pd, q[k]), atol=TOL)
         np.testing.assert_allclose(acc[k], pin.aba(pm, pd, q[k], v[k], tau[k]), atol=1e-7)
+        np.testing.assert_allclose(acc_aba[k], pin.aba(pm, pd, q[k], v[k], tau[k]), atol=1e-7)
 
 
 def test_rnea_with_external_wrenches_matches_pinocchio(urdf_pair):
