@@ -13,7 +13,7 @@ raw pyzmq PUB/SUB peer sending the same bytes without framing or checks, to show
 the frame layer. Latency = receive ``time.monotonic_ns()`` minus publish ``time.monotonic_ns()``
 (one host, one clock). Lost = frames published but not received (from seq).
 
-    python bench/bus.py [--duration 5] [--small-frames 50000] [--only tcp|ipc]
+    python bench/bus.py [--duration 5] [--small-frames 50000] [--only tcp|ipc] [--scenarios blocked,small]
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import timeit
 from pathlib import Path
 
 import numpy as np
@@ -167,6 +168,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=5.0, help="seconds of 1 kHz blocked streams per run")
     ap.add_argument("--small-frames", type=int, default=50_000, help="frames in the small-frame throughput run")
     ap.add_argument("--only", choices=["tcp", "ipc"], help="one transport only")
+    ap.add_argument("--scenarios", default="blocked,small", help="comma-separated: blocked, small")
     ap.add_argument("--role", default="sub", help=argparse.SUPPRESS)
     ap.add_argument("--scenario", help=argparse.SUPPRESS)
     ap.add_argument("--impl", help=argparse.SUPPRESS)
@@ -182,6 +184,8 @@ def main() -> None:
           f"{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
     with tempfile.TemporaryDirectory() as tmp:
         for scenario, label in (("blocked", "10 x 1 kHz, 5-sample blocks"), ("small", "small frames, max rate")):
+            if scenario not in args.scenarios.split(","):
+                continue
             for transport in ("tcp", "ipc"):
                 if args.only and transport != args.only:
                     continue
@@ -191,6 +195,27 @@ def main() -> None:
                     print(f"{label:<28}{transport:<10}{impl:<9}{r['frames']:>8}{r['lost']:>6}{r['fps']:>10.0f}"
                           f"{r['p50']:>9.3f}{r['p99']:>9.3f}{r['max']:>9.3f}", flush=True)
     print("target (10 x 1 kHz, walklab): p99 < 0.5 ms, 0 lost")
+    frame_costs()
+
+
+def frame_costs() -> None:
+    """CPU cost of the frame layer alone, in-process (best of 5 repeats: the least disturbed)."""
+    import msgpack
+
+    from daq.frames import Frame, decode, encode
+
+    frame = Frame("forceplate/FP1", "force", 5, None, 0, 0, RATE_HZ, tuple(f"c{i}" for i in range(CHANNELS)),
+                  ("N",) * CHANNELS, np.zeros((BLOCK, CHANNELS)))
+    parts = [bytes(p) for p in encode(frame)]
+    header = msgpack.unpackb(parts[1])
+    n = 5000
+    print("per-frame CPU cost, 5 x 6 float64 block (best of 5 x 5000):")
+    for label, fn in (("walklab encode (validated)", lambda: encode(frame)),
+                      ("walklab decode (validated)", lambda: decode(parts)),
+                      ("peer: msgpack.packb(header)", lambda: msgpack.packb(header)),
+                      ("peer: msgpack.unpackb(header)", lambda: msgpack.unpackb(parts[1]))):
+        best = min(timeit.repeat(fn, number=n, repeat=5)) / n
+        print(f"  {label:<32}{best * 1e6:8.2f} us")
 
 
 if __name__ == "__main__":
