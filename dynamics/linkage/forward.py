@@ -4,9 +4,12 @@ optional position/velocity projection (methods.md c.4, i.2).
     [ M      Phi_K^T ] [ q'' ]   [ h + Q b                                   ]
     [ Phi_K     0    ] [ lam ] = [ gamma_K - 2 alpha Phi_K' - beta^2 Phi_K   ]
 
-Phi_K are the kinematic rows (every row but the driver), Phi_K' = Phi_K,q q'. The actuator effort
-Q (crank torque, N m) enters through b = -Phi_q^D / Phi_s^D (e_phi of the crank for an angle
-driver). Projection after a step (M-orthogonal, so it never adds kinetic energy):
+Phi_K are the rows of the released linkage, Phi_K' = Phi_K,q q': every row but the drivers, and
+for a linkage with several driver rows on one input (a walker's cranks on one shaft) the couplings
+Phi^Dk - Phi^D1 = 0 (k >= 2), which keep the drivers together without fixing the input. The
+actuator effort Q (crank torque, N m) does virtual work Q ds with s defined by the first driver
+row, so it enters through b = -Phi_q^D1 / Phi_s^D1 (e_phi of the crank for an angle driver).
+Projection after a step (M-orthogonal, so it never adds kinetic energy):
 
     q  <- q - M^-1 Phi_q^T (Phi_q M^-1 Phi_q^T)^-1 Phi        (Newton, until ||Phi|| < 1e-12)
     q' <- q' - M^-1 Phi_q^T (Phi_q M^-1 Phi_q^T)^-1 Phi_q q'
@@ -42,51 +45,66 @@ def mechanical_energy(model: Linkage, q: np.ndarray, qd: np.ndarray) -> tuple[np
     return 0.5 * np.einsum("ni,i,ni->n", qd, model.mass_diag, qd), -q @ model.gravity_force
 
 
-def _driver(model: Linkage) -> tuple[np.ndarray, int]:
-    rows = model.driver_rows
-    if rows.size != 1:
-        raise LinkageError(f"{model.name}: forward dynamics needs exactly one driver row, has {rows.size}")
-    return model.kinematic_rows, int(rows[0])
+def _released(model: Linkage) -> tuple[np.ndarray, int, np.ndarray]:
+    """(T (r, m), first driver row, rows of T to wrap to [-pi, pi)): released rows = T @ rows."""
+    drivers = model.driver_rows
+    if drivers.size > 1 and np.any(model.dist_driven):
+        raise LinkageError(f"{model.name}: forward dynamics of several distance drivers on one input "
+                           "is not supported (their rows differ in dPhi/ds); use one driver")
+    if np.any(model.mass_diag <= 0):
+        raise LinkageError(f"{model.name}: forward dynamics needs positive masses and inertias")
+    krows, d0 = model.kinematic_rows, int(drivers[0])
+    T = np.zeros((krows.size + drivers.size - 1, model.n_rows))
+    T[np.arange(krows.size), krows] = 1.0
+    T[krows.size:, drivers[1:]] = np.eye(drivers.size - 1)
+    T[krows.size:, d0] = -1.0
+    wrap = np.arange(krows.size, T.shape[0]) if model.input_kind == "angle" else np.arange(0)
+    return T, d0, wrap
+
+
+def _rows(model: Linkage, released, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Phi_K (N, r), Phi_K,q (N, r, n) of the released linkage and the full Phi_q (N, m, n) at q (N, n)."""
+    T, _, wrap = released
+    J = C.jacobian(model, q)
+    phi = C.residual(model, q, 0.0) @ T.T
+    phi[:, wrap] = (phi[:, wrap] + np.pi) % (2.0 * np.pi) - np.pi      # angles equal modulo 2 pi
+    return phi, np.matmul(T, J), J
 
 
 def accelerations(model: Linkage, q: np.ndarray, qd: np.ndarray, effort: float = 0.0,
                   alpha: float = 15.0, beta: float = np.sqrt(30.0)) -> np.ndarray:
     """q'' (n,) of the released linkage under gravity and driver effort Q (N m or N)."""
-    return _accelerations(model, q, qd, effort, alpha, beta, *_driver(model))
+    return _accelerations(model, q, qd, effort, alpha, beta, _released(model))
 
 
-def _accelerations(model, q, qd, effort, alpha, beta, krows, drow) -> np.ndarray:
-    n = model.n_coords
-    J = C.jacobian(model, q[None, :])[0]
-    Jk = J[krows]
-    phi = C.residual(model, q[None, :], 0.0)[0, krows]
-    g = C.gamma(model, q[None, :], qd[None, :], 0.0, 0.0, 0.0)[0, krows]
-    m = krows.size
-    K = np.zeros((n + m, n + m))
-    K[np.arange(n), np.arange(n)] = model.mass_diag
-    K[:n, n:] = Jk.T
-    K[n:, :n] = Jk
+def _accelerations(model, q, qd, effort, alpha, beta, released) -> np.ndarray:
+    T, d0, _ = released
+    phi, Jk, J = (x[0] for x in _rows(model, released, q[None, :]))
+    g = T @ C.gamma(model, q[None, :], qd[None, :], 0.0, 0.0, 0.0)[0]
+    Minv = 1.0 / model.mass_diag
     h = model.gravity_force
     if effort:
         # b = -Phi_q^D / Phi_s^D (s = 0: a distance driver at its nominal length)
-        h = h - effort * J[drow] / C.input_derivative(model, 0.0)[0, drow]
-    rhs = np.concatenate([h, g - 2.0 * alpha * (Jk @ qd) - beta * beta * phi])
+        h = h - effort * J[d0] / C.input_derivative(model, 0.0)[0, d0]
+    rhs = g - 2.0 * alpha * (Jk @ qd) - beta * beta * phi
+    # M is diagonal: eliminate q'' (Schur complement), (Phi_K,q M^-1 Phi_K,q^T) lam = Phi_K,q M^-1 h - rhs
     try:
-        return np.linalg.solve(K, rhs)[:n]
+        lam = np.linalg.solve((Jk * Minv) @ Jk.T, Jk @ (Minv * h) - rhs)
     except np.linalg.LinAlgError:
         raise LinkageError(f"{model.name}: singular KKT matrix: dependent constraints or a singular "
                            "configuration of the released linkage") from None
+    return Minv * (h - Jk.T @ lam)
 
 
 def project(model: Linkage, q: np.ndarray, qd: np.ndarray, tol: float = 1e-12,
             max_iter: int = 20) -> tuple[np.ndarray, np.ndarray]:
     """M-orthogonal projection of (q, q') (n,) onto Phi_K = 0 and Phi_K,q q' = 0."""
-    krows, _ = _driver(model)
+    released = _released(model)
     Minv = 1.0 / model.mass_diag
     q = q.copy()
-    J = C.jacobian(model, q[None, :])[0, krows]
+    J = _rows(model, released, q[None, :])[1][0]
     for _ in range(max_iter):
-        phi = C.residual(model, q[None, :], 0.0)[0, krows]
+        phi = _rows(model, released, q[None, :])[0][0]
         if np.linalg.norm(phi) < tol:
             break
         # simplified Newton (Jacobian of the step's start): the corrections are tiny
@@ -94,7 +112,7 @@ def project(model: Linkage, q: np.ndarray, qd: np.ndarray, tol: float = 1e-12,
     else:
         raise LinkageError(f"{model.name}: position projection did not converge (||Phi|| = "
                            f"{np.linalg.norm(phi):.3g}): the state left the assembly")
-    J = C.jacobian(model, q[None, :])[0, krows]
+    J = _rows(model, released, q[None, :])[1][0]
     qd = qd - Minv * (J.T @ np.linalg.solve((J * Minv) @ J.T, J @ qd))
     return q, qd
 
@@ -107,13 +125,11 @@ def simulate(model: Linkage, q0: np.ndarray, qd0: np.ndarray, t_end: float, dt: 
     torque(t, q, q') -> driver effort (N m); None = torque-free. method "rk4" or "euler" (explicit
     Euler, the Batbaatar thesis's choice with alpha = 15, beta = sqrt 30, dt = 1 ms).
     """
-    if np.any(model.mass_diag <= 0):
-        raise LinkageError(f"{model.name}: forward dynamics needs positive masses and inertias")
     if method not in ("rk4", "euler"):
         raise LinkageError(f"method: expected 'rk4' or 'euler', got {method!r}")
     if not (dt > 0 and t_end > 0):
         raise LinkageError(f"dt and t_end: expected positive times, got dt={dt!r}, t_end={t_end!r}")
-    krows, drow = _driver(model)
+    released = _released(model)
     q = C._check(model, np.atleast_2d(q0))[0].copy()
     qd = C._check(model, np.atleast_2d(qd0), "qd0")[0].copy()
     steps = int(round(t_end / dt))
@@ -124,7 +140,7 @@ def simulate(model: Linkage, q0: np.ndarray, qd0: np.ndarray, t_end: float, dt: 
     def f(tk, y):
         qq, vv = y[:q.size], y[q.size:]
         tau = torque(tk, qq, vv) if torque is not None else 0.0
-        return np.concatenate([vv, _accelerations(model, qq, vv, tau, alpha, beta, krows, drow)])
+        return np.concatenate([vv, _accelerations(model, qq, vv, tau, alpha, beta, released)])
 
     y = np.concatenate([q, qd])
     for k in range(steps):
@@ -140,7 +156,7 @@ def simulate(model: Linkage, q0: np.ndarray, qd0: np.ndarray, t_end: float, dt: 
         if projection:
             y = np.concatenate(project(model, y[:q.size], y[q.size:]))
         Q[k + 1], QD[k + 1] = y[:q.size], y[q.size:]
-    phi = C.residual(model, Q, 0.0)[:, krows]
-    phid = np.einsum("nmi,ni->nm", C.jacobian(model, Q)[:, krows], QD)
+    phi, Jk, _ = _rows(model, released, Q)
+    phid = np.einsum("nmi,ni->nm", Jk, QD)
     return Trajectory(t=t, q=Q, qd=QD, E_p=np.einsum("nm,nm->n", phi, phi),
                       E_v=np.einsum("nm,nm->n", phid, phid))

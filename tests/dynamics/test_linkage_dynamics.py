@@ -236,3 +236,31 @@ def test_walker_shaft_torque_is_the_sum_of_its_legs_by_mirror_symmetry(jansen):
         # other way: its torque is minus the forward leg's torque there
         expected += leg(th + phase) - leg(np.pi - th - phase)
     assert np.allclose(tau_w, expected, rtol=1e-9, atol=1e-9)
+
+
+def test_walker_forward_dynamics_inverts_its_inverse_dynamics():
+    """Twelve legs on one shaft (12 driver rows, one input): released, the couplings keep the
+    cranks together and the shaft torque of the KKT inverse gives back the kinematic q''."""
+    walker = read_linkage("jansen_walker")
+    th, thd, thdd = np.array([0.7]), np.array([5.0]), np.array([-9.0])
+    q, qd, qdd = _state(walker, th, thd, thdd)
+    tau = INV.inverse_dynamics(walker, q, qd, th, thd, thdd).effort[0]
+    assert abs(tau) > 0.1
+    np.testing.assert_allclose(FW.accelerations(walker, q[0], qd[0], tau), qdd[0], rtol=0,
+                               atol=1e-8 * np.abs(qdd).max())
+    # another torque gives another motion that still turns every crank together
+    other = FW.accelerations(walker, q[0], qd[0], tau + 5.0)
+    cranks = 3 * np.array([k for k, b in enumerate(walker.bodies) if b.name.endswith(".O1A")]) + 2
+    assert cranks.size == 12
+    assert np.ptp(other[cranks]) < 1e-9 * np.abs(other[cranks]).max()
+    assert other[cranks[0]] - thdd[0] > 1e-3          # more torque, more crank acceleration
+
+
+def test_walker_torque_free_simulation_conserves_energy():
+    walker = read_linkage("jansen_walker")
+    q0 = P.assembled_positions(walker, [0.3])[0]
+    qd0 = K.velocities(walker, q0[None], [0.3], [4.0])[0]
+    tr = FW.simulate(walker, q0, qd0, t_end=0.01, dt=2e-3)
+    T, V = FW.mechanical_energy(walker, tr.q, tr.qd)
+    assert np.max(np.abs(T + V - T[0] - V[0])) < 1e-7 * T[0]
+    assert np.sqrt(tr.E_p.max()) < 1e-11
