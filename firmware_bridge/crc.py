@@ -3,8 +3,9 @@
 Parameters (Williams model / reveng catalogue): width 16, poly 0x1021, init 0xFFFF, refin false,
 refout false, xorout 0x0000, **check 0x29B1** (the CRC of ASCII "123456789"). Not to be confused
 with CRC-16/XMODEM (init 0, check 0x31C3), CRC-16/MCRF4XX (MAVLink, check 0x6F91) or CRC-16/X-25
-(check 0x906E). A width-16 CRC detects every single error burst of length <= 16 bits, and, since
-0x1021 has an even number of terms, every odd-weight error.
+(check 0x906E). A width-16 CRC detects every single error burst of length <= 16 bits (when appended
+most significant byte first, as the protocol does: protocol.CRC_BYTEORDER), and, since 0x1021 has
+an even number of terms (a factor x + 1), every odd-weight error.
 """
 from __future__ import annotations
 

@@ -2,9 +2,10 @@
 
 Frame on the wire (docs/protocol.md is the normative text)::
 
-    COBS( ver:u8 | type:u8 | seq:u16 | ack:u16 | t_us:u32 | len:u16 | payload[len] | crc:u16 ) 0x00
+    COBS( ver:u8 | type:u8 | seq:u16 | ack:u16 | t_us:u32 | len:u16 | payload[len] | crc:u16be ) 0x00
 
-All integers little-endian; ``crc`` is CRC-16/CCITT-FALSE (check 0x29B1) over header + payload.
+All header and payload integers little-endian; ``crc`` is CRC-16/CCITT-FALSE (check 0x29B1) over
+header + payload, appended **most significant byte first** (see CRC_BYTEORDER).
 ``seq`` counts frames per direction (mod 2**16), ``ack`` is the last good ``seq`` received from the
 peer, ``t_us`` the sender's microsecond clock (mod 2**32; the host sends its monotonic clock).
 
@@ -24,6 +25,10 @@ PROTOCOL_VERSION = 1
 HEADER = struct.Struct("<BBHHIH")  # ver, type, seq, ack, t_us, len
 HEADER_SIZE = HEADER.size  # 12
 CRC_SIZE = 2
+# The CRC is computed MSB-first (no reflection), so it is appended big-endian: header | payload | crc
+# is then one codeword and every error burst of <= 16 bits (in either bit order of a UART byte) is
+# detected. Appended little-endian, bursts straddling the payload/CRC boundary can pass.
+CRC_BYTEORDER = "big"
 MAX_PAYLOAD = 1024
 MAX_FRAME = HEADER_SIZE + MAX_PAYLOAD + CRC_SIZE
 MAX_ENCODED = MAX_FRAME + MAX_FRAME // 254 + 2
@@ -385,7 +390,7 @@ def pack_frame(msg: Message, seq: int = 0, ack: int = 0, t_us: int = 0) -> bytes
     if len(payload) > MAX_PAYLOAD:
         raise ProtocolError("length", f"{TYPE_NAMES[msg.TYPE]}: payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
     body = HEADER.pack(PROTOCOL_VERSION, msg.TYPE, seq & 0xFFFF, ack & 0xFFFF, t_us & 0xFFFFFFFF, len(payload)) + payload
-    return body + crc.crc16(body).to_bytes(2, "little")
+    return body + crc.crc16(body).to_bytes(CRC_SIZE, CRC_BYTEORDER)
 
 
 def encode_frame(msg: Message, seq: int = 0, ack: int = 0, t_us: int = 0) -> bytes:
@@ -400,7 +405,7 @@ def unpack_frame(raw: bytes) -> Frame:
     if len(raw) < HEADER_SIZE + CRC_SIZE:
         raise ProtocolError("short", f"frame of {len(raw)} bytes, shorter than header + CRC ({HEADER_SIZE + CRC_SIZE})")
     # CRC first: a corrupted length or type byte is reported as what it is, a CRC failure.
-    if crc.crc16(raw[:-CRC_SIZE]) != int.from_bytes(raw[-CRC_SIZE:], "little"):
+    if crc.crc16(raw[:-CRC_SIZE]) != int.from_bytes(raw[-CRC_SIZE:], CRC_BYTEORDER):
         raise ProtocolError("crc", "CRC-16/CCITT-FALSE mismatch")
     ver, typ, seq, ack, t_us, n = HEADER.unpack_from(raw, 0)
     if ver != PROTOCOL_VERSION:

@@ -1,10 +1,11 @@
 /* walklab wire protocol v1 -- header-only C reference for MCU firmware (C99, no allocation).
  *
  * Normative text: docs/protocol.md. Frame on the wire:
- *   COBS( ver:u8 | type:u8 | seq:u16 | ack:u16 | t_us:u32 | len:u16 | payload[len] | crc:u16 ) 0x00
- * little-endian; crc = CRC-16/CCITT-FALSE (poly 0x1021, init 0xFFFF, no reflection, xorout 0,
- * check 0x29B1) over header + payload. Checked against the Python implementation with the shared
- * vectors in tests/vectors/ by tests/firmware_bridge/test_c_reference.py.
+ *   COBS( ver:u8 | type:u8 | seq:u16 | ack:u16 | t_us:u32 | len:u16 | payload[len] | crc:u16be ) 0x00
+ * header and payload little-endian; crc = CRC-16/CCITT-FALSE (poly 0x1021, init 0xFFFF, no
+ * reflection, xorout 0, check 0x29B1) over header + payload, appended most significant byte first
+ * (so every error burst of <= 16 bits is detected). Checked against the Python implementation with
+ * the shared vectors in tests/vectors/ by tests/firmware_bridge/test_vectors.py.
  */
 #ifndef WALKLAB_PROTO_H
 #define WALKLAB_PROTO_H
@@ -128,7 +129,9 @@ static inline size_t wl_frame_encode(uint8_t type, uint16_t seq, uint16_t ack, u
     raw[0] = WL_PROTOCOL_VERSION; raw[1] = type;
     wl_put_u16(raw + 2, seq); wl_put_u16(raw + 4, ack); wl_put_u32(raw + 6, t_us); wl_put_u16(raw + 10, len);
     if (len) memcpy(raw + WL_HEADER_SIZE, payload, len);
-    wl_put_u16(raw + WL_HEADER_SIZE + len, wl_crc16(raw, WL_HEADER_SIZE + (size_t)len));
+    uint16_t crc = wl_crc16(raw, WL_HEADER_SIZE + (size_t)len);
+    raw[WL_HEADER_SIZE + len] = (uint8_t)(crc >> 8); /* CRC most significant byte first */
+    raw[WL_HEADER_SIZE + len + 1] = (uint8_t)crc;
     size_t n = wl_cobs_encode(raw, WL_HEADER_SIZE + (size_t)len + WL_CRC_SIZE, out);
     out[n] = 0;
     return n + 1;
@@ -137,7 +140,7 @@ static inline size_t wl_frame_encode(uint8_t type, uint16_t seq, uint16_t ack, u
 /* Parse an unencoded frame; f->payload points into raw. CRC is checked before anything else. */
 static inline int wl_frame_parse(const uint8_t *raw, size_t n, wl_frame *f) {
     if (n < WL_HEADER_SIZE + WL_CRC_SIZE) return WL_E_SHORT;
-    if (wl_crc16(raw, n - WL_CRC_SIZE) != wl_get_u16(raw + n - WL_CRC_SIZE)) return WL_E_CRC;
+    if (wl_crc16(raw, n - WL_CRC_SIZE) != (uint16_t)((raw[n - 2] << 8) | raw[n - 1])) return WL_E_CRC;
     f->version = raw[0]; f->type = raw[1];
     f->seq = wl_get_u16(raw + 2); f->ack = wl_get_u16(raw + 4); f->t_us = wl_get_u32(raw + 6);
     f->len = wl_get_u16(raw + 10);

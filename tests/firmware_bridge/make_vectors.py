@@ -6,7 +6,7 @@ Anchors that come from outside this project and are asserted before anything is 
 CRC-16/CCITT-FALSE check value (reveng catalogue: 0x29B1 for "123456789") and the COBS examples of
 the reference description (Cheshire & Baker; the Wikipedia "Consistent Overhead Byte Stuffing"
 table). Frame and message vectors are produced by the Python implementation and are then checked,
-independently, by the C reference (test_c_reference.py).
+independently, by the C reference (test_vectors.py).
 """
 from __future__ import annotations
 
@@ -109,10 +109,10 @@ def build() -> dict:
     bad_crc[20] ^= 0x10
     bad_len = bytearray(raw0[:-2])
     bad_len[10] += 1
-    bad_len += crc.crc16(bytes(bad_len)).to_bytes(2, "little")
+    bad_len += crc.crc16(bytes(bad_len)).to_bytes(2, "big")
     bad_ver = bytearray(raw0[:-2])
     bad_ver[0] = 2
-    bad_ver += crc.crc16(bytes(bad_ver)).to_bytes(2, "little")
+    bad_ver += crc.crc16(bytes(bad_ver)).to_bytes(2, "big")
     rejects = [
         {"why": "crc", "wire": (cobs.encode(bytes(bad_crc)) + b"\x00").hex()},
         {"why": "length", "wire": (cobs.encode(bytes(bad_len)) + b"\x00").hex()},

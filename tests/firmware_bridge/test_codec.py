@@ -4,6 +4,8 @@ from __future__ import annotations
 import random
 import struct
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -109,40 +111,78 @@ def test_decoder_discards_oversized_runs_and_recovers():
     assert [f.msg for f in out] == [P.Heartbeat(3)] and dec.errors["overflow"] == 1
 
 
-def _burst(rng: random.Random, frame_bits: int, width: int) -> tuple[int, int]:
-    """(bit offset from the frame start, pattern) of one error burst of length L in 1..width bits:
-    the first and last bit of the pattern are set, the inside is random (the textbook burst)."""
-    L = rng.randint(1, width)
-    pattern = 1 if L == 1 else (1 << (L - 1)) | (rng.getrandbits(L - 2) << 1 if L > 2 else 0) | 1
-    return rng.randint(0, frame_bits - L), pattern
+def _flip(raw: bytes, bit: int, order: str) -> bytes:
+    """`raw` with bit number `bit` flipped, bits counted in transmission order: "msb" (bit 7 of each
+    byte first, the CRC's own order) or "lsb" (bit 0 first, the order of a UART line)."""
+    out = bytearray(raw)
+    out[bit // 8] ^= 1 << (7 - bit % 8 if order == "msb" else bit % 8)
+    return bytes(out)
+
+
+def _syndromes(raw: bytes, order: str) -> np.ndarray:
+    """Per transmitted bit: the CRC syndrome that flipping it causes. The frame check is affine, so
+    an error pattern passes exactly when the XOR of its bits' syndromes is 0. Computed with the
+    textbook bitwise CRC and the byte order of the frame check (P.CRC_BYTEORDER)."""
+    def syndrome(b: bytes) -> int:
+        return crc16_bitwise(b[:-2]) ^ int.from_bytes(b[-2:], P.CRC_BYTEORDER)
+    s0 = syndrome(raw)
+    return np.array([syndrome(_flip(raw, k, order)) ^ s0 for k in range(8 * len(raw))], dtype=np.uint32)
+
+
+FRAMES = [P.pack_frame(P.Heartbeat(3), 10, 8, 99),  # the shortest frame with a payload (16 bytes)
+          P.pack_frame(P.State(tuple(P.MotorState(1000 * k, -k, 3 * k, 0xC1) for k in range(8))), 7, 5, 123456)]
+
+
+@pytest.mark.parametrize("order", ["msb", "lsb"])
+@pytest.mark.parametrize("raw", FRAMES, ids=["HEARTBEAT", "STATE8"])
+def test_every_burst_up_to_16_bits_is_detected_exhaustively(raw, order):
+    """All error bursts of length 1..16 bits at every position (first and last bit flipped, any
+    inside), in both bit orders a byte may travel in: none leaves a zero syndrome. With the CRC
+    appended least significant byte first, 12 (msb) / 3 (lsb) bursts straddling the payload/CRC
+    boundary of any frame pass; this is the test that caught it."""
+    syn = _syndromes(raw, order)
+    undetected = 0
+    for start in range(len(syn)):
+        w = min(16, len(syn) - start)
+        xor = np.zeros(1 << w, dtype=np.uint32)  # xor[p] = syndrome of pattern p (bit i = start + i)
+        for i in range(w):
+            xor[1 << i:2 << i] = xor[:1 << i] ^ syn[start + i]
+        undetected += int(np.count_nonzero(xor[1::2] == 0))  # patterns whose first bit is `start`
+    assert undetected == 0
 
 
 def test_no_single_burst_up_to_16_bits_is_accepted():
-    """10^5 corruptions of the unencoded frame by one burst of <= 16 bits: every one is rejected (the
-    guarantee of a width-16 CRC); then each corrupted frame is COBS-encoded and sent through the
-    stream decoder, which must return nothing valid."""
+    """10^5 corruptions by one burst of <= 16 bits, half of them over the last 5 bytes where the
+    CRC's byte order matters, both bit orders; each goes through the real decoder (unpack_frame and,
+    COBS-encoded, the stream decoder): accepted count must be 0 (the width-16 CRC guarantee)."""
     rng = random.Random(1)
-    frames = [P.pack_frame(P.State(tuple(P.MotorState(1000 * k, -k, 3 * k, 0xC1) for k in range(8))), 7, 5, 123456),
-              P.pack_frame(P.Command(tuple(P.MotorCommand(3, 0.5 * k) for k in range(8))), 8, 6, 0),
-              P.pack_frame(P.Config(2, 1.0, 0.0, 0.1, 3.0, 20.0, 100, 1000), 9, 7, 0),
-              P.pack_frame(P.Heartbeat(0), 10, 8, 99)]
+    frames = FRAMES + [P.pack_frame(P.Command(tuple(P.MotorCommand(3, 0.5 * k) for k in range(8))), 8, 6, 0),
+                       P.pack_frame(P.Config(2, 1.0, 0.0, 0.1, 3.0, 20.0, 100, 1000), 9, 7, 0)]
     n = 100_000
     accepted = 0
     wire = bytearray()
     for k in range(n):
         raw = frames[k % len(frames)]
-        off, pattern = _burst(rng, 8 * len(raw), crc.WIDTH_BITS)
-        val = int.from_bytes(raw, "big") ^ (pattern << (8 * len(raw) - off - pattern.bit_length()))
-        bad = val.to_bytes(len(raw), "big")
+        nbits = 8 * len(raw)
+        length = rng.randint(1, 16)
+        lo = nbits - 40 if k % 2 else 0
+        start = rng.randint(lo, nbits - length)
+        bad = raw
+        for i in range(length):  # first and last bit flipped, the inside random
+            if i in (0, length - 1) or rng.getrandbits(1):
+                bad = _flip(bad, start + i, "lsb" if k % 4 >= 2 else "msb")
         assert bad != raw
-        if crc.crc16(bad[:-2]) == int.from_bytes(bad[-2:], "little"):
+        try:
+            P.unpack_frame(bad)
             accepted += 1
+        except P.ProtocolError as exc:
+            assert exc.reason == "crc"
         if k % 10 == 0:
             wire += cobs.encode(bad) + b"\x00"
     assert accepted == 0
     dec = P.StreamDecoder()
     assert dec.feed(bytes(wire)) == []
-    assert sum(dec.errors.values()) == n // 10
+    assert dec.errors == {"crc": n // 10}
 
 
 def test_single_byte_corruption_on_the_wire_is_rejected():
@@ -181,7 +221,7 @@ def test_payload_parsers_fail_only_with_protocol_error(typ, payload, seq, ack, t
     """Any payload behind a valid header and CRC either parses or raises ProtocolError (so the stream
     decoder, which catches only that, can never be crashed by a well-framed but malformed message)."""
     body = struct.pack("<BBHHIH", 1, typ, seq, ack, t_us, len(payload)) + payload
-    raw = body + crc.crc16(body).to_bytes(2, "little")
+    raw = body + crc.crc16(body).to_bytes(2, "big")
     try:
         f = P.unpack_frame(raw)
     except P.ProtocolError as exc:

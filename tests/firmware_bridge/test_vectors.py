@@ -83,9 +83,9 @@ def test_python_matches_frame_vector(v):
     assert P.encode_frame(msg, v["seq"], v["ack"], v["t_us"]).hex() == v["wire"]
     frame = P.decode_frame(bytes.fromhex(v["wire"]))
     assert (frame.msg, frame.seq, frame.ack, frame.t_us) == (msg, v["seq"], v["ack"], v["t_us"])
-    # The CRC in the vector is the CRC-16/CCITT-FALSE of header + payload, independently recomputed.
+    # The CRC in the vector is the CRC-16/CCITT-FALSE of header + payload, most significant byte first.
     raw = bytes.fromhex(v["raw"])
-    assert int.from_bytes(raw[-2:], "little") == crc.crc16(raw[:-2])
+    assert int.from_bytes(raw[-2:], "big") == crc.crc16(raw[:-2])
 
 
 def test_python_rejects_and_stream_vectors():
