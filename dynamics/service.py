@@ -1,0 +1,414 @@
+"""Dynamics service: live ground reaction forces, centres of pressure and contact events.
+
+The thin process that applies `dynamics.forceplate` to the force-plate streams of a lab
+(docs/service.md). For every plate in the process's ``devices`` it subscribes to the plate's raw
+stream (``forceplate/NAME``, C3D channel layout of its type, SI) and publishes:
+
+- ``dynamics/grf/NAME``: one frame per accepted input frame, same samples and the same
+  ``t``/``t_host``/``t_device`` stamps, channels ``Fx Fy Fz`` [N] (reaction in lab axes, +z on a
+  loaded plate), ``Mx My Mz`` [N·m] (about the plate's surface centre, lab axes), ``COPx COPy
+  COPz`` [m] (lab frame), ``Tz`` [N·m] (free moment, lab z component of ``T_z n̂``) and
+  ``valid`` [1] (``F_z > threshold``; COP and Tz are NaN where 0). ``meta``: ``zero`` (zeroing
+  status) and ``offset`` (the raw offset subtracted, or None).
+- ``dynamics/grf``: the plates combined (methods.md d.2): ``Fx Fy Fz`` [N], ``Mx My Mz`` [N·m]
+  about the lab origin, global ``COPx COPy COPz`` [m] on the plane of the plate centres, ``valid``.
+  Samples are aligned on the nominal sample grid of the plates (common ``rate_hz``), anchored on
+  the first frame received; its stamps are the anchor frame's stamps plus
+  ``round(k · 1e9 / rate_hz)`` (the source samples' stamps when the plates share a clock, as the
+  simulated ones do). A sample that a plate did not deliver (stream gap, non-finite raw values,
+  a plate that never published or lags more than ``max_lag_s``) makes the total NaN and invalid
+  there: the total of a subset of plates would be wrong.
+- ``events/contact``: one frame per touch-down / lift-off per plate (hysteresis ``on``/``off`` on
+  the plate's vertical force, state carried across frames; missing samples hold the state),
+  ``kind = "event"``, one sample ``Fz`` [N] at the event, stamped with the event sample's
+  ``t``/``t_host``/``t_device``; ``meta = {"plate": NAME, "event": "touchdown" | "liftoff"}``.
+
+Zeroing: the first ``zero_s`` of each plate's samples are held back; the offset is the mean raw
+channels over the ``zero_window_s`` window of least mean vertical force (`zero_from_record`),
+then the held frames are processed and published. A plate that never loaded during the record is
+zeroed and reported (status ``unloaded``); a plate loaded through the whole record (or with an
+offset beyond the threshold) is reported and *not* zeroed (status ``loaded``: the amplifier's
+own zero is used).
+
+Bad input never stops the service: malformed messages are counted by the bus subscriber;
+well-formed frames that do not fit the plate (channels, units, rate, kind, an overlap with
+samples already received) are counted as ``NAME:rejected`` in the health frame and skipped;
+missing samples (a jump in sample time) are counted as ``NAME:missing_samples``.
+
+`GrfService` is the computation with its state (no sockets: it calls a ``publish`` function with
+`daq.bus.Publisher.publish`'s signature); `run(ctx, args)` is the process (see `controller.proc`).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from dynamics import forceplate as fp
+
+log = logging.getLogger("walklab.dynamics")
+
+PLATE_CHANNELS = ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "COPx", "COPy", "COPz", "Tz", "valid")
+PLATE_UNITS = ("N", "N", "N", "N*m", "N*m", "N*m", "m", "m", "m", "N*m", "1")
+TOTAL_CHANNELS = ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "COPx", "COPy", "COPz", "valid")
+TOTAL_UNITS = ("N", "N", "N", "N*m", "N*m", "N*m", "m", "m", "m", "1")
+GRF_STREAM = "dynamics/grf"
+EVENTS_STREAM = "events/contact"
+# Internal per-sample row kept for the combination: force, moment, cop, free moment (3 each), valid.
+_ROW = 13
+_LOG_FIRST, _LOG_EVERY = 10, 1000
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Service parameters (SI): COP validity threshold [N], contact hysteresis on/off [N],
+    zeroing record and window lengths [s] (zero_s = 0: no zeroing), and how long [s] the
+    combination waits for a lagging plate before reporting its samples as missing."""
+    threshold_n: float = fp.DEFAULT_THRESHOLD
+    on_n: float = 50.0
+    off_n: float = fp.DEFAULT_THRESHOLD
+    zero_s: float = 2.0
+    zero_window_s: float = 0.1
+    max_lag_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not all(math.isfinite(v) for v in vars(self).values()):
+            raise ValueError(f"dynamics service settings must be finite numbers, got {self}")
+        if not self.off_n < self.on_n:
+            raise ValueError(f"dynamics service: contact hysteresis needs --off-n < --on-n, "
+                             f"got {self.off_n} and {self.on_n}")
+        if self.zero_s < 0 or self.max_lag_s <= 0 or (self.zero_s > 0 and not
+                                                       0 < self.zero_window_s <= self.zero_s):
+            raise ValueError("dynamics service: need --zero-s >= 0, 0 < --zero-window-s <= --zero-s "
+                             f"and --max-lag-s > 0, got {self.zero_s}, {self.zero_window_s}, "
+                             f"{self.max_lag_s}")
+
+
+@dataclass(frozen=True)
+class ZeroResult:
+    """Outcome of zeroing one plate: ``status`` ``"zeroed"`` (load seen and unloaded window found),
+    ``"unloaded"`` (no load during the record), ``"loaded"`` (no unloaded window: not zeroed) or
+    ``"off"`` (zeroing disabled); ``offset`` (n_channels,) raw units, or None when not used;
+    ``base_n`` / ``peak_n``: least / greatest windowed mean vertical force of the record [N]."""
+    status: str
+    offset: np.ndarray | None
+    base_n: float = math.nan
+    peak_n: float = math.nan
+
+
+def zero_from_record(plate: fp.Plate, raw: np.ndarray, window: int, contrast_n: float,
+                     unloaded_n: float) -> ZeroResult:
+    """Zero offset of `plate` from a start-up record `raw` (N, n_channels), SI raw channels.
+
+    With ``F(w)`` the mean lab vertical force over a `window`-sample window w (the offset
+    unknown), ``base = min_w F(w)`` at the least-loaded window ``w*`` and ``peak = max_w F(w)``:
+
+    - ``peak − base >= contrast_n``: a load came or went, so ``w*`` is unloaded: ``zeroed``,
+      offset = mean raw over ``w*`` (`dynamics.forceplate.zero_offset`);
+    - else ``|base| <= unloaded_n``: constant near-zero reading, never loaded: ``unloaded``,
+      offset as above (removes the small baseline);
+    - else: constant non-zero load (someone stood on it the whole time, or a large offset —
+      indistinguishable): ``loaded``, offset None (never silently absorb a load).
+    Rows with a non-finite value are left out.
+    """
+    r = np.asarray(raw, dtype=float)
+    r = r[np.isfinite(r).all(axis=1)]
+    if len(r) < window:
+        return ZeroResult("loaded", None)
+    w = fp.least_loaded_window(plate, r, window)
+    means = np.convolve(fp.vertical_force(plate, r), np.full(window, 1.0 / window), "valid")
+    base, peak = float(means[w.start]), float(means.max())
+    if peak - base >= contrast_n:
+        return ZeroResult("zeroed", fp.zero_offset(plate, r, w), base, peak)
+    if abs(base) <= unloaded_n:
+        return ZeroResult("unloaded", fp.zero_offset(plate, r, w), base, peak)
+    return ZeroResult("loaded", None, base, peak)
+
+
+def _raw_units(channels: Sequence[str]) -> tuple[str, ...]:
+    # C3D raw channel names: forces F*, moments M*/T*, type-1 COP positions in m.
+    return tuple("m" if c.startswith("COP") else "N*m" if c[0] in "MT" else "N" for c in channels)
+
+
+class _PlateStream:
+    """Live state of one plate: expected layout, zeroing, contact state, sample continuity and the
+    processed rows waiting for the combination (a ring indexed by sample slot)."""
+
+    def __init__(self, device: Any, capacity: int) -> None:
+        self.name = device.name
+        self.stream = device.stream_name
+        self.plate = fp.Plate(type=device.type, corners=device.corners, origin=device.origin,
+                              cal_matrix=device.cal_matrix, name=device.name)
+        self.channels = tuple(device.channels)
+        self.units = _raw_units(self.channels)
+        self.rate_hz = float(device.rate_hz)
+        self.zero: ZeroResult | None = None
+        self.held: list[tuple[Any, int, np.ndarray]] = []
+        self.held_samples = 0
+        self.contact: bool | None = None
+        self.first_k: int | None = None      # slot of the first accepted sample
+        self.next_k: int | None = None       # slot after the last accepted sample
+        self.processed_end: int | None = None
+        self.ring = np.full((capacity, _ROW), np.nan)
+        self.rejected = 0
+        self.meta: dict[str, Any] = {}
+
+    def check(self, frame: Any) -> str | None:
+        """Why `frame` cannot be this plate's raw block, or None."""
+        if frame.kind != "force":
+            return f"kind {frame.kind!r}, expected 'force'"
+        if frame.channels != self.channels:
+            return f"channels {list(frame.channels)}, expected {list(self.channels)} (type {self.plate.type})"
+        if frame.units != self.units:
+            return f"units {list(frame.units)}, expected {list(self.units)}"
+        if frame.rate_hz != self.rate_hz:
+            return f"rate {frame.rate_hz} Hz, the lab config says {self.rate_hz} Hz"
+        if frame.samples == 0:
+            return "no samples"
+        if frame.data.dtype.kind not in "fiu":
+            return f"dtype {frame.data.dtype}, expected a real number type"
+        return None
+
+
+Publish = Callable[..., Any]
+
+
+class GrfService:
+    """Raw force-plate frames in, `dynamics/grf/*`, `dynamics/grf` and `events/contact` out.
+
+    `devices`: the lab config's force-plate sections (`controller.config.ForcePlate`), all with
+    the same ``rate_hz``; `publish(stream, data, *, kind, rate_hz, channels, units, t_device,
+    t_host, t, meta)` sends one frame (`daq.bus.Publisher.publish`); `count(subject, n)` reports
+    a counter (`daq.health.Health.count`). Feed it every received frame with `feed`.
+    """
+
+    def __init__(self, devices: Sequence[Any], settings: Settings, publish: Publish,
+                 count: Callable[[str, int], None] = lambda subject, n=1: None) -> None:
+        if not devices:
+            raise ValueError("dynamics service: no force plate to serve (list them in the process's devices)")
+        rates = {float(d.rate_hz) for d in devices}
+        if len(rates) != 1:
+            raise ValueError(f"dynamics service: plates {', '.join(d.name for d in devices)} have "
+                             f"different rate_hz {sorted(rates)}; the combination needs one rate")
+        self.settings = settings
+        self.rate_hz = rates.pop()
+        self.period_ns = 1e9 / self.rate_hz
+        self.lag = max(1, round(settings.max_lag_s * self.rate_hz))
+        self.zero_n = round(settings.zero_s * self.rate_hz)
+        self.window_n = max(1, round(settings.zero_window_s * self.rate_hz))
+        capacity = self.zero_n + 4 * self.lag + round(2.0 * self.rate_hz)
+        self.plates = [_PlateStream(d, capacity) for d in devices]
+        self.by_stream = {p.stream: p for p in self.plates}
+        if len(self.by_stream) != len(self.plates):
+            raise ValueError("dynamics service: two plates share one stream name")
+        self.capacity = capacity
+        self.publish = publish
+        self.count = count
+        self.anchor: tuple[int, int, int | None] | None = None   # t, t_host, t_device of slot 0
+        self.k_emit = 0          # next slot of the combination to publish
+        self.k_max = 0           # greatest slot received from any plate (exclusive)
+        self.pz = float(np.mean([p.plate.centre[2] for p in self.plates]))
+        if settings.zero_s == 0:
+            for p in self.plates:
+                p.zero = ZeroResult("off", None)
+                p.meta = {"zero": "off", "offset": None}
+
+    @property
+    def zeroing(self) -> bool:
+        """True while a plate that has sent samples is still collecting its zeroing record."""
+        return any(p.zero is None and p.first_k is not None for p in self.plates)
+
+    # -- input ------------------------------------------------------------------------------
+
+    def feed(self, frame: Any) -> None:
+        """Take one received frame (`daq.frames.Frame`); frames of other streams are ignored."""
+        p = self.by_stream.get(frame.stream)
+        if p is None:
+            return
+        reason = p.check(frame)
+        if reason is None:
+            if self.anchor is None:
+                self.anchor = (frame.t, frame.t_host, frame.t_device)
+            k0 = round((frame.t - self.anchor[0]) / self.period_ns)
+            if p.next_k is not None and k0 < p.next_k:
+                reason = (f"starts at sample slot {k0}, before the next expected slot {p.next_k} "
+                          "(a repeated or out-of-order block)")
+        if reason is not None:
+            p.rejected += 1
+            self.count(f"{p.name}:rejected", 1)
+            if p.rejected <= _LOG_FIRST or p.rejected % _LOG_EVERY == 0:
+                log.warning("%s: rejected frame #%d of %s (seq %d): %s", p.name, p.rejected,
+                            frame.stream, frame.seq, reason)
+            return
+        raw = np.array(frame.data, dtype=float)
+        bad = ~np.isfinite(raw).all(axis=1)
+        if bad.any():
+            raw[bad] = np.nan  # an inf would turn into NaN with warnings in the products below
+            self.count(f"{p.name}:nonfinite_samples", int(bad.sum()))
+        n = len(raw)
+        if p.next_k is None:
+            p.first_k = k0
+        elif k0 > p.next_k:
+            self.count(f"{p.name}:missing_samples", k0 - p.next_k)
+            log.warning("%s: %d sample(s) missing before t=%d ns", p.name, k0 - p.next_k, frame.t)
+        p.next_k = k0 + n
+        self.k_max = max(self.k_max, p.next_k)
+        if p.zero is None:
+            p.held.append((frame, k0, raw))
+            p.held_samples += n
+            if p.held_samples >= self.zero_n:
+                self._finish_zeroing(p)
+        else:
+            self._process(p, frame, k0, raw)
+        self._combine()
+
+    def _finish_zeroing(self, p: _PlateStream) -> None:
+        s = self.settings
+        record = np.concatenate([raw for _, _, raw in p.held])
+        z = zero_from_record(p.plate, record, self.window_n, s.on_n, s.threshold_n)
+        p.zero = z
+        p.meta = {"zero": z.status, "offset": None if z.offset is None else z.offset.tolist()}
+        self.count(f"zero/{p.name}/{z.status}", 1)
+        if z.status == "zeroed":
+            log.info("%s: zeroed from the least-loaded %.2f s of %.1f s (offset F_z %.1f N, load seen %.0f N)",
+                     p.name, s.zero_window_s, s.zero_s, z.base_n, z.peak_n - z.base_n)
+        elif z.status == "unloaded":
+            log.warning("%s: never loaded during the %.1f s zeroing record (F_z %.1f N): zeroed; its COP "
+                        "stays NaN until it carries more than %.0f N", p.name, s.zero_s, z.base_n, s.threshold_n)
+        else:
+            log.warning("%s: loaded through the whole %.1f s zeroing record (least F_z %.1f N), or a large "
+                        "offset: NOT zeroed, the amplifier's zero is used", p.name, s.zero_s, z.base_n)
+        held, p.held, p.held_samples = p.held, [], 0
+        for frame, k0, raw in held:
+            self._process(p, frame, k0, raw)
+
+    # -- per plate ------------------------------------------------------------------------
+
+    def _process(self, p: _PlateStream, frame: Any, k0: int, raw: np.ndarray) -> None:
+        s = self.settings
+        sig = fp.process(p.plate, raw, threshold=s.threshold_n, offset=p.zero.offset)
+        n = len(raw)
+        out = np.empty((n, len(PLATE_CHANNELS)))
+        out[:, 0:3] = sig.force
+        out[:, 3:6] = sig.moment
+        out[:, 6:9] = sig.cop
+        out[:, 9] = sig.free_moment[:, 2]
+        out[:, 10] = sig.valid
+        self.publish(f"{GRF_STREAM}/{p.name}", out, kind="grf", rate_hz=frame.rate_hz,
+                     channels=PLATE_CHANNELS, units=PLATE_UNITS, t_device=frame.t_device,
+                     t_host=frame.t_host, t=frame.t, meta=p.meta)
+        self._contacts(p, frame, sig.force[:, 2])
+        # Keep the rows for the combination (slots already combined are late for it).
+        if k0 + n - self.k_emit > self.capacity:
+            self._emit(k0 + n - self.capacity)  # a stuck plate must not make us overwrite slots
+        lo = max(k0, self.k_emit)
+        if lo < k0 + n:
+            rows = np.concatenate([sig.force, sig.moment, sig.cop, sig.free_moment,
+                                   sig.valid[:, None]], axis=1)
+            p.ring[np.arange(lo, k0 + n) % self.capacity] = rows[lo - k0:]
+        if lo > k0:
+            self.count("combine:late_samples", min(lo - k0, n))
+        p.processed_end = k0 + n
+
+    def _contacts(self, p: _PlateStream, frame: Any, fz: np.ndarray) -> None:
+        s = self.settings
+        # A missing sample holds the state: a value inside the hysteresis band changes nothing.
+        f = np.where(np.isfinite(fz), fz, 0.5 * (s.on_n + s.off_n))
+        if p.contact is None:
+            p.contact = bool(f[0] > 0.5 * (s.on_n + s.off_n))  # no event for the state found at start
+        if (f.min() >= s.off_n) if p.contact else (f.max() <= s.on_n):
+            return  # no sample crosses the level that could change the state (most blocks)
+        c = fp.contact_events(f, on=s.on_n, off=s.off_n, initial=p.contact)
+        p.contact = bool(c.contact[-1])
+        events = [(int(i), "touchdown") for i in c.touchdown] + [(int(i), "liftoff") for i in c.liftoff]
+        for i, kind in sorted(events):
+            dt = round(i * 1e9 / frame.rate_hz)
+            self.publish(EVENTS_STREAM, np.array([[fz[i]]]), kind="event", rate_hz=0.0,
+                         channels=("Fz",), units=("N",),
+                         t_device=None if frame.t_device is None else frame.t_device + dt,
+                         t_host=frame.t_host + dt, t=frame.t + dt, meta={"plate": p.name, "event": kind})
+
+    # -- combination ----------------------------------------------------------------------
+
+    def _combine(self) -> None:
+        """Publish the slots every plate has delivered, or is known not to deliver."""
+        horizon = self.k_max - self.lag
+        ready = []
+        for p in self.plates:
+            if p.first_k is None:
+                bound = horizon                       # never heard from
+            else:
+                bound = max(p.first_k, p.processed_end if p.processed_end is not None else p.first_k)
+                if p.next_k < horizon:
+                    bound = max(bound, horizon)        # lagging: stop waiting for it
+            ready.append(bound)
+        self._emit(min(ready))
+
+    def _emit(self, until: int) -> None:
+        a = self.k_emit
+        if until <= a:
+            return
+        idx = np.arange(a, until) % self.capacity
+        signals = []
+        for p in self.plates:
+            rows = p.ring[idx]
+            p.ring[idx] = np.nan
+            signals.append(fp.PlateSignals(force=rows[:, 0:3], moment=rows[:, 3:6], cop=rows[:, 6:9],
+                                           free_moment=rows[:, 9:12], valid=rows[:, 12] > 0.5,
+                                           saturated=np.zeros(len(idx), bool)))
+        total = fp.combine([p.plate for p in self.plates], signals, threshold=self.settings.threshold_n,
+                           pz=self.pz)
+        out = np.concatenate([total.force, total.moment, total.cop, total.valid[:, None]], axis=1)
+        t0, th0, td0 = self.anchor
+        dt = round(a * self.period_ns)
+        self.publish(GRF_STREAM, out, kind="grf", rate_hz=self.rate_hz, channels=TOTAL_CHANNELS,
+                     units=TOTAL_UNITS, t_device=None if td0 is None else td0 + dt, t_host=th0 + dt,
+                     t=t0 + dt, meta={"plates": [p.name for p in self.plates]})
+        self.k_emit = until
+
+
+# -------------------------------------------------------------------------------- process ----
+
+def _parser() -> argparse.ArgumentParser:
+    d = Settings()
+    p = argparse.ArgumentParser(prog="dynamics.service", description="live ground reaction forces")
+    p.add_argument("--threshold-n", type=float, default=d.threshold_n,
+                   help="vertical force below which COP and free moment are NaN [N]")
+    p.add_argument("--on-n", type=float, default=d.on_n, help="touch-down level [N]")
+    p.add_argument("--off-n", type=float, default=d.off_n, help="lift-off level [N]")
+    p.add_argument("--zero-s", type=float, default=d.zero_s, help="zeroing record at start [s] (0: none)")
+    p.add_argument("--zero-window-s", type=float, default=d.zero_window_s, help="zeroing window [s]")
+    p.add_argument("--max-lag-s", type=float, default=d.max_lag_s,
+                   help="how long the combination waits for a lagging plate [s]")
+    return p
+
+
+def run(ctx: Any, args: Sequence[str]) -> int:
+    """Serve the force plates of process `ctx` until asked to stop (see module doc)."""
+    opts = _parser().parse_args(list(args))
+    settings = Settings(opts.threshold_n, opts.on_n, opts.off_n, opts.zero_s, opts.zero_window_s,
+                        opts.max_lag_s)
+    others = [name for name, d in ctx.devices.items() if d.kind != "forceplate"]
+    if others:
+        raise ValueError(f"process {ctx.name!r}: dynamics.service serves force plates only, not "
+                         f"{', '.join(others)}")
+    service = GrfService(list(ctx.devices.values()), settings, ctx.publisher.publish, ctx.health.count)
+    sub = ctx.subscriber([p.stream for p in service.plates])
+    log.info("serving %s; zeroing from the first %.1f s", ", ".join(p.name for p in service.plates),
+             settings.zero_s)
+    while not ctx.stopping:
+        frame = sub.recv(timeout_s=0.02)
+        if frame is None:
+            ctx.publisher.poll_subscriptions()  # welcome subscribers while nothing is published
+        else:
+            service.feed(frame)
+            # receipt of the input frame -> its outputs handed to ZeroMQ
+            ctx.health.latency("processing", (time.monotonic_ns() - frame.t_recv) * 1e-9)
+        ctx.health.state = "zeroing" if service.zeroing else "running"
+        ctx.health.tick()
+    return 0
