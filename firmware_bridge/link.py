@@ -45,7 +45,9 @@ class LinkStats:
     """Counters since open. frames/crc_failures are per message type name (CRC failures by the
     claimed type byte of the corrupted frame); rejected is per decoder reason (cobs, crc, short,
     length, version, type, payload, overflow); lost_frames sums sequence gaps; late_heartbeats counts
-    MCU heartbeat intervals (on the MCU's clock) longer than 1.5 periods."""
+    MCU heartbeat intervals (on the MCU's clock) longer than 1.5 periods; open_failures counts
+    reconnection attempts that could not open the port (one per backoff period while unplugged);
+    reconnect_backoff_s is the wait before the next attempt (s)."""
 
     frames: dict = field(default_factory=dict)
     crc_failures: dict = field(default_factory=dict)
@@ -60,6 +62,8 @@ class LinkStats:
     timeouts: int = 0
     disconnects: int = 0
     reconnects: int = 0
+    open_failures: int = 0
+    reconnect_backoff_s: float = 0.0
     rx_bytes: int = 0
     queue_overflow: int = 0
 
@@ -284,11 +288,15 @@ class Link:
                     return
                 try:
                     self._open_port()
+                    backoff = self.backoff_s[0]
                     with self._lock:
                         self._stats.reconnects += 1
-                    backoff = self.backoff_s[0]
+                        self._stats.reconnect_backoff_s = backoff
                 except LinkError:
                     backoff = min(2 * backoff, self.backoff_s[1])
+                    with self._lock:
+                        self._stats.open_failures += 1
+                        self._stats.reconnect_backoff_s = backoff
                 continue
             try:
                 data = ser.read(max(1, ser.in_waiting))
