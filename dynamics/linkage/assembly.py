@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import AssemblyError, Linkage
+from .model import AssemblyError, Linkage, LinkageError
 
 
 def circle_intersection(p0: np.ndarray, r0: float, p1: np.ndarray, r1: float, sign: float):
@@ -79,3 +79,18 @@ def assemble(model: Linkage, s) -> np.ndarray:
         q[:, 3 * i + 2] = np.arctan2(b[:, 1] - a[:, 1], b[:, 0] - a[:, 0])
     return q
 
+
+
+def check_closes(model: Linkage, samples: int = 36) -> None:
+    """LinkageError naming the file and the point whose loop cannot close if the linkage assembles
+    at none of `samples` crank angles 2 pi k/samples (angle input) or at its nominal input s = 0."""
+    s = 2.0 * np.pi * np.arange(samples) / samples if model.input_kind == "angle" else np.zeros(1)
+    first = None
+    for value in s:      # one input at a time: AssemblyError reports only the first failing one
+        try:
+            joint_points(model, [value])
+            return
+        except AssemblyError as exc:
+            first = first or exc
+    raise LinkageError(f"{model.source}: unreachable closed loop: no assembly at any input tried "
+                       f"({first})") from None

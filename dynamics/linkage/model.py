@@ -243,7 +243,11 @@ def load_linkage(data: dict, source: str) -> Linkage:
         raise _err(source, sorted(unknown)[0], f"unknown key (allowed: {sorted(_TOP_KEYS)})")
     if "legs" in data:
         data = _compose_walker(data, source)
-    return _build(data, source)
+    model = _build(data, source)
+    from .assembly import check_closes  # the assembly module imports this one
+
+    check_closes(model)
+    return model
 
 
 def read_linkage(name_or_path: str | Path) -> Linkage:

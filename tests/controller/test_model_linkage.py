@@ -86,3 +86,68 @@ def test_cli_bad_linkage_file_is_one_line_error(tmp_path):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "leg.toml" in lines[0] and "bodies[0].length (crank)" in lines[0]
+
+
+UNREACHABLE = """kind = "linkage"
+name = "four_bar"
+foot = "B"
+pivot = "O2"
+[ground]
+O1 = [0.0, 0.0]
+O2 = [9.0, 0.0]
+[[bodies]]
+name = "crank"
+minus = "O1"
+plus = "A"
+length = 1.0
+mass = 1.0
+[[bodies]]
+name = "coupler"
+minus = "A"
+plus = "B"
+length = 1.2
+mass = 1.0
+[[bodies]]
+name = "rocker"
+minus = "O2"
+plus = "B"
+length = 2.0
+mass = 1.0
+[[joints]]
+type = "ground"
+end = "crank-"
+at = "O1"
+[[joints]]
+type = "pin"
+ends = ["crank+", "coupler-"]
+[[joints]]
+type = "pin"
+ends = ["coupler+", "rocker+"]
+[[joints]]
+type = "ground"
+end = "rocker-"
+at = "O2"
+[[joints]]
+type = "angle"
+body = "crank"
+driven = true
+[[assembly]]
+point = "A"
+crank = ["O1", 1.0]
+[[assembly]]
+point = "B"
+circle = ["A", 1.2, "O2", 2.0]
+sign = 1
+"""
+
+
+@pytest.mark.parametrize("command", ["linkage", "show"])
+def test_cli_unreachable_closed_loop_is_one_line_error(tmp_path, command):
+    bad = tmp_path / "far.toml"
+    bad.write_text(UNREACHABLE)
+    r = subprocess.run([sys.executable, "-m", "controller.cli", "model", command, str(bad)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "far.toml" in lines[0] and "unreachable closed loop" in lines[0], r.stderr
+    assert "point B" in lines[0]

@@ -163,6 +163,8 @@ def test_grashof_crank_rocker_turns_fully():
     (lambda d: d["assembly"].pop(0), r"assembly\[0\]\.circle: point 'A' is not fixed or placed"),
     (lambda d: d.update(foot="Z"), r"foot: unknown moving point 'Z'"),
     (lambda d: d.update(colour="red"), r"colour: unknown key"),
+    (lambda d: d["ground"].update(O2=[9.0, 0.0]),            # rocker and coupler cannot reach O2
+     r"unreachable closed loop: .*point B: circles around A .* and O2 .* do not intersect"),
 ])
 def test_bad_linkage_files_fail_with_one_line_naming_the_key(mutate, message):
     d = copy.deepcopy(four_bar())
