@@ -100,7 +100,8 @@ class VirtualMCU:
     watchdog timeout watchdog_ms, current noise sigma current_noise_a (A), output-shaft load callback
     `load(t, theta, omega) -> (J_load, tau_load)` (shapes (n,)), fault injection `faults`
     (changeable at run time with set_faults), MCU clock start clock_start_us (to exercise the
-    2**32 µs wrap), record=True keeps every transmitted frame by seq in `sent` (tests).
+    2**32 µs wrap), record=True keeps every frame by seq in `sent` as encoded (before fault injection)
+    and in `transmitted` as handed to the pty (after it; dropped frames absent) (tests).
     A force-plate amplifier / load-cell board: n_force = 6 or 8 and `force(t) -> channels` (SI, N and
     N·m, called at each STATE period with the MCU time in s) adds a FORCE frame per stream period;
     n_motors = 0 makes a force-only board (no STATE)."""
@@ -138,6 +139,7 @@ class VirtualMCU:
         self.current_noise_a = current_noise_a
         self.record = record
         self.sent: dict[int, bytes] = {}
+        self.transmitted: dict[int, bytes] = {}
         self.affected: set[int] = set()  # seqs the host cannot receive intact (corrupted, merged, dropped)
         self.bank = plant.MotorBank.from_params(params)
         self._rng = np.random.default_rng(seed)
@@ -170,7 +172,7 @@ class VirtualMCU:
         self._rx_seen = False
         self._decoder = P.StreamDecoder()
         self._stats = McuStats()
-        self._txq: list[tuple[float, bytes]] = []
+        self._txq: list[tuple[float, int, bytes]] = []  # (due time, seq, wire bytes)
         self._outbuf = bytearray()
         self._merge_next = False
         self._lock = threading.RLock()
@@ -496,18 +498,20 @@ class VirtualMCU:
                     self._merge_next = True
         if not self.plugged:
             return
-        self._txq.append((time.monotonic() + f.delay_s, wire))
+        self._txq.append((time.monotonic() + f.delay_s, seq, wire))
 
     def _flush(self) -> None:
         now = time.monotonic()
         due = 0
         while due < len(self._txq) and self._txq[due][0] <= now:
             due += 1
-        for _, wire in self._txq[:due]:
+        for _, seq, wire in self._txq[:due]:
             if len(self._outbuf) + len(wire) > TX_BUFFER_LIMIT:
                 self._stats.tx_overflow += 1
                 continue
             self._outbuf += wire
+            if self.record:
+                self.transmitted[seq] = wire
             self._stats.tx_frames += 1
             self._stats.tx_bytes += len(wire)
         del self._txq[:due]
