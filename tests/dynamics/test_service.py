@@ -1,0 +1,268 @@
+"""`dynamics.service.GrfService` fed frames directly (no sockets; the live process is in
+test_service_live.py): outputs against the simulator's analytic loads (`daq.simulated`), zeroing
+of a known offset, sample gaps, lagging and late plates, rejected frames."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from controller.config import ForcePlate
+from daq.frames import Frame
+from daq.simulated import Gait, foot_wrench, raw_channels
+from dynamics.service import (EVENTS_STREAM, GRF_STREAM, PLATE_CHANNELS, GrfService, Settings,
+                              zero_from_record)
+from dynamics import forceplate as fp
+
+GAIT = Gait(body_mass_kg=70.0, stride_s=1.0, stance_fraction=0.62)
+T0 = 5_000_000_000_000     # lab time of sample 0 [ns]
+YAW = np.deg2rad(20.0)
+ROT = np.array([[np.cos(YAW), np.sin(YAW), 0.0], [np.sin(YAW), -np.cos(YAW), 0.0], [0.0, 0.0, -1.0]])
+DEVICES = [
+    ForcePlate(kind="forceplate", name="FP1", type=2, origin=(0.001, -0.002, -0.04),
+               corners=((0.6, 0.4, 0.0), (0.0, 0.4, 0.0), (0.0, 0.8, 0.0), (0.6, 0.8, 0.0))),
+    # yawed, raised 5 mm, type 4 with cross-talk: nothing lab-aligned to hide a frame error
+    ForcePlate(kind="forceplate", name="FP2", type=4, origin=(0.0, 0.0, 0.035),
+               corners=tuple(map(tuple, np.array([0.9, 0.1, 0.005]) + np.array(
+                   [[0.3, 0.2, 0], [-0.3, 0.2, 0], [-0.3, -0.2, 0], [0.3, -0.2, 0]]) @ ROT.T)),
+               cal_matrix=tuple(map(tuple, np.eye(6) + 0.02 * np.random.default_rng(1).standard_normal((6, 6))))),
+]
+FOOT = [(0.0, 1.0), (0.5, -1.0)]
+
+
+def truth(i: int, n: int):
+    """Analytic load of plate i over samples 0..n-1: force (n, 3), COP (n, 3) lab, Tz (n,)."""
+    t = np.arange(n) / 1000.0
+    force, cop, tz = foot_wrench(t, GAIT, *FOOT[i])
+    return force, cop + np.mean(DEVICES[i].corners, axis=0), tz
+
+
+def raw_of(i: int, n: int, offset=None, noise: float = 0.0, seed: int = 0) -> np.ndarray:
+    """Raw channels (n, 6) of plate i under its analytic load; noise in N (N*m: x 0.05) as the simulator's."""
+    d = DEVICES[i]
+    t = np.arange(n) / 1000.0
+    force, cop, tz = foot_wrench(t, GAIT, *FOOT[i])
+    raw = raw_channels(d.type, d.corners, d.origin, d.cal_matrix, force, cop, tz)
+    raw += np.random.default_rng(seed).normal(0.0, 1.0, raw.shape) * noise * np.array([1, 1, 1, 0.05, 0.05, 0.05])
+    return raw if offset is None else raw + offset
+
+
+def frame(i: int, raw: np.ndarray, k0: int, seq: int = 0, **changes) -> Frame:
+    d = DEVICES[i]
+    f = Frame(stream=d.stream_name, kind="force", seq=seq, t_device=k0 * 1_000_000, t_host=T0 + k0 * 1_000_000 + 7,
+              t=T0 + k0 * 1_000_000, rate_hz=1000.0, channels=d.channels,
+              units=("N", "N", "N", "N*m", "N*m", "N*m"), data=raw[k0:k0 + 5])
+    for k, v in changes.items():
+        setattr(f, k, v)
+    return f
+
+
+class Outbox:
+    """Collects what the service publishes, and its health counters."""
+
+    def __init__(self):
+        self.frames: dict[str, list[dict]] = {}
+        self.counts: dict[str, int] = {}
+
+    def publish(self, stream, data, **kw):
+        self.frames.setdefault(stream, []).append(dict(data=np.array(data), **kw))
+
+    def count(self, subject, n=1):
+        self.counts[subject] = self.counts.get(subject, 0) + n
+
+    def rows(self, stream):
+        return np.concatenate([f["data"] for f in self.frames[stream]])
+
+    def times(self, stream, key="t"):
+        return np.concatenate([f[key] + np.arange(len(f["data"])) * 1_000_000 for f in self.frames[stream]])
+
+
+def serve(blocks, settings=Settings(zero_s=0.0), devices=DEVICES):
+    box = Outbox()
+    svc = GrfService(devices, settings, box.publish, box.count)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for f in blocks:
+            svc.feed(f)
+    return box, svc
+
+
+def lockstep(raws, n_blocks, skip=()):
+    return [frame(i, raws[i], 5 * b, seq=b) for b in range(n_blocks) for i in range(len(raws))
+            if (i, b) not in skip]
+
+
+def test_noise_free_stream_equals_the_analytic_load_per_plate_and_combined():
+    n = 2000
+    raws = [raw_of(0, n), raw_of(1, n)]
+    box, _ = serve(lockstep(raws, n // 5))
+    f_tot = np.zeros((n, 3))
+    n_tot = np.zeros((n, 3))
+    for i, d in enumerate(DEVICES):
+        rows = box.rows(f"{GRF_STREAM}/{d.name}")
+        force, cop, tz = truth(i, n)
+        np.testing.assert_allclose(rows[:, 0:3], force, atol=1e-9)
+        valid = force[:, 2] > 20.0
+        np.testing.assert_array_equal(rows[:, 10] == 1, valid)
+        np.testing.assert_allclose(rows[valid, 6:9], cop[valid], atol=1e-9)
+        np.testing.assert_allclose(rows[valid, 9], tz[valid], atol=1e-9)
+        assert np.isnan(rows[~valid, 6:10]).all()
+        np.testing.assert_array_equal(box.times(f"{GRF_STREAM}/{d.name}", "t_host"), T0 + 7 + np.arange(n) * 1_000_000)
+        f_tot += force
+        n_tot += np.cross(cop, force) + tz[:, None] * [0, 0, 1]
+    total = box.rows(GRF_STREAM)
+    np.testing.assert_array_equal(box.times(GRF_STREAM), T0 + np.arange(n) * 1_000_000)
+    np.testing.assert_array_equal(box.times(GRF_STREAM, "t_device"), np.arange(n) * 1_000_000)
+    np.testing.assert_allclose(total[:, 0:3], f_tot, atol=1e-9)
+    # methods d.2 on the plane of the plate centres (z = 2.5 mm)
+    pz = 0.0025
+    cop = np.column_stack([(pz * f_tot[:, 0] - n_tot[:, 1]) / f_tot[:, 2], (pz * f_tot[:, 1] + n_tot[:, 0]) / f_tot[:, 2]])
+    np.testing.assert_allclose(total[:, 6:8], cop, atol=1e-9)
+    assert (total[:, 9] == 1).all() and (total[:, 8] == pz).all()
+
+
+def test_contact_events_at_the_analytic_stance_boundaries_and_streaming_equals_batch():
+    n = 3000
+    raws = [raw_of(0, n, noise=1.0, seed=1), raw_of(1, n, noise=1.0, seed=2)]
+    box, _ = serve(lockstep(raws, n // 5))
+    events = box.frames[EVENTS_STREAM]
+    for i, d in enumerate(DEVICES):
+        mine = [e for e in events if e["meta"]["plate"] == d.name]
+        # the same signal in one piece, with the state found at its first sample
+        fz = box.rows(f"{GRF_STREAM}/{d.name}")[:, 2]
+        c = fp.contact_events(fz, on=50.0, off=20.0, initial=bool(fz[0] > 35.0))
+        assert [e["t_device"] // 1_000_000 for e in mine if e["meta"]["event"] == "touchdown"] == c.touchdown.tolist()
+        assert [e["t_device"] // 1_000_000 for e in mine if e["meta"]["event"] == "liftoff"] == c.liftoff.tolist()
+        phase = FOOT[i][0]
+        for e in mine:
+            t = e["t_device"] * 1e-9
+            if e["meta"]["event"] == "touchdown":
+                lag = (t + phase) % 1.0          # since the analytic start of stance
+                assert 0.0 <= lag <= 0.015
+            else:
+                lead = (0.62 - phase - t) % 1.0  # before its end
+                assert 0.0 <= lead <= 0.010
+        assert len(mine) >= 5
+
+
+def test_zeroing_removes_an_amplifier_offset_from_a_walking_record():
+    n = 3000
+    offset = np.array([12.0, -7.0, -80.0, 3.0, -2.5, 0.7])
+    raws = [raw_of(0, n, offset, noise=1.0, seed=3), raw_of(1, n, noise=1.0, seed=4)]
+    box, svc = serve(lockstep(raws, n // 5), Settings(zero_s=1.2))
+    z = svc.plates[0].zero
+    assert z.status == "zeroed"
+    assert (np.abs(z.offset - offset) < [0.5, 0.5, 0.5, 0.05, 0.05, 0.05]).all(), z.offset
+    assert box.counts["zero/FP1/zeroed"] == box.counts["zero/FP2/zeroed"] == 1
+    # every sample is published, the held ones included, with the offset applied
+    rows = box.rows(f"{GRF_STREAM}/FP1")
+    force, cop, _ = truth(0, n)
+    assert len(rows) == n
+    np.testing.assert_allclose(rows[:, 0:3], force, atol=6.0)
+    loaded = force[:, 2] > 200.0
+    np.testing.assert_allclose(rows[loaded, 6:9], cop[loaded], atol=3e-3)
+    assert {tuple(f["meta"]["offset"]) for f in box.frames[f"{GRF_STREAM}/FP1"]} == {tuple(z.offset)}
+    assert len(box.rows(GRF_STREAM)) == n
+
+
+def test_zeroing_reports_a_plate_that_never_loads_or_stays_loaded():
+    plate = fp.Plate(type=2, corners=np.array(DEVICES[0].corners), origin=np.array(DEVICES[0].origin))
+    rng = np.random.default_rng(5)
+    quiet = rng.normal(0.0, 1.0, (1000, 6)) + [1.0, 0.0, 8.0, 0.0, 0.0, 0.0]   # z-down plate: raw Fz < 0 loads
+    z = zero_from_record(plate, quiet, 100, contrast_n=50.0, unloaded_n=20.0)
+    assert z.status == "unloaded" and abs(z.offset[2] - 8.0) < 0.5
+    # someone standing still on it (lab F_z 700 N with 10 N of sway): no unloaded window
+    standing = quiet + [0.0, 0.0, -700.0, 0.0, 0.0, 0.0] + np.sin(np.arange(1000) / 100)[:, None] * [0, 0, 10, 0, 0, 0]
+    z = zero_from_record(plate, standing, 100, contrast_n=50.0, unloaded_n=20.0)
+    assert z.status == "loaded" and z.offset is None and z.base_n > 600
+    # the service then uses the amplifier's zero: the load is reported, not absorbed
+    d = ForcePlate(kind="forceplate", name="FP1", type=2, corners=DEVICES[0].corners, origin=DEVICES[0].origin)
+    box, svc = serve([frame(0, standing, 5 * b, seq=b) for b in range(200)], Settings(zero_s=0.5), [d])
+    assert svc.plates[0].zero.status == "loaded" and box.counts["zero/FP1/loaded"] == 1
+    assert abs(np.median(box.rows(f"{GRF_STREAM}/FP1")[:, 2]) - 700.0) < 20.0
+    # NaN rows are left out of the record; too few finite rows: not zeroed
+    assert zero_from_record(plate, np.full((1000, 6), np.nan), 100, 50.0, 20.0).status == "loaded"
+
+
+def test_a_gap_is_nan_in_the_total_absent_per_plate_and_holds_the_contact_state():
+    n = 1500
+    raws = [raw_of(0, n), raw_of(1, n)]
+    # FP1 loses blocks 150..153: 20 samples in the stance of foot 1 (t = 0.75 s)
+    box, _ = serve(lockstep(raws, n // 5, skip={(0, b) for b in range(150, 154)}))
+    assert box.counts["FP1:missing_samples"] == 20
+    t1 = box.times(f"{GRF_STREAM}/FP1") - T0
+    assert len(t1) == n - 20 and not np.isin(np.arange(750, 770) * 1_000_000, t1).any()
+    total = box.rows(GRF_STREAM)
+    assert len(total) == n
+    gap = np.zeros(n, bool)
+    gap[750:770] = True
+    assert np.isnan(total[gap, :9]).all() and (total[gap, 9] == 0).all()
+    assert np.isfinite(total[~gap, :6]).all()
+    # FP1 was loaded before and after the gap: no lift-off/touch-down invented there
+    assert not [e for e in box.frames[EVENTS_STREAM] if 0.7 < e["t_device"] * 1e-9 < 0.8]
+
+
+def test_a_plate_that_never_publishes_does_not_block_the_others():
+    n = 1000
+    box, svc = serve([frame(1, raw_of(1, n), 5 * b, seq=b) for b in range(n // 5)],
+                     Settings(zero_s=0.0, max_lag_s=0.05))
+    assert len(box.rows(f"{GRF_STREAM}/FP2")) == n
+    total = box.rows(GRF_STREAM)
+    assert len(total) >= n - 50 - 5 and np.isnan(total[:, :9]).all() and (total[:, 9] == 0).all()
+
+
+def test_a_late_plate_joins_the_total_where_its_samples_start():
+    n = 1000
+    raws = [raw_of(0, n), raw_of(1, n)]
+    blocks = [f for f in lockstep(raws, n // 5) if not (f.stream == "forceplate/FP1" and f.t - T0 < 300_000_000)]
+    box, _ = serve(blocks, Settings(zero_s=0.0, max_lag_s=0.05))
+    total = box.rows(GRF_STREAM)
+    t = box.times(GRF_STREAM) - T0
+    np.testing.assert_array_equal(t, np.arange(len(t)) * 1_000_000)
+    assert np.isnan(total[t < 300_000_000, 2]).all()
+    force = truth(0, n)[0] + truth(1, n)[0]
+    late = t >= 300_000_000
+    np.testing.assert_allclose(total[late, 0:3], force[t[late] // 1_000_000], atol=1e-9)
+
+
+def test_unusable_frames_are_rejected_counted_and_skipped():
+    n = 100
+    raws = [raw_of(0, n), raw_of(1, n)]
+    good = lockstep(raws, n // 5)
+    bad = [
+        frame(0, raws[0], 0, units=("N", "N", "N", "N*mm", "N*mm", "N*mm")),
+        frame(0, raws[0], 0, rate_hz=500.0),
+        frame(0, raws[0], 0, kind="markers"),
+        frame(0, raws[0], 0, data=np.zeros((0, 6))),
+    ]
+    repeat = frame(0, raws[0], 5, seq=99)      # the second block again: an overlap
+    box, _ = serve(good[:4] + bad + [repeat] + good[4:])
+    assert box.counts["FP1:rejected"] == 5
+    assert len(box.rows(f"{GRF_STREAM}/FP1")) == n
+    np.testing.assert_allclose(box.rows(f"{GRF_STREAM}/FP1")[:, 0:3], truth(0, n)[0], atol=1e-9)
+
+
+def test_non_finite_raw_samples_give_nan_rows_without_warnings():
+    n = 50
+    raw = raw_of(0, n)
+    raw[12, 2] = np.inf
+    raw[13, 4] = np.nan
+    box, _ = serve([frame(0, raw, 5 * b, seq=b) for b in range(n // 5)], devices=DEVICES[:1])
+    rows = box.rows(f"{GRF_STREAM}/FP1")
+    assert box.counts["FP1:nonfinite_samples"] == 2
+    assert np.isnan(rows[[12, 13], :10]).all() and (rows[[12, 13], 10] == 0).all()
+    assert np.isfinite(np.delete(rows, [12, 13], axis=0)[:, :6]).all()
+    assert rows.shape == (n, len(PLATE_CHANNELS))
+
+
+def test_bad_settings_and_plate_sets_are_clear_errors():
+    with pytest.raises(ValueError, match="--off-n < --on-n"):
+        Settings(on_n=20.0, off_n=30.0)
+    with pytest.raises(ValueError, match="--zero-window-s"):
+        Settings(zero_s=0.05, zero_window_s=0.1)
+    fast = ForcePlate(kind="forceplate", name="FP9", corners=DEVICES[0].corners, rate_hz=2000.0)
+    with pytest.raises(ValueError, match="different rate_hz"):
+        GrfService([DEVICES[0], fast], Settings(), lambda *a, **k: None)
+    with pytest.raises(ValueError, match="no force plate"):
+        GrfService([], Settings(), lambda *a, **k: None)
