@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .kinematics import as_batch, check_state, column_bias, lab_inertias, tree_state
+from .kinematics import check_state, column_bias, lab_inertias, tree_state
 from .model import Model
 from .rnea import CHUNK, Wrench, external_wrenches
 from .spatial import force_cross, inertia_apply
@@ -111,12 +111,9 @@ def aba(model: Model, q, v, tau, f_ext: Sequence[Wrench] | None = None) -> np.nd
     ValueError naming the argument for a wrong shape or NaN, and naming the segment where the
     articulated inertia is singular (a massless leaf with a joint, methods.md a.5).
     """
-    (q, v, _), batched = check_state(model, q, v)
-    if v is None:
+    (q, v, t), batched = check_state(model, q, v, tau, a_name="tau")
+    if v is None or t is None:
         raise ValueError("aba needs q, v and tau")
-    t, tb = as_batch(tau, "tau", model.nv)
-    if tb != batched or t.shape[0] != q.shape[0]:
-        raise ValueError(f"tau: shape {np.shape(tau)} does not match q's")
     N = q.shape[0]
     ext = external_wrenches(model, f_ext, N, batched)
     out = np.empty((N, model.nv))

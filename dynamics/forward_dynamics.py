@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from .crba import crba
-from .kinematics import as_batch, check_state
+from .kinematics import check_state
 from .model import Model
 from .rnea import Wrench, nonlinear_effects
 
@@ -22,12 +22,9 @@ def forward_dynamics(model: Model, q, v, tau, f_ext: Sequence[Wrench] | None = N
 
     ValueError if M(q) is not positive definite (e.g. a massless leaf segment with a joint).
     """
-    (q, v, _), batched = check_state(model, q, v)
-    if v is None:
+    (q, v, t), batched = check_state(model, q, v, tau, a_name="tau")
+    if v is None or t is None:
         raise ValueError("forward_dynamics needs q, v and tau")
-    t, tb = as_batch(tau, "tau", model.nv)
-    if tb != batched or t.shape[0] != q.shape[0]:
-        raise ValueError(f"tau: shape {np.shape(tau)} does not match q's")
     M = crba(model, q)
     b = t - nonlinear_effects(model, q, v, f_ext)
     try:

@@ -49,11 +49,11 @@ def as_batch(x, name: str, width: int) -> tuple[np.ndarray, bool]:
     return a, batched
 
 
-def check_state(model: Model, q, v=None, a=None) -> tuple[list[np.ndarray | None], bool]:
-    """Validate q (nq), v, a (nv) (single or (N, ·), same N); returns ([q, v, a] as (N, ·)
-    arrays or None, batched)."""
+def check_state(model: Model, q, v=None, a=None, a_name: str = "a") -> tuple[list[np.ndarray | None], bool]:
+    """Validate q (nq), v, a (nv) (single or (N, ·), same N; a is called `a_name` in errors, e.g.
+    "tau"); returns ([q, v, a] as (N, ·) arrays or None, batched)."""
     out, batched, N = [], None, None
-    for x, name, width in ((q, "q", model.nq), (v, "v", model.nv), (a, "a", model.nv)):
+    for x, name, width in ((q, "q", model.nq), (v, "v", model.nv), (a, a_name, model.nv)):
         if x is None:
             out.append(None)
             continue

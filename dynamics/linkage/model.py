@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from ..loader import resolve
+
 GROUND = "ground"
 
 
@@ -252,29 +254,13 @@ def load_linkage(data: dict, source: str) -> Linkage:
 
 def read_linkage(name_or_path: str | Path) -> Linkage:
     """Read a linkage TOML file: a path, or a shipped model name ("jansen_leg" -> configs/models)."""
-    p = _resolve(name_or_path)
+    p = resolve(name_or_path)
     try:
         with open(p, "rb") as fh:
             data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise LinkageError(f"{p}: not valid TOML: {exc}") from None
     return load_linkage(data, str(p))
-
-
-def _resolve(name_or_path: str | Path) -> Path:
-    p = Path(name_or_path)
-    if p.suffix == ".toml" or p.exists():
-        if not p.is_file():
-            raise FileNotFoundError(f"linkage file {str(p)!r} not found")
-        return p
-    import configs
-
-    try:
-        return configs.path(f"models/{name_or_path}.toml")
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"no linkage model named {str(name_or_path)!r} (not a file, and no "
-            f"configs/models/{name_or_path}.toml)") from None
 
 
 def _parse_end(source: str, key: str, spec: Any, body_index: dict[str, int]) -> tuple[int, str]:
@@ -508,7 +494,7 @@ def _compose_walker(data: dict, source: str) -> dict:
         model = leg.get("model")
         if not isinstance(model, str):
             raise _err(source, f"{key}.model", "expected a leg model name or file")
-        p = _resolve(model if not model.endswith(".toml") else Path(source).parent / model)
+        p = resolve(model if not model.endswith(".toml") else Path(source).parent / model)
         with open(p, "rb") as fh:
             ld = tomllib.load(fh)
         if "legs" in ld:

@@ -97,8 +97,9 @@ def test_single_sample_batch_and_chunks_agree(monkeypatch):
 ])
 def test_bad_state_raises_naming_the_argument(args, match):
     model, _ = _case(0)
-    with pytest.raises(ValueError, match=match):
-        aba(model, *args(model))
+    for forward in (aba, dynamics.forward_dynamics):
+        with pytest.raises(ValueError, match=match):
+            forward(model, *args(model))
 
 
 def test_massless_leaf_names_the_segment():

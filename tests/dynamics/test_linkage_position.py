@@ -187,7 +187,7 @@ def test_bad_arrays_are_rejected(jansen):
 
 
 def test_unknown_model_name_and_missing_file():
-    with pytest.raises(FileNotFoundError, match="no linkage model named 'nope_leg'"):
+    with pytest.raises(FileNotFoundError, match="no shipped model named 'nope_leg'"):
         read_linkage("nope_leg")
     with pytest.raises(FileNotFoundError, match="not found"):
         read_linkage("/nonexistent/leg.toml")
