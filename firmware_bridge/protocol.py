@@ -115,6 +115,7 @@ class Caps:
         name = self.name.encode("utf-8")
         if len(name) > 255 or len(self.cpr) > 255 or len(self.rates_hz) > 255:
             raise ProtocolError("payload", "CAPS: name, cpr or rates longer than 255")
+        self._check()
         return (self._HEAD.pack(*self.firmware, len(self.cpr), self.n_force, self.heartbeat_hz)
                 + struct.pack(f"<{len(self.cpr)}I", *self.cpr)
                 + struct.pack(f"<B{len(self.rates_hz)}H", len(self.rates_hz), *self.rates_hz)
@@ -140,7 +141,18 @@ class Caps:
             name = name_b.decode("utf-8")
         except UnicodeDecodeError:
             raise ProtocolError("payload", "CAPS: name is not UTF-8") from None
-        return cls((ma, mi, pa), tuple(cpr), nf, hb, tuple(rates), name)
+        caps = cls((ma, mi, pa), tuple(cpr), nf, hb, tuple(rates), name)
+        caps._check()
+        return caps
+
+    def _check(self) -> None:
+        # Values the host divides by or sizes arrays with: a zero cpr would make angles infinite.
+        if self.n_force not in (0, 6, 8):
+            raise ProtocolError("payload", f"CAPS: n_force = {self.n_force}, expected 0, 6 or 8")
+        for name, values in (("cpr", self.cpr), ("rates_hz", self.rates_hz)):
+            for k, v in enumerate(values):
+                if v <= 0:
+                    raise ProtocolError("payload", f"CAPS: {name}[{k}] = {v}, expected > 0")
 
 
 @dataclass(frozen=True)

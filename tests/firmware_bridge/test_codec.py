@@ -51,8 +51,8 @@ motor_state = st.builds(P.MotorState, i32, i16, i16, u8)
 motor_cmd = st.builds(P.MotorCommand, st.sampled_from(sorted(P.MODE_NAMES)), f32)
 MESSAGES = st.one_of(
     st.just(P.Hello()),
-    st.builds(P.Caps, st.tuples(u8, u8, u8), st.lists(u32, max_size=16).map(tuple), st.sampled_from([0, 6, 8]),
-              u16, st.lists(u16, max_size=8).map(tuple), text),
+    st.builds(P.Caps, st.tuples(u8, u8, u8), st.lists(st.integers(1, 2**32 - 1), max_size=16).map(tuple),
+              st.sampled_from([0, 6, 8]), u16, st.lists(st.integers(1, 2**16 - 1), max_size=8).map(tuple), text),
     st.builds(P.Heartbeat, u16),
     st.builds(P.State, st.lists(motor_state, max_size=16).map(tuple)),
     st.builds(P.Command, st.lists(motor_cmd, max_size=16).map(tuple)),
@@ -229,3 +229,49 @@ def test_payload_parsers_fail_only_with_protocol_error(typ, payload, seq, ack, t
     else:
         assert (f.type, f.seq, f.ack, f.t_us) == (typ, seq, ack, t_us)
     assert isinstance(P.StreamDecoder().feed(cobs.encode(raw) + b"\x00"), list)
+
+
+def _raw(typ: int, payload: bytes, ver: int = 1, n: int | None = None) -> bytes:
+    body = struct.pack("<BBHHIH", ver, typ, 1, 2, 3, len(payload) if n is None else n) + payload
+    return body + crc16_bitwise(body).to_bytes(2, "big")
+
+
+_CAPS = bytes([1, 0, 0, 1, 0]) + struct.pack("<H", 20)  # firmware 1.0.0, 1 motor, no force, 20 Hz
+
+
+MALFORMED = [
+    (b"\x01" * 13, "short", "frame of 13 bytes, shorter than header [+] CRC [(]14[)]"),
+    (_raw(0x03, b"\x00\x00")[:-1] + b"\x00", "crc", "CRC-16/CCITT-FALSE mismatch"),
+    (_raw(0x03, b"\x00\x00", ver=2), "version", "protocol version 2, expected 1"),
+    (_raw(0x03, b"\x00\x00", n=3), "length", "header says 3 payload bytes, frame holds 2"),
+    (_raw(0x7F, b""), "type", "unknown message type 0x7f"),
+    (_raw(0x01, b"\x00"), "payload", "HELLO: payload of 1 bytes, expected 0"),
+    (_raw(0x02, _CAPS + struct.pack("<I", 4096) + b"\x01"), "payload", "CAPS: truncated payload of 12 bytes"),
+    (_raw(0x02, _CAPS + struct.pack("<IB", 4096, 0) + b"\x02ab!"), "payload", "CAPS: payload of 16 bytes, fields need 15"),
+    (_raw(0x02, _CAPS + struct.pack("<IB", 4096, 0) + b"\x01\xff"), "payload", "CAPS: name is not UTF-8"),
+    (_raw(0x02, _CAPS[:4] + b"\x07" + _CAPS[5:] + struct.pack("<IBB", 4096, 0, 0)), "payload", "CAPS: n_force = 7"),
+    (_raw(0x02, _CAPS + struct.pack("<IBB", 0, 0, 0)), "payload", "CAPS: cpr\\[0\\] = 0, expected > 0"),
+    (_raw(0x02, _CAPS + struct.pack("<IBHB", 4096, 1, 0, 0)), "payload", "CAPS: rates_hz\\[0\\] = 0"),
+    (_raw(0x03, b"\x00"), "payload", "HEARTBEAT: payload of 1 bytes, expected 2"),
+    (_raw(0x10, bytes(10)), "payload", "STATE: payload of 10 bytes is not a multiple of 9"),
+    (_raw(0x11, bytes(6)), "payload", "COMMAND: payload of 6 bytes is not a multiple of 5"),
+    (_raw(0x12, bytes(24)), "payload", "CONFIG: payload of 24 bytes, expected 25"),
+    (_raw(0x13, b""), "payload", "ESTOP: payload of 0 bytes, expected 1"),
+    (_raw(0x14, b"\x00"), "payload", "RESET: payload of 1 bytes, expected 0"),
+    (_raw(0x20, bytes(4)), "payload", "ACK: payload of 4 bytes, expected 3"),
+    (_raw(0x21, bytes(3)), "payload", "NACK: payload of 3 bytes, expected 4"),
+    (_raw(0x30, b""), "payload", "LOG: empty payload"),
+    (_raw(0x30, b"\x14\xc3"), "payload", "LOG: text is not UTF-8"),
+    (_raw(0x40, bytes(28)), "payload", "FORCE: payload of 28 bytes, expected 24 or 32"),
+]
+
+
+@pytest.mark.parametrize("raw, reason, message", MALFORMED, ids=[m.split(":")[0].split(" ")[0] for _, _, m in MALFORMED])
+def test_malformed_frames_raise_protocol_error_naming_the_problem(raw, reason, message):
+    """Each defect, built by hand from the layouts in docs/protocol.md, is refused with its counter
+    key and a one-line message that names the message type and the field or size at fault."""
+    with pytest.raises(P.ProtocolError, match=message) as e:
+        P.unpack_frame(raw)
+    assert e.value.reason == reason and "\n" not in str(e.value)
+    dec = P.StreamDecoder()
+    assert dec.feed(cobs.encode(raw) + b"\x00") == [] and dec.errors == {reason: 1}
