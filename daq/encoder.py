@@ -1,0 +1,381 @@
+"""Encoder daemon: the MCU's serial link on one side, ``encoder/<motor>`` streams and commands on the bus.
+
+The process (``run(ctx, args)``, see `controller.proc`) opens the MCU port with the host link
+(`firmware_bridge.link.Link`: reader thread, heartbeats, requests with retry, reconnection), and
+for every connection (a *session*):
+
+1. HELLO -> CAPS; the MCU's motor count must equal the ``--motors`` names;
+2. CONFIG (gains, limits, watchdog, STATE rate ``--stream-hz``) to every motor, then RESET (the
+   watchdog of a device that lost its host is latched: docs/protocol.md, Reconnection);
+3. COMMAND at ``--command-hz`` with the current setpoints (default: ``--mode``/``--setpoint`` on
+   every motor, e.g. hold the crank at 2π rad/s so a walker walks with no controller running),
+   which feeds the MCU watchdog.
+
+STATE frames become SI samples (`firmware_bridge.telemetry.StateUnwrapper`: angle rad unwrapped,
+velocity rad/s, current A, device time µs unwrapped to ns) published per motor on
+``encoder/<name>`` (kind ``"encoder"``, channels ``angle, velocity, current``, units
+``rad, rad/s, A``) in blocks of ``--block`` samples, plus the raw flags as extra buffer
+``flags`` (uint8, (samples,)). Stamps of sample 0: ``t_device`` (MCU clock, ns), ``t_host``
+(host monotonic ns when the daemon took the STATE off the link) and ``t`` =
+`daq.clock.ClockSync` mapping of ``t_device`` (one estimate per session: a reconnected MCU may
+have rebooted). Sample i of a block is at ``t + i·1e9/rate_hz``: a block never spans missing
+samples. A STATE whose device time is not the next sample time (a lost frame) closes the block;
+the missing samples are counted (``encoder/<name>/samples_lost``), never hidden. STATE frames that
+arrive before the session's CONFIG is acknowledged (at the boot rate) are counted as
+``link/discarded`` and not published.
+
+Commands: frames of ``controller/command`` (kind ``"command"``) carry one column per motor they
+set (channel = motor name), the unit giving the mode: ``rad/s`` velocity, ``rad`` position,
+``N*m`` torque, ``1`` idle (value ignored); the last row applies at once. A frame naming an
+unknown motor or unit is rejected whole (counted in ``command/rejected``, logged).
+
+Health (``health/NAME``, counters total and per second): ``link/<counter>`` from `LinkStats`
+(crc_failures, rejected, lost_frames, gap_events, disconnects, reconnects, timeouts, retries,
+tx_failed, queue_overflow), ``link/sessions``, ``link/open_failures``, ``command/received``,
+``command/rejected``, ``command/sent``, ``encoder/<name>/samples_lost``, ``link/discarded``
+(STATE frames not published: before the session's CONFIG is acknowledged, or drained after a
+disconnect without continuing the old session's sample clock); the health state is
+``connecting``, ``running`` or ``disconnected``.
+
+``args``: ``--port PATH|URL`` (required), ``--baud`` (1000000), ``--motors crank`` (comma
+separated names, in MCU order), ``--stream-hz`` (500), ``--block`` (10), ``--mode`` (velocity),
+``--setpoint`` (6.283185 rad/s), ``--kp`` (2.0), ``--ki`` (20.0), ``--kd`` (0.0),
+``--max-current`` (5.0 A), ``--max-velocity`` (50 rad/s), ``--watchdog-ms`` (100),
+``--command-hz`` (50), ``--clock-bin-s`` (1.0).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from daq.clock import ClockSync
+from firmware_bridge import protocol as P
+from firmware_bridge.link import Link, LinkError, NackError
+from firmware_bridge.telemetry import StateUnwrapper
+
+log = logging.getLogger("walklab.encoder")
+
+COMMAND_STREAM = "controller/command"
+CHANNELS = ("angle", "velocity", "current")
+UNITS = ("rad", "rad/s", "A")
+MODE_OF_UNIT = {"rad/s": P.MODE_VELOCITY, "rad": P.MODE_POSITION, "N*m": P.MODE_TORQUE, "1": P.MODE_IDLE}
+MODES = {"idle": P.MODE_IDLE, "velocity": P.MODE_VELOCITY, "position": P.MODE_POSITION, "torque": P.MODE_TORQUE}
+_LINK_COUNTERS = ("lost_frames", "gap_events", "disconnects", "reconnects", "timeouts", "retries", "tx_failed",
+                  "queue_overflow")
+
+
+class CommandError(ValueError):
+    """A ``controller/command`` frame the daemon cannot apply (names the motor, unit or shape)."""
+
+
+def command_setpoints(frame: Any, motors: Sequence[str]) -> dict[int, tuple[int, float]]:
+    """{motor index: (mode, setpoint SI)} from the last row of a ``controller/command`` frame.
+
+    Raises CommandError for an unknown motor name or unit, a non-finite value or an empty frame.
+    """
+    if frame.data.ndim != 2 or frame.data.shape[0] < 1:
+        raise CommandError(f"{frame.stream}: data shape {frame.data.shape}: expected at least one row")
+    out = {}
+    row = frame.data[-1]
+    for ch, unit, value in zip(frame.channels, frame.units, row.tolist()):
+        if ch not in motors:
+            raise CommandError(f"{frame.stream}: channel {ch!r} is not a motor of this MCU ({', '.join(motors)})")
+        if unit not in MODE_OF_UNIT:
+            raise CommandError(f"{frame.stream}: channel {ch!r} unit {unit!r}: expected one of {sorted(MODE_OF_UNIT)}")
+        if not np.isfinite(value):
+            raise CommandError(f"{frame.stream}: channel {ch!r} setpoint {value!r} is not finite")
+        out[motors.index(ch)] = (MODE_OF_UNIT[unit], float(value))
+    return out
+
+
+@dataclass
+class Block:
+    """Samples of one motor waiting to be published (time-contiguous, one session)."""
+
+    t_device: list[int] = field(default_factory=list)
+    t_host: list[int] = field(default_factory=list)
+    rows: list[tuple[float, float, float]] = field(default_factory=list)
+    flags: list[int] = field(default_factory=list)
+
+
+class EncoderDaemon:
+    """State of the daemon between loop iterations (one per process; the link lives across sessions)."""
+
+    def __init__(self, ctx: Any, opts: argparse.Namespace) -> None:
+        self.ctx = ctx
+        self.opts = opts
+        self.motors = [m.strip() for m in opts.motors.split(",") if m.strip()]
+        self.period_ns = round(1e9 / opts.stream_hz)
+        self.modes = [MODES[opts.mode]] * len(self.motors)
+        self.setpoints = [float(opts.setpoint)] * len(self.motors)
+        self.link: Link | None = None
+        self.session = 0
+        self.session_seen = (-1, -1)  # (disconnects, reconnects) at the last session start
+        self.ready = False  # CONFIG acknowledged and RESET done: STATE is published
+        self.config_ack: int | None = None  # seq of our CONFIG request whose ACK opens the stream
+        self.accepting = False
+        self.unwrap: StateUnwrapper | None = None
+        self.clock = ClockSync(bin_s=opts.clock_bin_s)
+        self.blocks = [Block() for _ in self.motors]
+        self.next_t: int | None = None
+        self.reported: dict[str, int] = {}
+        self.next_command = 0
+        self.next_report = 0
+
+    # ---------------------------------------------------------------- health
+
+    def count_total(self, subject: str, total: int) -> None:
+        """Report a cumulative counter through `Health.count` (which takes increments)."""
+        self.ctx.health.count(subject, total - self.reported.get(subject, 0))
+        self.reported[subject] = total
+
+    def report_link(self) -> None:
+        st = self.link.stats
+        for key in _LINK_COUNTERS:
+            self.count_total(f"link/{key}", getattr(st, key))
+        self.count_total("link/crc_failures", sum(st.crc_failures.values()))
+        self.count_total("link/rejected", sum(st.rejected.values()))
+
+    # ---------------------------------------------------------------- sessions
+
+    def connect(self) -> bool:
+        """Open the port once (the link reconnects by itself afterwards); False if it is not there yet."""
+        link = Link(self.opts.port, baudrate=self.opts.baud, heartbeat_hz=20.0, liveness_s=0.2)
+        try:
+            link.open()
+        except LinkError as exc:
+            self.ctx.health.count("link/open_failures")
+            if self.reported.get("open_logged") is None:
+                log.info("%s; retrying", exc)
+                self.reported["open_logged"] = 1
+            return False
+        self.link = link
+        return True
+
+    def start_session(self) -> None:
+        """HELLO, CONFIG, RESET on a freshly (re)opened port; raises LinkError/NackError/ValueError."""
+        link = self.link
+        self.flush_all()
+        self.accepting = False
+        caps = link.hello(timeout_s=0.3, retries=5)
+        if caps.n_motors != len(self.motors):
+            raise ValueError(f"{self.opts.port}: the MCU {caps.name!r} has {caps.n_motors} motor(s), "
+                             f"--motors names {len(self.motors)} ({','.join(self.motors)})")
+        if self.opts.stream_hz not in caps.rates_hz:
+            raise ValueError(f"--stream-hz {self.opts.stream_hz}: the MCU {caps.name!r} supports {list(caps.rates_hz)}")
+        o = self.opts
+        ack = link.request(P.Config(0xFF, o.kp, o.ki, o.kd, o.max_current, o.max_velocity, o.watchdog_ms,
+                                    o.stream_hz))
+        link.request(P.Reset())
+        self.config_ack = ack.seq
+        self.unwrap = StateUnwrapper(caps.cpr)
+        self.clock = ClockSync(bin_s=o.clock_bin_s)
+        self.next_t = None
+        self.session += 1
+        self.ctx.health.count("link/sessions")
+        self.send_command()
+        log.info("session %d: %s firmware %s, %d motor(s) (%s), STATE at %d Hz", self.session, caps.name,
+                 ".".join(map(str, caps.firmware)), caps.n_motors, ",".join(self.motors), o.stream_hz)
+
+    def send_command(self) -> None:
+        self.link.send(P.Command(tuple(P.MotorCommand(m, s) for m, s in zip(self.modes, self.setpoints))))
+        self.ctx.health.count("command/sent")
+        self.next_command = time.monotonic_ns() + round(1e9 / self.opts.command_hz)
+
+    # ---------------------------------------------------------------- samples
+
+    def flush(self, k: int) -> None:
+        b = self.blocks[k]
+        if not b.rows:
+            return
+        t_dev = b.t_device[0]
+        self.ctx.publisher.publish(
+            f"encoder/{self.motors[k]}", np.array(b.rows, dtype=np.float64), kind="encoder",
+            rate_hz=float(self.opts.stream_hz), channels=CHANNELS, units=UNITS, t_device=t_dev,
+            t_host=b.t_host[0], t=int(self.clock.to_lab(t_dev)),
+            extra={"flags": np.array(b.flags, dtype=np.uint8)}, meta={"session": self.session})
+        self.blocks[k] = Block()
+
+    def flush_all(self) -> None:
+        for k in range(len(self.motors)):
+            self.flush(k)
+
+    def on_state(self, frame: P.Frame, t_host: int, ending: bool = False) -> None:
+        """Add one STATE to the blocks. `ending`: frames drained after the link dropped; those not
+        continuing the session's sample clock (a new connection's) are discarded, not unwrapped."""
+        if ending and self.accepting and (self.next_t is None or
+                                         P.unwrap(self.next_t // 1000, frame.t_us, 32) * 1000 != self.next_t):
+            self.accepting = False
+        if not self.accepting:
+            self.ctx.health.count("link/discarded")
+            return
+        s = self.unwrap(frame)
+        if self.next_t is not None and s.t_ns != self.next_t:
+            lost = round((s.t_ns - self.next_t) / self.period_ns)
+            self.flush_all()  # sample times inside a block come from sample counts: never across a gap
+            if lost > 0:
+                for name in self.motors:
+                    self.ctx.health.count(f"encoder/{name}/samples_lost", lost)
+            else:
+                log.warning("STATE seq %d: device time %d ns, expected %d ns", frame.seq, s.t_ns, self.next_t)
+        self.next_t = s.t_ns + self.period_ns
+        self.clock.update(s.t_ns, t_host)
+        for k, b in enumerate(self.blocks):
+            b.t_device.append(s.t_ns)
+            b.t_host.append(t_host)
+            b.rows.append((float(s.theta[k]), float(s.omega[k]), float(s.current[k])))
+            b.flags.append(int(s.flags[k]))
+            if len(b.rows) >= self.opts.block:
+                self.flush(k)
+
+    def end_session(self) -> None:
+        """The port dropped: publish what the old session still holds, discard the rest (counted)."""
+        t_host = time.monotonic_ns()
+        for f in self.link.drain():
+            if isinstance(f.msg, P.State):
+                self.on_state(f, t_host, ending=True)
+            else:
+                self.on_frame(f, t_host)
+        self.flush_all()
+        self.accepting = False
+        self.ready = False
+
+    def on_frame(self, frame: P.Frame, t_host: int) -> None:
+        msg = frame.msg
+        if isinstance(msg, P.State):
+            self.on_state(frame, t_host)
+        elif isinstance(msg, P.Ack) and msg.type == P.Config.TYPE and msg.seq == self.config_ack:
+            self.accepting = True  # STATE after this ACK is at the configured rate
+        elif isinstance(msg, P.Log):
+            log.log(msg.level, "MCU: %s", msg.text)
+        elif isinstance(msg, P.Heartbeat) and msg.status & (P.STATUS_WATCHDOG | P.STATUS_ESTOP):
+            self.ctx.health.count("mcu/latched_heartbeats")
+
+    # ---------------------------------------------------------------- commands from the bus
+
+    def on_command(self, frame: Any) -> None:
+        try:
+            new = command_setpoints(frame, self.motors)
+        except CommandError as exc:
+            self.ctx.health.count("command/rejected")
+            log.warning("%s", exc)
+            return
+        self.ctx.health.count("command/received")
+        for k, (mode, value) in new.items():
+            self.modes[k], self.setpoints[k] = mode, value
+        if self.ready:
+            self.send_command()
+
+    # ---------------------------------------------------------------- loop
+
+    def step(self, commands: Any) -> None:
+        """One loop iteration: (re)connect, take link frames, apply bus commands, send COMMAND, report."""
+        ctx = self.ctx
+        while (frame := commands.recv(timeout_s=0)) is not None:
+            self.on_command(frame)
+        if self.link is None:
+            ctx.health.state = "connecting"
+            if not self.connect():
+                ctx.sleep_until(time.monotonic_ns() + 100_000_000)
+                return
+        link = self.link
+        st = link.stats
+        seen = (st.disconnects, st.reconnects)
+        if seen != self.session_seen:  # first open, or the port went away (and maybe came back)
+            if self.ready:
+                log.warning("lost %s (disconnects %d, reconnects %d)", self.opts.port, *seen)
+                self.end_session()
+            if not link.connected.is_set():
+                ctx.health.state = "disconnected"
+                self.report_link()
+                ctx.sleep_until(time.monotonic_ns() + 20_000_000)
+                return
+            try:
+                self.start_session()
+            except (LinkError, NackError) as exc:
+                log.warning("session set-up on %s failed: %s; retrying", self.opts.port, exc)
+                ctx.sleep_until(time.monotonic_ns() + 200_000_000)
+                return
+            self.session_seen = seen
+            self.ready = True
+            ctx.health.state = "running"
+        frame = link.recv(timeout_s=0.01)
+        if frame is not None:
+            time.sleep(0.005)  # let a few frames gather: one pass per batch, not per STATE
+            t_host = time.monotonic_ns()
+            for f in [frame] + link.drain():
+                self.on_frame(f, t_host)
+        now = time.monotonic_ns()
+        if now >= self.next_command:
+            self.send_command()
+        if now >= self.next_report:
+            self.next_report = now + 100_000_000
+            self.report_link()
+        ctx.health.tick()
+        ctx.publisher.poll_subscriptions()
+
+    def close(self) -> None:
+        if self.link is not None:
+            self.flush_all()
+            self.link.close()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="daq.encoder", description="encoder/MCU daemon")
+    p.add_argument("--port", required=True, help="MCU device path or pyserial URL")
+    p.add_argument("--baud", type=int, default=1_000_000)
+    p.add_argument("--motors", default="crank", help="motor names in MCU order, comma separated")
+    p.add_argument("--stream-hz", type=int, default=500, help="STATE rate asked with CONFIG")
+    p.add_argument("--block", type=int, default=10, help="samples per encoder frame")
+    p.add_argument("--mode", choices=sorted(MODES), default="velocity", help="default command mode")
+    p.add_argument("--setpoint", type=float, default=6.283185307179586, help="default setpoint (SI of the mode)")
+    p.add_argument("--kp", type=float, default=2.0)
+    p.add_argument("--ki", type=float, default=20.0)
+    p.add_argument("--kd", type=float, default=0.0)
+    p.add_argument("--max-current", type=float, default=5.0, help="A")
+    p.add_argument("--max-velocity", type=float, default=50.0, help="rad/s")
+    p.add_argument("--watchdog-ms", type=int, default=100)
+    p.add_argument("--command-hz", type=float, default=50.0, help="COMMAND resend rate (feeds the watchdog)")
+    p.add_argument("--clock-bin-s", type=float, default=1.0, help="ClockSync window, s")
+    return p
+
+
+def parse_args(name: str, args: Sequence[str]) -> argparse.Namespace:
+    """Parsed and checked ``args`` (ValueError naming the option and the expected value)."""
+    o = _parser().parse_args(list(args))
+    motors = [m.strip() for m in o.motors.split(",") if m.strip()]
+    problems = []
+    if not motors or len(set(motors)) != len(motors) or any("/" in m for m in motors):
+        problems.append(f"--motors {o.motors!r}: expected distinct names without '/', comma separated")
+    if o.block < 1:
+        problems.append(f"--block {o.block}: expected >= 1")
+    if not 0 < o.stream_hz <= 65535:
+        problems.append(f"--stream-hz {o.stream_hz}: expected 1..65535 (one of the MCU's rates)")
+    if not (o.command_hz > 0 and o.clock_bin_s > 0):
+        problems.append(f"--command-hz {o.command_hz} and --clock-bin-s {o.clock_bin_s}: expected > 0")
+    if not 0 < o.watchdog_ms <= 65535:
+        problems.append(f"--watchdog-ms {o.watchdog_ms}: expected 1..65535")
+    if not all(np.isfinite(v) and v >= 0 for v in (o.kp, o.ki, o.kd, o.max_current, o.max_velocity)):
+        problems.append("--kp/--ki/--kd/--max-current/--max-velocity: expected finite values >= 0")
+    if not np.isfinite(o.setpoint):
+        problems.append(f"--setpoint {o.setpoint}: expected a finite number")
+    if problems:
+        raise ValueError(f"process {name!r}: " + "; ".join(problems))
+    return o
+
+
+def run(ctx: Any, args: Sequence[str]) -> int:
+    """Run the encoder daemon of process `ctx` until it is asked to stop (see module doc)."""
+    daemon = EncoderDaemon(ctx, parse_args(ctx.name, args))
+    commands = ctx.subscriber([COMMAND_STREAM], expect=())
+    try:
+        while not ctx.stopping:
+            daemon.step(commands)
+    finally:
+        daemon.close()
+    return 0

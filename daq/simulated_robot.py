@@ -1,0 +1,160 @@
+"""Simulated robot: a virtual MCU on a pty whose crank motor drives a Jansen leg or walker plant.
+
+The process (``run(ctx, args)``, see `controller.proc`) is what a real walker's microcontroller is
+to the lab: a serial device speaking the walklab protocol (`firmware_bridge.virtual.VirtualMCU`,
+a real pseudo-terminal) that the encoder daemon (`daq.encoder`) opens like a USB CDC port. The
+pty's path is ``--port`` (a symlink, like /dev/serial/by-id; its folder is created). The MCU's
+one motor, ``crank``, is a geared DC motor (`firmware_bridge.plant`) whose output-shaft load is
+the crank plant of `dynamics.plant`:
+
+    (J_m + I(θ)/N²) ω̇_m = K_t i − b ω_m − τ_c tanh(ω_m/ω_ε) − τ_load/N
+    τ_load = ½ I′(θ) θ̇² + G(θ) − Σ_l J_l(θ)ᵀ F_l        (reduced form of every leg, summed)
+
+with F_l the penalty ground contact of each foot below the ground line (held chassis, see
+`dynamics.plant`). Killing the process is pulling the cable: the pty disappears and the encoder
+daemon reconnects when the supervisor restarts it.
+
+``args``: ``--port PATH`` (required), ``--model NAME|FILE`` (``jansen_walker``), ``--table-size``
+(720), ``--contact`` (``hunt_crossley_constant``; ``none`` = no ground), ``--stiffness`` (2e4
+N/m^1.5), ``--damping`` (1.0 s/m), ``--penetration`` (0.008 m), ``--mu`` (0: frictionless;
+tanh friction with ``--slip-velocity`` 0.05 m/s), ``--gear`` (20), ``--cpr`` (4096),
+``--control-hz`` (1000), ``--watchdog-ms`` (100), ``--current-noise-a`` (0), ``--seed`` (0).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import time
+import tomllib
+from pathlib import Path
+from typing import Any, Sequence
+
+from dynamics.contact import Friction, NormalLaw
+from dynamics.linkage.model import Linkage, LinkageError, load_linkage
+from dynamics.plant import CrankPlant, crank_plant, motor_load
+from firmware_bridge.plant import MotorParams
+from firmware_bridge.virtual import VirtualMCU
+
+log = logging.getLogger("walklab.simulated_robot")
+
+CONTACT_LAWS = ("none", "hunt_crossley_constant", "hertz", "kelvin_voigt")
+
+
+def model_path(model: str) -> Path:
+    """The TOML file of a linkage model: a path, or a shipped name (``jansen_walker`` -> configs/models)."""
+    p = Path(model)
+    if p.suffix == ".toml" or p.exists():
+        if not p.is_file():
+            raise FileNotFoundError(f"--model {model!r}: no such file")
+        return p
+    import configs
+
+    try:
+        return configs.path(f"models/{model}.toml")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--model {model!r}: not a file and no configs/models/{model}.toml") from None
+
+
+def crank_legs(model: str) -> list[tuple[Linkage, float]]:
+    """(leg linkage, crank phase rad) of every leg on the crank of a leg or walker file.
+
+    A walker's ``[[legs]]`` entries that differ only by phase share one Linkage (built at phase 0),
+    so `dynamics.plant.crank_plant` tabulates each distinct leg once.
+    """
+    p = model_path(model)
+    try:
+        with open(p, "rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise LinkageError(f"{p}: not valid TOML: {exc}") from None
+    if "legs" not in data:
+        return [(load_linkage(data, str(p)), 0.0)]
+    built: dict[tuple, Linkage] = {}
+    legs = []
+    for k, leg in enumerate(data["legs"] if isinstance(data["legs"], list) else []):
+        if not isinstance(leg, dict):
+            raise LinkageError(f"{p}: legs[{k}]: expected a table")
+        key = (leg.get("model"), leg.get("mirror", False))
+        if key not in built:
+            one = {"kind": "linkage", "name": f"{data.get('name', p.stem)}.{leg.get('prefix', k)}",
+                   "gravity": data.get("gravity", 9.81), "legs": [{**leg, "phase_deg": 0.0}]}
+            built[key] = load_linkage(one, str(p))
+        phase = leg.get("phase_deg", 0.0)
+        if isinstance(phase, bool) or not isinstance(phase, (int, float)) or not math.isfinite(phase):
+            raise LinkageError(f"{p}: legs[{k}].phase_deg = {phase!r}: expected a finite number of degrees")
+        legs.append((built[key], math.radians(phase)))
+    if not legs:
+        raise LinkageError(f"{p}: legs: expected a non-empty array of [[legs]] tables")
+    return legs
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="daq.simulated_robot", description="virtual MCU driving a Jansen crank plant")
+    p.add_argument("--port", required=True, help="path of the pty symlink the encoder daemon opens")
+    p.add_argument("--model", default="jansen_walker", help="linkage model name or TOML file (leg or walker)")
+    p.add_argument("--table-size", type=int, default=720, help="reduced-form grid points per revolution")
+    p.add_argument("--contact", choices=CONTACT_LAWS, default="hunt_crossley_constant")
+    p.add_argument("--stiffness", type=float, default=2e4, help="contact stiffness K, N/m^1.5 (N/m for kelvin_voigt)")
+    p.add_argument("--damping", type=float, default=1.0, help="alpha s/m (hunt_crossley_constant), c N*s/m (kelvin_voigt)")
+    p.add_argument("--penetration", type=float, default=0.008, help="ground line above the lowest foot point, m")
+    p.add_argument("--mu", type=float, default=0.0, help="foot friction coefficient (0 = frictionless)")
+    p.add_argument("--slip-velocity", type=float, default=0.05, help="tanh friction transition speed, m/s")
+    p.add_argument("--gear", type=float, default=MotorParams.gear)
+    p.add_argument("--cpr", type=int, default=4096)
+    p.add_argument("--control-hz", type=int, default=1000)
+    p.add_argument("--watchdog-ms", type=int, default=100)
+    p.add_argument("--current-noise-a", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def build_plant(opts: argparse.Namespace) -> CrankPlant:
+    """The crank plant described by the parsed ``args``."""
+    if opts.contact == "none":
+        law = friction = None
+    else:
+        law = NormalLaw(opts.contact, opts.stiffness, damping=opts.damping)
+        friction = Friction(opts.mu, kind="tanh", v_s=opts.slip_velocity) if opts.mu > 0 else None
+    return crank_plant(crank_legs(opts.model), size=opts.table_size, law=law, friction=friction,
+                       ground_penetration=None if law is None else opts.penetration)
+
+
+def link_port(port: str, target: str) -> None:
+    """Point the symlink `port` at `target` atomically (replacing a stale one); refuse to replace a real file."""
+    if os.path.lexists(port) and not os.path.islink(port):
+        raise FileExistsError(f"--port {port!r} exists and is not a symlink (a real device?); choose another path")
+    os.makedirs(os.path.dirname(os.path.abspath(port)), exist_ok=True)
+    tmp = f"{port}.{os.getpid()}.new"
+    os.symlink(target, tmp)
+    os.replace(tmp, port)
+
+
+def run(ctx: Any, args: Sequence[str]) -> int:
+    """Run the simulated robot of process `ctx` until it is asked to stop (see module doc)."""
+    opts = _parser().parse_args(list(args))
+    plant = build_plant(opts)
+    motor = MotorParams(gear=opts.gear)
+    mcu = VirtualMCU(1, motor=motor, cpr=opts.cpr, control_hz=opts.control_hz, stream_hz=min(1000, opts.control_hz),
+                     watchdog_ms=opts.watchdog_ms, current_noise_a=opts.current_noise_a, seed=opts.seed,
+                     load=lambda t, theta, omega: motor_load(plant, theta, omega), name=f"walklab-sim-{ctx.name}")
+    port = os.path.abspath(opts.port)
+    try:
+        mcu.start()
+        link_port(port, mcu.port)
+        log.info("%s: %d legs (%s), ground %s; MCU on %s -> %s", opts.model, plant.n_legs, plant.name,
+                 "none" if plant.ground_y is None else f"y = {plant.ground_y:.4f} m ({opts.contact})", port, mcu.port)
+        reported: dict[str, int] = {}
+        while ctx.sleep_until(time.monotonic_ns() + 100_000_000):
+            st = mcu.stats
+            for key in ("ticks", "tx_frames", "tx_overflow", "rx_frames", "rx_lost", "watchdog_trips", "estops"):
+                value = getattr(st, key)
+                ctx.health.count(f"mcu/{key}", value - reported.get(key, 0))
+                reported[key] = value
+            ctx.health.queue_depth("mcu/catch_up_ticks", st.max_catch_up_ticks)
+        return 0
+    finally:
+        if os.path.islink(port) and os.readlink(port) == mcu.port:
+            os.unlink(port)
+        mcu.close()
