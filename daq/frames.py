@@ -43,8 +43,9 @@ DTYPES = frozenset({
 _NP_DTYPES = {s: np.dtype(s) for s in DTYPES}
 #: Largest buffer accepted by `decode` (bytes); a larger declared size is rejected before any allocation.
 MAX_BUFFER_BYTES = 256 * 2**20
-#: Largest msgpack header accepted by `decode` (bytes).
-MAX_HEADER_BYTES = 64 * 2**10
+#: Largest msgpack header accepted by `decode` (bytes); a health frame of a process watching
+#: 100 streams has about 1000 channels (~40 kB of names and units).
+MAX_HEADER_BYTES = 2**20
 #: Most extra buffers a frame may carry besides ``data``.
 MAX_BUFFERS = 16
 MAX_NDIM = 8
@@ -348,7 +349,8 @@ def decode(parts: Sequence[Any]) -> Frame:
         header = msgpack.unpackb(
             header_buf, raw=False, strict_map_key=True, use_list=True,
             max_str_len=MAX_HEADER_BYTES, max_bin_len=MAX_HEADER_BYTES,
-            max_array_len=4096, max_map_len=1024, max_ext_len=0,  # no extension types at all
+            # bounded container sizes: msgpack preallocates declared lengths while nesting
+            max_array_len=65536, max_map_len=65536, max_ext_len=0,  # and no extension types
         )
     except Exception as exc:  # msgpack raises several types (ExtraData, FormatError, ValueError, ...)
         raise FrameError(f"topic {topic!r}: header is not valid msgpack: {type(exc).__name__}: {exc}"[:300]) from None

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from daq.frames import DTYPES, MAX_BUFFER_BYTES, Frame, FrameError, decode, encode
+from daq.frames import DTYPES, MAX_BUFFER_BYTES, MAX_HEADER_BYTES, Frame, FrameError, decode, encode
 
 ALL_DTYPES = sorted(DTYPES)
 
@@ -217,6 +217,22 @@ def test_ten_gigabyte_declared_size_is_rejected_without_allocating():
         decode(with_header(parts, buffers=[{"name": "data", "dtype": "<f8", "shape": [n, 3]}]))
 
 
+def test_nested_container_bomb_is_rejected_with_bounded_memory():
+    """1000 nested arrays each declaring 4 billion entries, in 5 kB: refused, little memory touched."""
+    parts = valid_parts()
+    bomb = b"\xdd\xff\xff\xff\xff" * 1000
+    nested = b"\xdd\x00\x00\xff\xff" * 1000  # 65535 entries each: within the limit, still incomplete
+    tracemalloc.start()
+    try:
+        for header in (bomb, nested):
+            with pytest.raises(FrameError, match="not valid msgpack"):
+                decode([parts[0], header, parts[2]])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 200 * 2**20
+
+
 def test_part_count_topic_and_msgpack_level_errors():
     parts = valid_parts()
     with pytest.raises(FrameError, match="parts"):
@@ -243,7 +259,7 @@ def test_part_count_topic_and_msgpack_level_errors():
     with pytest.raises(FrameError, match="not valid msgpack"):  # declared 4 billion entries, 5 bytes present
         decode([parts[0], b"\xdd\xff\xff\xff\xff", parts[2]])
     with pytest.raises(FrameError, match="header is .* bytes"):
-        decode([parts[0], b"\x90" * (2**16 + 1), parts[2]])
+        decode([parts[0], b"\x90" * (MAX_HEADER_BYTES + 1), parts[2]])
 
 
 @settings(max_examples=300, deadline=None)

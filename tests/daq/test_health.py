@@ -114,3 +114,22 @@ def test_health_arguments_are_checked(pub):
         Health("x", pub, period_s=0)
     with pytest.raises(ValueError, match="name"):
         Health("", pub)
+
+
+def test_health_of_a_process_watching_many_streams_fits_in_a_frame(pub):
+    """200 watched streams x 10 fields: one frame, decodable by any subscriber."""
+    with Publisher("tcp://127.0.0.1:*") as source, Subscriber(source.endpoint) as sub:
+        assert source.wait_for_subscribers(1, 10.0) and sub.wait_connected(10.0)
+        names = [f"forceplate/plate_number_{i:03d}" for i in range(200)]
+        for name in names:
+            source.publish(name, np.zeros((1, 1)), kind="force", rate_hz=1000.0, channels=["fz"], units=["N"])
+        got = 0
+        while got < len(names):
+            assert sub.recv(10.0) is not None
+            got += 1
+        h = Health("recorder", pub)
+        h.watch(sub)
+        frame = h.publish()
+    v = parse_health(decode(encode(frame)))
+    assert len(frame.channels) == 200 * 10 + 1
+    assert all(v[name]["received"] == 1 for name in names)
