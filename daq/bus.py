@@ -348,7 +348,8 @@ class StreamStats:
         restarts: times ``seq`` went backwards (the publisher restarted); frames of the new
             incarnation published before we reconnected are added to ``missed_at_join``.
         out_of_order: frames repeating the last ``seq`` (two publishers using one stream name).
-        malformed: messages on this topic rejected by `daq.frames.decode`.
+        malformed: messages on this topic rejected by `daq.frames.decode` (counted per stream once
+            the stream is known: expected, or a valid frame seen; always in `Subscriber.malformed`).
         first_seq, last_seq: first and latest ``seq`` received (None before the first frame).
         rate_hz: measured sample rate over the last 2 s [Hz].
         frames_per_s: measured frame rate over the last 2 s [1/s].
@@ -551,8 +552,9 @@ class Subscriber:
         except FrameError as exc:
             self.malformed += 1
             self.last_error = str(exc)
-            if topic is not None:
-                self._tracker(topic).stats.malformed += 1
+            tr = self._trackers.get(topic) if topic is not None else None
+            if tr is not None:  # no new tracker per garbage topic: a flood must not grow memory
+                tr.stats.malformed += 1
             if self.malformed <= 10 or self.malformed % 1000 == 0:
                 log.warning("dropped malformed frame #%d: %s", self.malformed, exc)
             return None
