@@ -64,7 +64,7 @@ static inline float wl_get_f32(const uint8_t *p) { uint32_t u = wl_get_u32(p); f
 static inline uint16_t wl_crc16_update(uint16_t crc, const uint8_t *d, size_t n) {
     for (size_t i = 0; i < n; i++) {
         crc ^= (uint16_t)(d[i] << 8);
-        for (int b = 0; b < 8; b++) crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+        for (int b = 0; b < 8; b++) crc = (uint16_t)((crc & 0x8000) ? ((crc << 1) ^ 0x1021) : (crc << 1));
     }
     return crc;
 }
@@ -159,10 +159,10 @@ static inline int wl_frame_decode(const uint8_t *enc, size_t n, uint8_t *raw, wl
 
 /* Streaming decoder: push received bytes one at a time (e.g. from the UART ISR's ring buffer). */
 typedef struct {
-    uint8_t buf[WL_MAX_ENCODED];
-    uint8_t raw[WL_MAX_FRAME];
     size_t n;
     int overflow;
+    uint8_t buf[WL_MAX_ENCODED];
+    uint8_t raw[WL_MAX_FRAME]; /* last, so an overrun would leave the object (sanitizers see it) */
 } wl_decoder;
 
 static inline void wl_decoder_init(wl_decoder *d) { d->n = 0; d->overflow = 0; }
@@ -184,7 +184,13 @@ static inline int wl_decoder_push(wl_decoder *d, uint8_t byte, wl_frame *f) {
     return r == WL_OK ? 1 : r;
 }
 
-/* ------------------------------------------------------------------ messages (payload packing) */
+/* ------------------------------------------------------------------ messages (payload packing)
+ *
+ * Every wl_pack_* writes the payload into p (room for the returned length; WL_MAX_PAYLOAD bytes
+ * always suffice) and returns its length, or 0, writing nothing, if a count is out of range or the
+ * message would not fit in WL_MAX_PAYLOAD (0 is never a valid length for these messages). Every wl_unpack_* checks the exact length first
+ * and returns -1 on a mismatch without touching the output. Floats are IEEE-754 binary32.
+ */
 
 typedef struct { int32_t count; int16_t vel; int16_t current_ma; uint8_t flags; } wl_motor_state;
 typedef struct { uint8_t mode; float setpoint; } wl_motor_command;
@@ -201,6 +207,7 @@ typedef struct {
 #define WL_CONFIG_SIZE 25
 
 static inline size_t wl_pack_state(uint8_t *p, const wl_motor_state *m, int n) {
+    if (n < 1 || n > WL_MAX_PAYLOAD / WL_STATE_MOTOR_SIZE) return 0;
     for (int i = 0; i < n; i++, p += WL_STATE_MOTOR_SIZE) {
         wl_put_u32(p, (uint32_t)m[i].count); wl_put_u16(p + 4, (uint16_t)m[i].vel);
         wl_put_u16(p + 6, (uint16_t)m[i].current_ma); p[8] = m[i].flags;
@@ -209,13 +216,15 @@ static inline size_t wl_pack_state(uint8_t *p, const wl_motor_state *m, int n) {
 }
 
 static inline size_t wl_pack_command(uint8_t *p, const wl_motor_command *m, int n) {
+    if (n < 1 || n > WL_MAX_PAYLOAD / WL_COMMAND_MOTOR_SIZE) return 0;
     for (int i = 0; i < n; i++, p += WL_COMMAND_MOTOR_SIZE) { p[0] = m[i].mode; wl_put_f32(p + 1, m[i].setpoint); }
     return (size_t)n * WL_COMMAND_MOTOR_SIZE;
 }
 
-/* Returns the motor count, or -1 if len is not a multiple of 5 or exceeds cap motors. */
+/* Returns the motor count, or -1 if len is not a multiple of 5 or exceeds cap motors. The firmware
+ * still checks the count against its motors (NACK bad_length) and each mode and setpoint (bad_value). */
 static inline int wl_unpack_command(const uint8_t *p, size_t len, wl_motor_command *m, int cap) {
-    if (len % WL_COMMAND_MOTOR_SIZE || len / WL_COMMAND_MOTOR_SIZE > (size_t)cap) return -1;
+    if (cap < 0 || len % WL_COMMAND_MOTOR_SIZE || len / WL_COMMAND_MOTOR_SIZE > (size_t)cap) return -1;
     int n = (int)(len / WL_COMMAND_MOTOR_SIZE);
     for (int i = 0; i < n; i++, p += WL_COMMAND_MOTOR_SIZE) { m[i].mode = p[0]; m[i].setpoint = wl_get_f32(p + 1); }
     return n;
@@ -239,31 +248,47 @@ static inline int wl_unpack_config(const uint8_t *p, size_t len, wl_config *c) {
 }
 
 static inline size_t wl_pack_heartbeat(uint8_t *p, uint16_t status) { wl_put_u16(p, status); return 2; }
+static inline int wl_unpack_heartbeat(const uint8_t *p, size_t len, uint16_t *status) {
+    if (len != 2) return -1;
+    *status = wl_get_u16(p); return 0;
+}
+static inline int wl_unpack_estop(const uint8_t *p, size_t len, uint8_t *reason) {
+    if (len != 1) return -1;
+    *reason = p[0]; return 0;
+}
 static inline size_t wl_pack_ack(uint8_t *p, uint16_t seq, uint8_t type) { wl_put_u16(p, seq); p[2] = type; return 3; }
 static inline size_t wl_pack_nack(uint8_t *p, uint16_t seq, uint8_t type, uint8_t error) {
     wl_put_u16(p, seq); p[2] = type; p[3] = error; return 4;
 }
 static inline size_t wl_pack_estop(uint8_t *p, uint8_t reason) { p[0] = reason; return 1; }
 
+/* Text longer than WL_MAX_PAYLOAD - 1 bytes is cut (possibly inside a UTF-8 sequence: keep logs ASCII). */
 static inline size_t wl_pack_log(uint8_t *p, uint8_t level, const char *text, size_t n) {
     if (n > WL_MAX_PAYLOAD - 1) n = WL_MAX_PAYLOAD - 1;
-    p[0] = level; memcpy(p + 1, text, n); return n + 1;
+    p[0] = level;
+    if (n) memcpy(p + 1, text, n);
+    return n + 1;
 }
 
 /* n = 6 (Fx Fy Fz Mx My Mz) or 8 (Kistler) channels. */
 static inline size_t wl_pack_force(uint8_t *p, const float *ch, int n) {
+    if (n != 6 && n != 8) return 0;
     for (int i = 0; i < n; i++) wl_put_f32(p + 4 * i, ch[i]);
     return (size_t)n * 4;
 }
 
 static inline size_t wl_pack_caps(uint8_t *p, const wl_caps *c) {
     size_t o = 0;
+    if (7u + 4u * c->n_motors + 1u + 2u * c->n_rates + 1u + c->name_len > WL_MAX_PAYLOAD) return 0;
+    if (c->n_force != 0 && c->n_force != 6 && c->n_force != 8) return 0;
     p[o++] = c->fw[0]; p[o++] = c->fw[1]; p[o++] = c->fw[2]; p[o++] = c->n_motors; p[o++] = c->n_force;
     wl_put_u16(p + o, c->heartbeat_hz); o += 2;
     for (int i = 0; i < c->n_motors; i++, o += 4) wl_put_u32(p + o, c->cpr[i]);
     p[o++] = c->n_rates;
     for (int i = 0; i < c->n_rates; i++, o += 2) wl_put_u16(p + o, c->rates[i]);
-    p[o++] = c->name_len; memcpy(p + o, c->name, c->name_len); o += c->name_len;
+    p[o++] = c->name_len;
+    if (c->name_len) memcpy(p + o, c->name, c->name_len);
+    o += c->name_len;
     return o;
 }
 

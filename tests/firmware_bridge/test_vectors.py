@@ -6,6 +6,7 @@ line per request (hex in, hex out), so every vector crosses a real process bound
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import struct
 import subprocess
@@ -105,13 +106,17 @@ def wl_tool(tmp_path_factory):
     cc = shutil.which("cc") or shutil.which("gcc")
     assert cc, "no C compiler (cc/gcc) on PATH"
     exe = tmp_path_factory.mktemp("c") / "wl_tool"
-    subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-I", str(C_DIR), "-o", str(exe),
-                    str(C_DIR / "wl_tool.c")], check=True, capture_output=True, text=True)
+    # The warnings a firmware build is likely to enable, and AddressSanitizer + UBSan (abort on the
+    # first finding): every vector and fuzz line below also checks the header for overruns and UB.
+    r = subprocess.run([cc, "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Wconversion", "-Wshadow", "-Werror",
+                        "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                        "-I", str(C_DIR), "-o", str(exe), str(C_DIR / "wl_tool.c")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
 
     def run(lines: list[str]) -> list[str]:
-        out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True,
-                             check=True, timeout=30).stdout
-        return out.splitlines()
+        r = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, f"wl_tool exited with {r.returncode}: {r.stderr[-3000:]}"  # sanitizer reports
+        return r.stdout.splitlines()
 
     return run
 
@@ -145,6 +150,16 @@ def test_c_frames_and_messages_match_vectors(wl_tool):
         if isinstance(msg, P.Config):
             lines.append(f"unpack config {v['payload']}")
             want.append(pack_line(msg).removeprefix("pack config "))
+        if isinstance(msg, P.Heartbeat):
+            lines.append(f"unpack heartbeat {v['payload']}")
+            want.append(str(msg.status))
+        if isinstance(msg, P.Estop):
+            lines.append(f"unpack estop {v['payload']}")
+            want.append(str(msg.reason))
+    # Wrong lengths are refused by every unpacker (the firmware then NACKs bad_length).
+    for what, payload in (("command", "00000000"), ("config", "00" * 24), ("heartbeat", "00"), ("estop", "")):
+        lines.append(f"unpack {what} {payload}")
+        want.append("ERR -1")
     assert wl_tool(lines) == want
 
 
@@ -155,3 +170,72 @@ def test_c_rejects_and_resynchronises_like_python(wl_tool):
     want = [VECTORS["frames"][i] for i in VECTORS["stream"]["frames"]]
     assert out[:-1] == [f"{v['type']} {v['seq']} {v['ack']} {v['t_us']} {v['payload']}" for v in want]
     assert out[-1].startswith("END ") and int(out[-1].split()[1]) >= 2
+
+
+def _fuzz_stream(rng: random.Random) -> bytes:
+    """A byte stream mixing intact vector frames, corrupted and truncated ones, random garbage, lone
+    and doubled delimiters, runs longer than MAX_ENCODED, and CRC-valid frames of an unknown type or
+    with a malformed payload (which the C framing layer passes up and Python's decoder refuses)."""
+    wires = [bytes.fromhex(v["wire"]) for v in VECTORS["frames"]]
+    out = bytearray()
+    for _ in range(rng.randint(1, 12)):
+        kind = rng.randrange(8)
+        if kind == 0:
+            out += rng.choice(wires)
+        elif kind == 1:
+            w = bytearray(rng.choice(wires))
+            w[rng.randrange(len(w))] ^= rng.randrange(1, 256)
+            out += w
+        elif kind == 2:
+            w = rng.choice(wires)
+            out += w[:rng.randrange(1, len(w))]
+        elif kind == 3:
+            out += bytes(rng.randrange(256) for _ in range(rng.randint(1, 60)))
+        elif kind == 4:
+            out += b"\x00" * rng.randint(1, 3)
+        elif kind == 5:
+            out += bytes(rng.randrange(1, 256) for _ in range(P.MAX_ENCODED + rng.randint(-2, 3)))
+        elif kind == 6:  # valid COBS decoding to just under / over the largest frame: the C decoder's bound
+            n = P.MAX_FRAME + rng.randint(-2, 5)
+            out += cobs.encode(bytes(rng.randrange(1, 256) for _ in range(n))) + b"\x00"
+        else:
+            typ, payload = rng.choice([(0x7F, b""), (0x03, b"\x01"), (0x12, bytes(7)), (0x40, bytes(4))])
+            body = struct.pack("<BBHHIH", 1, typ, 9, 8, 7, len(payload)) + payload
+            out += cobs.encode(body + crc.crc16(body).to_bytes(2, "big")) + b"\x00"
+    return bytes(out + b"\x00")
+
+
+def test_c_and_python_stream_decoders_agree_on_fuzzed_bytes(wl_tool):
+    """300 fuzzed streams through both decoders: the same frames in the same order, and the same
+    number of rejected chunks, except that frames of unknown type or malformed payload are passed up
+    by the C framing layer (the firmware's message switch refuses them) and refused by Python."""
+    rng = random.Random(55)
+    streams = [_fuzz_stream(rng) for _ in range(300)]
+    out = wl_tool([f"stream {s.hex()}" for s in streams])
+    results, k = [], 0
+    for _ in streams:
+        frames = []
+        while not out[k].startswith("END "):
+            frames.append(out[k])
+            k += 1
+        results.append((frames, int(out[k].split()[1])))
+        k += 1
+    assert k == len(out)
+    passed_up = 0
+    for stream, (c_frames, c_rejected) in zip(streams, results):
+        dec = P.StreamDecoder()
+        py = [f"{f.type} {f.seq} {f.ack} {f.t_us} {f.msg.pack().hex()}" for f in dec.feed(stream)]
+        c_only = [line for line in c_frames if line not in py]
+        assert [line for line in c_frames if line in py] == py
+        for line in c_only:  # each is well framed, and Python refuses it as a message
+            typ, seq, ack, t_us, *payload = line.split()
+            payload = bytes.fromhex(payload[0] if payload else "")
+            body = struct.pack("<BBHHIH", 1, int(typ), int(seq), int(ack), int(t_us), len(payload)) + payload
+            with pytest.raises(P.ProtocolError) as e:
+                P.unpack_frame(body + crc.crc16(body).to_bytes(2, "big"))
+            assert e.value.reason in ("type", "payload")
+        errors = dict(dec.errors)
+        assert len(c_only) == errors.pop("type", 0) + errors.pop("payload", 0)
+        assert c_rejected == sum(errors.values())
+        passed_up += len(c_only)
+    assert passed_up > 0 and sum(r for _, r in results) > 300  # the fuzz reached both kinds of case
