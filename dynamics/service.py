@@ -4,12 +4,16 @@ The thin process that applies `dynamics.forceplate` to the force-plate streams o
 (docs/service.md). For every plate in the process's ``devices`` it subscribes to the plate's raw
 stream (``forceplate/NAME``, C3D channel layout of its type, SI) and publishes:
 
-- ``dynamics/grf/NAME``: one frame per accepted input frame, same samples and the same
-  ``t``/``t_host``/``t_device`` stamps, channels ``Fx Fy Fz`` [N] (reaction in lab axes, +z on a
-  loaded plate), ``Mx My Mz`` [N·m] (about the plate's surface centre, lab axes), ``COPx COPy
-  COPz`` [m] (lab frame), ``Tz`` [N·m] (free moment, lab z component of ``T_z n̂``) and
-  ``valid`` [1] (``F_z > threshold``; COP and Tz are NaN where 0). ``meta``: ``zero`` (zeroing
-  status) and ``offset`` (the raw offset subtracted, or None).
+- ``dynamics/grf/NAME``: the input samples with the input frames' ``t``/``t_host``/``t_device``
+  stamps: one frame per accepted input frame, or one per run of consecutive input frames whose
+  stamps continue by sample count (when the service catches up after a stall), channels
+  ``Fx Fy Fz`` [N] (reaction in lab axes, +z on a loaded plate), ``Mx My Mz`` [N·m] (about the
+  plate's surface centre, lab axes), ``COPx COPy COPz`` [m] (lab frame), ``Tz`` [N·m] (free
+  moment, lab z component of ``T_z n̂``) and ``valid`` [1] (``F_z > threshold``; COP and Tz
+  are NaN where 0). ``meta``: ``{"zero": status}`` (see zeroing).
+- ``dynamics/zero/NAME``: once, when the plate is zeroed: the raw offset subtracted (1, channels)
+  in the raw channels' units (NaN: not used), ``meta`` ``status``, ``base_n``, ``peak_n``,
+  ``record_s``, ``window_s``; stamped with the first sample of the zeroing record.
 - ``dynamics/grf``: the plates combined (methods.md d.2): ``Fx Fy Fz`` [N], ``Mx My Mz`` [N·m]
   about the lab origin, global ``COPx COPy COPz`` [m] on the plane of the plate centres, ``valid``.
   Samples are aligned on the nominal sample grid of the plates (common ``rate_hz``), anchored on
@@ -36,7 +40,10 @@ samples already received) are counted as ``NAME:rejected`` in the health frame a
 missing samples (a jump in sample time) are counted as ``NAME:missing_samples``.
 
 `GrfService` is the computation with its state (no sockets: it calls a ``publish`` function with
-`daq.bus.Publisher.publish`'s signature); `run(ctx, args)` is the process (see `controller.proc`).
+`daq.bus.Publisher.publish`'s signature); `run(ctx, args)` is the process (see `controller.proc`):
+it hands the service every frame waiting on its socket at once (up to `MAX_BATCH`), and reports
+``processing`` latency (receipt of an input frame to its outputs handed to ZeroMQ) and the
+``batch`` size in its health frame.
 """
 from __future__ import annotations
 
@@ -58,10 +65,13 @@ PLATE_UNITS = ("N", "N", "N", "N*m", "N*m", "N*m", "m", "m", "m", "N*m", "1")
 TOTAL_CHANNELS = ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "COPx", "COPy", "COPz", "valid")
 TOTAL_UNITS = ("N", "N", "N", "N*m", "N*m", "N*m", "m", "m", "m", "1")
 GRF_STREAM = "dynamics/grf"
+ZERO_STREAM = "dynamics/zero"
 EVENTS_STREAM = "events/contact"
 # Internal per-sample row kept for the combination: force, moment, cop, free moment (3 each), valid.
 _ROW = 13
 _LOG_FIRST, _LOG_EVERY = 10, 1000
+#: Most input frames computed together (what is waiting after a stall, up to this many).
+MAX_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -216,7 +226,7 @@ class GrfService:
         if settings.zero_s == 0:
             for p in self.plates:
                 p.zero = ZeroResult("off", None)
-                p.meta = {"zero": "off", "offset": None}
+                p.meta = {"zero": "off"}
 
     @property
     def zeroing(self) -> bool:
@@ -225,11 +235,34 @@ class GrfService:
 
     # -- input ------------------------------------------------------------------------------
 
-    def feed(self, frame: Any) -> None:
-        """Take one received frame (`daq.frames.Frame`); frames of other streams are ignored."""
-        p = self.by_stream.get(frame.stream)
-        if p is None:
-            return
+    def feed(self, frames: Sequence[Any]) -> None:
+        """Take received frames (`daq.frames.Frame`, in arrival order); other streams are ignored.
+
+        Give it everything that is waiting: consecutive blocks of a plate are computed (and
+        published) together, which is how a service that fell behind catches up.
+        """
+        pending: dict[str, list[tuple[Any, int, np.ndarray]]] = {}
+        for frame in frames:
+            p = self.by_stream.get(frame.stream)
+            if p is not None:
+                item = self._accept(p, frame)
+                if item is not None:
+                    pending.setdefault(p.name, []).append(item)
+        for p in self.plates:
+            items = pending.get(p.name)
+            if not items:
+                continue
+            if p.zero is not None:
+                self._process(p, items)
+                continue
+            p.held.extend(items)
+            p.held_samples += sum(len(raw) for _, _, raw in items)
+            if p.held_samples >= self.zero_n:
+                self._finish_zeroing(p)
+        self._combine()
+
+    def _accept(self, p: _PlateStream, frame: Any) -> tuple[Any, int, np.ndarray] | None:
+        """Check `frame` and place it on the sample grid: (frame, first slot, raw SI) or None."""
         reason = p.check(frame)
         if reason is None:
             if self.anchor is None:
@@ -244,36 +277,34 @@ class GrfService:
             if p.rejected <= _LOG_FIRST or p.rejected % _LOG_EVERY == 0:
                 log.warning("%s: rejected frame #%d of %s (seq %d): %s", p.name, p.rejected,
                             frame.stream, frame.seq, reason)
-            return
+            return None
         raw = np.array(frame.data, dtype=float)
         bad = ~np.isfinite(raw).all(axis=1)
         if bad.any():
             raw[bad] = np.nan  # an inf would turn into NaN with warnings in the products below
             self.count(f"{p.name}:nonfinite_samples", int(bad.sum()))
-        n = len(raw)
         if p.next_k is None:
             p.first_k = k0
         elif k0 > p.next_k:
             self.count(f"{p.name}:missing_samples", k0 - p.next_k)
             log.warning("%s: %d sample(s) missing before t=%d ns", p.name, k0 - p.next_k, frame.t)
-        p.next_k = k0 + n
+        p.next_k = k0 + len(raw)
         self.k_max = max(self.k_max, p.next_k)
-        if p.zero is None:
-            p.held.append((frame, k0, raw))
-            p.held_samples += n
-            if p.held_samples >= self.zero_n:
-                self._finish_zeroing(p)
-        else:
-            self._process(p, frame, k0, raw)
-        self._combine()
+        return frame, k0, raw
 
     def _finish_zeroing(self, p: _PlateStream) -> None:
         s = self.settings
+        first = p.held[0][0]
         record = np.concatenate([raw for _, _, raw in p.held])
         z = zero_from_record(p.plate, record, self.window_n, s.on_n, s.threshold_n)
         p.zero = z
-        p.meta = {"zero": z.status, "offset": None if z.offset is None else z.offset.tolist()}
+        p.meta = {"zero": z.status}
         self.count(f"zero/{p.name}/{z.status}", 1)
+        offset = np.full((1, len(p.channels)), np.nan) if z.offset is None else z.offset[None]
+        self.publish(f"{ZERO_STREAM}/{p.name}", offset, kind="zero", rate_hz=0.0, channels=p.channels,
+                     units=p.units, t_device=first.t_device, t_host=first.t_host, t=first.t,
+                     meta={"status": z.status, "base_n": z.base_n, "peak_n": z.peak_n,
+                           "record_s": s.zero_s, "window_s": s.zero_window_s})
         if z.status == "zeroed":
             log.info("%s: zeroed from the least-loaded %.2f s of %.1f s (offset F_z %.1f N, load seen %.0f N)",
                      p.name, s.zero_window_s, s.zero_s, z.base_n, z.peak_n - z.base_n)
@@ -284,13 +315,36 @@ class GrfService:
             log.warning("%s: loaded through the whole %.1f s zeroing record (least F_z %.1f N), or a large "
                         "offset: NOT zeroed, the amplifier's zero is used", p.name, s.zero_s, z.base_n)
         held, p.held, p.held_samples = p.held, [], 0
-        for frame, k0, raw in held:
-            self._process(p, frame, k0, raw)
+        self._process(p, held)
 
     # -- per plate ------------------------------------------------------------------------
 
-    def _process(self, p: _PlateStream, frame: Any, k0: int, raw: np.ndarray) -> None:
+    def _process(self, p: _PlateStream, items: list[tuple[Any, int, np.ndarray]]) -> None:
+        """Compute and publish accepted blocks of one plate, consecutive ones as one frame."""
+        run = [items[0]]
+        for item in items[1:]:
+            if self._continues(run[0], run[-1], item):
+                run.append(item)
+            else:
+                self._process_run(p, run)
+                run = [item]
+        self._process_run(p, run)
+
+    def _continues(self, first: tuple, last: tuple, item: tuple) -> bool:
+        """True when block `item` follows `last` on the grid and its stamps are those of `first`
+        plus the sample count (so one frame stamped like `first` gives every sample its own time)."""
+        (f0, k0, _), (_, k1, raw1), (f, k, _) = first, last, item
+        if k != k1 + len(raw1):
+            return False
+        dt = round((k - k0) * self.period_ns)
+        return (f.t == f0.t + dt and f.t_host == f0.t_host + dt
+                and (f.t_device is None) == (f0.t_device is None)
+                and (f.t_device is None or f.t_device == f0.t_device + dt))
+
+    def _process_run(self, p: _PlateStream, run: list[tuple[Any, int, np.ndarray]]) -> None:
         s = self.settings
+        frame, k0, _ = run[0]
+        raw = run[0][2] if len(run) == 1 else np.concatenate([r for _, _, r in run])
         sig = fp.process(p.plate, raw, threshold=s.threshold_n, offset=p.zero.offset)
         n = len(raw)
         out = np.empty((n, len(PLATE_CHANNELS)))
@@ -368,7 +422,7 @@ class GrfService:
         dt = round(a * self.period_ns)
         self.publish(GRF_STREAM, out, kind="grf", rate_hz=self.rate_hz, channels=TOTAL_CHANNELS,
                      units=TOTAL_UNITS, t_device=None if td0 is None else td0 + dt, t_host=th0 + dt,
-                     t=t0 + dt, meta={"plates": [p.name for p in self.plates]})
+                     t=t0 + dt)
         self.k_emit = until
 
 
@@ -406,9 +460,14 @@ def run(ctx: Any, args: Sequence[str]) -> int:
         if frame is None:
             ctx.publisher.poll_subscriptions()  # welcome subscribers while nothing is published
         else:
-            service.feed(frame)
-            # receipt of the input frame -> its outputs handed to ZeroMQ
-            ctx.health.latency("processing", (time.monotonic_ns() - frame.t_recv) * 1e-9)
+            batch = [frame]
+            while len(batch) < MAX_BATCH and (frame := sub.recv(timeout_s=0)) is not None:
+                batch.append(frame)
+            service.feed(batch)
+            now = time.monotonic_ns()
+            for f in batch:  # receipt of the input frame -> its outputs handed to ZeroMQ
+                ctx.health.latency("processing", (now - f.t_recv) * 1e-9)
+            ctx.health.queue_depth("batch", len(batch))
         ctx.health.state = "zeroing" if service.zeroing else "running"
         ctx.health.tick()
     return 0

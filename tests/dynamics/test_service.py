@@ -78,13 +78,14 @@ class Outbox:
         return np.concatenate([f[key] + np.arange(len(f["data"])) * 1_000_000 for f in self.frames[stream]])
 
 
-def serve(blocks, settings=Settings(zero_s=0.0), devices=DEVICES):
+def serve(blocks, settings=Settings(zero_s=0.0), devices=DEVICES, batch: int = 1):
+    """Feed `blocks` in batches of `batch` frames (what the process finds waiting on its socket)."""
     box = Outbox()
     svc = GrfService(devices, settings, box.publish, box.count)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for f in blocks:
-            svc.feed(f)
+        for i in range(0, len(blocks), batch):
+            svc.feed(blocks[i:i + batch])
     return box, svc
 
 
@@ -93,10 +94,14 @@ def lockstep(raws, n_blocks, skip=()):
             if (i, b) not in skip]
 
 
-def test_noise_free_stream_equals_the_analytic_load_per_plate_and_combined():
+@pytest.mark.parametrize("batch", [1, 7, 64])
+def test_noise_free_stream_equals_the_analytic_load_per_plate_and_combined(batch):
+    """Whatever the batching: every sample, its stamps, and the analytic load to 1e-9."""
     n = 2000
     raws = [raw_of(0, n), raw_of(1, n)]
-    box, _ = serve(lockstep(raws, n // 5))
+    box, _ = serve(lockstep(raws, n // 5), batch=batch)
+    if batch == 1:
+        assert len(box.frames[f"{GRF_STREAM}/FP1"]) == n // 5    # one output frame per input frame
     f_tot = np.zeros((n, 3))
     n_tot = np.zeros((n, 3))
     for i, d in enumerate(DEVICES):
@@ -122,10 +127,11 @@ def test_noise_free_stream_equals_the_analytic_load_per_plate_and_combined():
     assert (total[:, 9] == 1).all() and (total[:, 8] == pz).all()
 
 
-def test_contact_events_at_the_analytic_stance_boundaries_and_streaming_equals_batch():
+@pytest.mark.parametrize("batch", [1, 13])
+def test_contact_events_at_the_analytic_stance_boundaries_and_streaming_equals_batch(batch):
     n = 3000
     raws = [raw_of(0, n, noise=1.0, seed=1), raw_of(1, n, noise=1.0, seed=2)]
-    box, _ = serve(lockstep(raws, n // 5))
+    box, _ = serve(lockstep(raws, n // 5), batch=batch)
     events = box.frames[EVENTS_STREAM]
     for i, d in enumerate(DEVICES):
         mine = [e for e in events if e["meta"]["plate"] == d.name]
@@ -162,7 +168,10 @@ def test_zeroing_removes_an_amplifier_offset_from_a_walking_record():
     np.testing.assert_allclose(rows[:, 0:3], force, atol=6.0)
     loaded = force[:, 2] > 200.0
     np.testing.assert_allclose(rows[loaded, 6:9], cop[loaded], atol=3e-3)
-    assert {tuple(f["meta"]["offset"]) for f in box.frames[f"{GRF_STREAM}/FP1"]} == {tuple(z.offset)}
+    assert {f["meta"]["zero"] for f in box.frames[f"{GRF_STREAM}/FP1"]} == {"zeroed"}
+    (report,) = box.frames["dynamics/zero/FP1"]
+    np.testing.assert_array_equal(report["data"], z.offset[None])
+    assert report["meta"]["status"] == "zeroed" and report["t"] == T0
     assert len(box.rows(GRF_STREAM)) == n
 
 
@@ -180,6 +189,7 @@ def test_zeroing_reports_a_plate_that_never_loads_or_stays_loaded():
     d = ForcePlate(kind="forceplate", name="FP1", type=2, corners=DEVICES[0].corners, origin=DEVICES[0].origin)
     box, svc = serve([frame(0, standing, 5 * b, seq=b) for b in range(200)], Settings(zero_s=0.5), [d])
     assert svc.plates[0].zero.status == "loaded" and box.counts["zero/FP1/loaded"] == 1
+    assert np.isnan(box.frames["dynamics/zero/FP1"][0]["data"]).all()
     assert abs(np.median(box.rows(f"{GRF_STREAM}/FP1")[:, 2]) - 700.0) < 20.0
     # NaN rows are left out of the record; too few finite rows: not zeroed
     assert zero_from_record(plate, np.full((1000, 6), np.nan), 100, 50.0, 20.0).status == "loaded"
@@ -189,7 +199,7 @@ def test_a_gap_is_nan_in_the_total_absent_per_plate_and_holds_the_contact_state(
     n = 1500
     raws = [raw_of(0, n), raw_of(1, n)]
     # FP1 loses blocks 150..153: 20 samples in the stance of foot 1 (t = 0.75 s)
-    box, _ = serve(lockstep(raws, n // 5, skip={(0, b) for b in range(150, 154)}))
+    box, _ = serve(lockstep(raws, n // 5, skip={(0, b) for b in range(150, 154)}), batch=9)
     assert box.counts["FP1:missing_samples"] == 20
     t1 = box.times(f"{GRF_STREAM}/FP1") - T0
     assert len(t1) == n - 20 and not np.isin(np.arange(750, 770) * 1_000_000, t1).any()
@@ -237,7 +247,7 @@ def test_unusable_frames_are_rejected_counted_and_skipped():
         frame(0, raws[0], 0, data=np.zeros((0, 6))),
     ]
     repeat = frame(0, raws[0], 5, seq=99)      # the second block again: an overlap
-    box, _ = serve(good[:4] + bad + [repeat] + good[4:])
+    box, _ = serve(good[:4] + bad + [repeat] + good[4:], batch=3)
     assert box.counts["FP1:rejected"] == 5
     assert len(box.rows(f"{GRF_STREAM}/FP1")) == n
     np.testing.assert_allclose(box.rows(f"{GRF_STREAM}/FP1")[:, 0:3], truth(0, n)[0], atol=1e-9)

@@ -191,8 +191,19 @@ def live(tmp_path_factory):
                 status=status)
 
 
-def by_t(frames) -> dict[int, object]:
-    return {f.t: f for f in frames}
+def samples(frames) -> dict[int, tuple[np.ndarray, int | None, int]]:
+    """Every sample of `frames` by its time t [ns]: (row, t_device, t_host), from sample counts."""
+    out = {}
+    for f in frames:
+        t, th = f.sample_times(), f.sample_times("t_host")
+        td = f.sample_times("t_device") if f.t_device is not None else [None] * f.samples
+        for i in range(f.samples):
+            out[int(t[i])] = (f.data[i], None if td[i] is None else int(td[i]), int(th[i]))
+    return out
+
+
+def fp3_samples(live) -> dict[int, np.ndarray]:
+    return {t + i * 1_000_000: raw[i] for t, raw in live["fp3_sent"].items() for i in range(len(raw))}
 
 
 def health(live, state: str | None = "stopped") -> dict:
@@ -236,22 +247,23 @@ def ezc3d_plates(tmp_path, raws: list[np.ndarray]) -> list[dict]:
 
 def test_plates_equal_ezc3d_on_the_same_raw_frames(live, tmp_path):
     """Every sample the test saw on all three inputs: the service's force, COP, free moment and
-    validity equal ezc3d's on a C3D of those raw frames minus the offset the service reports."""
+    validity equal ezc3d's on a C3D of those raw samples minus the offset the service reports."""
     fr = live["frames"]
-    raw_in = {"FP1": by_t(fr["forceplate/FP1"]), "FP2": by_t(fr["forceplate/FP2"])}
-    out = {n: by_t(fr[f"dynamics/grf/{n}"]) for n in CORNERS}
-    common = sorted(set(raw_in["FP1"]) & set(raw_in["FP2"]) & set(live["fp3_sent"])
-                    & set(out["FP1"]) & set(out["FP2"]) & set(out["FP3"]))
-    common = [t for t in common if np.isfinite(live["fp3_sent"][t]).all()]
-    assert len(common) > 400
-    common = common[: len(common) // 2 * 2]          # whole 10-sample analog frames
+    raw_in = {"FP1": samples(fr["forceplate/FP1"]), "FP2": samples(fr["forceplate/FP2"]), "FP3": fp3_samples(live)}
+    out = {n: samples(fr[f"dynamics/grf/{n}"]) for n in CORNERS}
+    common = set(raw_in["FP3"])
+    for name in CORNERS:
+        common &= set(raw_in[name]) & set(out[name])
+    common = sorted(t for t in common if np.isfinite(raw_in["FP3"][t]).all())
+    assert len(common) > 2000
+    common = common[: len(common) // 10 * 10]          # whole 10-sample analog frames
     raws, served = [], []
     for name in CORNERS:
-        blocks = [live["fp3_sent"][t] if name == "FP3" else raw_in[name][t].data for t in common]
-        offsets = {tuple(out[name][t].meta["offset"]) for t in common}
-        assert len(offsets) == 1, f"{name}: the offset changed while running"
-        raws.append(np.concatenate(blocks) - np.array(offsets.pop()))
-        served.append(np.concatenate([out[name][t].data for t in common]))
+        (report,) = fr[f"dynamics/zero/{name}"]
+        assert report.meta["status"] == ("unloaded" if name == "FP3" else "zeroed")
+        raws.append(np.array([raw_in[name][t] if name == "FP3" else raw_in[name][t][0] for t in common])
+                    - report.data[0])
+        served.append(np.array([out[name][t][0] for t in common]))
     for name, p, s in zip(CORNERS, ezc3d_plates(tmp_path, raws), served):
         force, cop, tz = p["force"].T, p["center_of_pressure"].T, p["Tz"].T[:, 2]
         # analogs are stored as float32 in the C3D: 1e-7 relative
@@ -297,7 +309,7 @@ def test_forces_cop_and_total_match_the_simulated_load(live):
     np.testing.assert_array_equal(rows[have, 8], 0.0)
 
 
-def test_no_sequence_gap_and_every_input_block_served_with_its_stamps(live):
+def test_no_sequence_gap_and_every_input_sample_served_with_its_stamps(live):
     st = live["stats"]
     for stream in ("forceplate/FP1", "forceplate/FP2", "dynamics/grf/FP1", "dynamics/grf/FP2",
                    "dynamics/grf/FP3", "dynamics/grf", "events/contact"):
@@ -308,12 +320,11 @@ def test_no_sequence_gap_and_every_input_block_served_with_its_stamps(live):
         assert (h[stream]["gaps"], h[stream]["dropped"]) == (0, 0), stream
     fr = live["frames"]
     for name in ("FP1", "FP2"):
-        raw, out = by_t(fr[f"forceplate/{name}"]), by_t(fr[f"dynamics/grf/{name}"])
+        raw, out = samples(fr[f"forceplate/{name}"]), samples(fr[f"dynamics/grf/{name}"])
         span = [t for t in raw if min(out) <= t <= max(out)]
-        assert len(span) > 300
+        assert len(span) > 1500
         for t in span:
-            assert (out[t].t_device, out[t].t_host, out[t].samples) == (raw[t].t_device, raw[t].t_host,
-                                                                         raw[t].samples)
+            assert t in out and out[t][1:] == raw[t][1:], (name, t)      # t_device, t_host
     # the combined stream is one unbroken timeline at the plates' rate
     total = fr["dynamics/grf"]
     for a, b in zip(total, total[1:]):
@@ -367,9 +378,9 @@ def test_missing_samples_are_nan_flagged_and_only_them(live):
     fr = live["frames"]
     fp3 = sorted(live["fp3_sent"])
     t_nan, t_skip = fp3[NAN_AT], fp3[SKIP_AT - 1] + 5_000_000
-    out3 = by_t(fr["dynamics/grf/FP3"])
-    assert t_skip not in out3                                   # no invented plate samples
-    rows = out3[t_nan].data
+    out3 = samples(fr["dynamics/grf/FP3"])
+    assert not {t_skip + i * 1_000_000 for i in range(5)} & set(out3)   # no invented plate samples
+    rows = np.array([out3[t_nan + i * 1_000_000][0] for i in range(5)])
     assert np.isnan(rows[NAN_ROWS, :10]).all() and (rows[NAN_ROWS, 10] == 0).all()
     others = [i for i in range(5) if i not in NAN_ROWS]
     assert np.isfinite(rows[others, :6]).all()

@@ -1,0 +1,212 @@
+"""Dynamics service benchmark: publish -> service -> subscriber latency and CPU per frame at 1 kHz.
+
+For 2 and 4 simulated plates (1 kHz, 5-sample blocks: 200 frames/s per plate), the simulator
+(`daq.simulated`) and the service (`dynamics.service`) run as real `controller.proc`
+subprocesses on loopback tcp, as `walklab run` starts them; this script subscribes to both.
+
+- ``grf/<plate>``: receive time of ``dynamics/grf/<plate>`` minus the publish time (``t_pub``)
+  of the raw ``forceplate/<plate>`` frame with the same ``t`` (one host, one monotonic clock);
+- ``grf total``: receive time of the combined ``dynamics/grf`` frame minus the latest publish
+  time of the raw frames it combines (it waits for the last plate);
+- peer ``bus hop``: receive minus publish time of the raw frames themselves, same subscriber
+  (what the extra hop through the service is compared with);
+- CPU: user + system time of the service process (``/proc/PID/stat``) over the measurement,
+  per input frame and as a share of one core; the simulator's for reference;
+- in-process: `GrfService.feed` alone (no sockets, no decoding), median µs per input frame.
+
+    python bench/service.py [--duration 5] [--plates 2,4]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from controller.config import load  # noqa: E402
+from controller.supervisor import Supervisor  # noqa: E402
+from daq.bus import Subscriber  # noqa: E402
+from daq.frames import Frame  # noqa: E402
+from daq.simulated import Gait, SimulatedPlate  # noqa: E402
+from dynamics.service import GrfService, Settings  # noqa: E402
+
+ZERO_S = 1.0
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def machine() -> str:
+    cpu = "unknown cpu"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}, numpy {np.__version__}, libzmq {zmq.zmq_version()}")
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def lab_text(n_plates: int, ports: list[int]) -> str:
+    names = [f"FP{i + 1}" for i in range(n_plates)]
+    plates = "".join(f"""
+        [devices.{name}]
+        kind = "forceplate"
+        corners = [[{0.6 * (i // 2) + 0.6}, {0.4 * (i % 2) + 0.4}, 0.0], [{0.6 * (i // 2)}, {0.4 * (i % 2) + 0.4}, 0.0], [{0.6 * (i // 2)}, {0.4 * (i % 2)}, 0.0], [{0.6 * (i // 2) + 0.6}, {0.4 * (i % 2)}, 0.0]]
+        origin = [0.0, 0.0, -0.04]
+        """ for i, name in enumerate(names))
+    return textwrap.dedent(f"""
+        [lab]
+        name = "bench"
+        [supervisor]
+        bind = "tcp://127.0.0.1:{ports[0]}"
+        [[processes]]
+        name = "forceplates"
+        module = "daq.simulated"
+        bind = "tcp://127.0.0.1:{ports[1]}"
+        devices = {names}
+        [[processes]]
+        name = "dynamics"
+        module = "dynamics.service"
+        bind = "tcp://127.0.0.1:{ports[2]}"
+        devices = {names}
+        args = ["--zero-s", "{ZERO_S}"]
+    """).replace("'", '"') + textwrap.dedent(plates)
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK    # utime, stime
+
+
+def pct(values) -> str:
+    a = np.asarray(values) * 1e3
+    if a.size == 0:
+        return "n/a"
+    return f"p50 {np.percentile(a, 50):6.2f}  p99 {np.percentile(a, 99):6.2f}  max {a.max():6.2f} ms  (n={a.size})"
+
+
+def live(n_plates: int, duration: float) -> None:
+    ports = free_ports(3)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "lab.toml"
+        config.write_text(lab_text(n_plates, ports))
+        lab = load(config)
+        sup = Supervisor(lab)
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        procs = {name: subprocess.Popen(sup.command(lab.process(name)), cwd=REPO, env=env,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for name in ("dynamics", "forceplates")}
+        sub = Subscriber([lab.process("forceplates").endpoint, lab.process("dynamics").endpoint],
+                         ["forceplate/*", "dynamics/*"])
+        try:
+            if not sub.wait_connected(20.0):
+                sys.exit("simulator or service did not come up")
+            # zeroing, the held frames' flush, then one more second
+            end = time.monotonic() + ZERO_S + 1.5
+            while time.monotonic() < end:
+                sub.recv(timeout_s=0.05)
+            raw_pub: dict[tuple[str, int], int] = {}
+            hop, per_plate, total = [], [], []
+            outputs = 0
+            c0 = {n: cpu_s(p.pid) for n, p in procs.items()}
+            t0 = time.monotonic()
+            end = t0 + duration
+            while time.monotonic() < end:
+                f = sub.recv(timeout_s=0.05)
+                if f is None:
+                    continue
+                if f.stream.startswith("forceplate/"):
+                    raw_pub[(f.stream[len("forceplate/"):], f.t)] = f.t_pub
+                    hop.append((f.t_recv - f.t_pub) * 1e-9)
+                elif f.stream == "dynamics/grf":
+                    pubs = [raw_pub.get((f"FP{i + 1}", f.t)) for i in range(n_plates)]
+                    if None not in pubs:
+                        total.append((f.t_recv - max(pubs)) * 1e-9)
+                else:
+                    outputs += 1
+                    t_pub = raw_pub.get((f.stream.rsplit("/", 1)[1], f.t))
+                    if t_pub is not None:
+                        per_plate.append((f.t_recv - t_pub) * 1e-9)
+            wall = time.monotonic() - t0
+            used = {n: cpu_s(p.pid) - c0[n] for n, p in procs.items()}
+            lost = {s: (st.gaps, st.dropped) for s, st in sub.stats().items() if st.gaps or st.dropped}
+        finally:
+            sub.close()
+            for p in procs.values():
+                p.terminate()
+            for p in procs.values():
+                p.wait(timeout=10)
+        print(f"\n{n_plates} plates, {n_plates * 200} input frames/s, {wall:.1f} s measured")
+        print(f"  bus hop (raw, peer)       {pct(hop)}")
+        print(f"  raw -> grf/<plate>        {pct(per_plate)}")
+        print(f"  raw -> grf total          {pct(total)}")
+        frames_in = outputs  # one grf/<plate> frame per input frame
+        print(f"  service CPU  {used['dynamics'] / wall * 100:5.1f} % of a core, "
+              f"{used['dynamics'] / max(frames_in, 1) * 1e6:6.0f} us per input frame "
+              f"(incl. receive, decode, publish); simulator {used['forceplates'] / wall * 100:5.1f} %")
+        print(f"  seq gaps/dropped: {lost or 'none'}")
+
+
+def in_process(n_plates: int, n_blocks: int = 2000) -> float:
+    lab = load(REPO / "configs" / "sim.toml")
+    devices = [lab.devices["FP1"].__class__(**{**vars(lab.devices["FP1"]), "name": f"FP{i + 1}"})
+               for i in range(n_plates)]
+    rng = np.random.default_rng(0)
+    sims = [SimulatedPlate(d, Gait(), 0.5 * (i % 2), 1.0 if i % 2 == 0 else -1.0, 1.0, rng)
+            for i, d in enumerate(devices)]
+    frames = []
+    for b in range(n_blocks):
+        for s in sims:
+            n0, raw = s.next_block()
+            td = n0 * 1_000_000
+            frames.append(Frame(s.stream, "force", b, td, td, td, 1000.0, s.channels, s.units, raw))
+    runs = []
+    for _ in range(3):
+        svc = GrfService(devices, Settings(zero_s=0.0), lambda *a, **k: None)
+        t = time.perf_counter()
+        for f in frames:
+            svc.feed([f])
+        runs.append((time.perf_counter() - t) / len(frames))
+    return float(np.median(runs))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=5.0, help="seconds measured per plate count")
+    ap.add_argument("--plates", default="2,4", help="comma-separated plate counts")
+    args = ap.parse_args()
+    print(f"machine: {machine()}")
+    print(f"command: python bench/service.py --duration {args.duration} --plates {args.plates}")
+    counts = [int(x) for x in args.plates.split(",")]
+    for n in counts:
+        us = in_process(n) * 1e6
+        print(f"in-process GrfService.feed, {n} plates: {us:6.1f} us per input frame "
+              f"(x {n * 200} frames/s = {us * n * 200 / 1e4:4.1f} % of a core)")
+    for n in counts:
+        live(n, args.duration)
+
+
+if __name__ == "__main__":
+    main()
