@@ -8,6 +8,9 @@ Run: .venv/bin/python bench/dynamics.py [--samples 100000] [--calls 3000] [--mod
 (2) Single sample: latency of dynamics.rnea(q, v, a) for one sample (p50/p99/max), with
     pinocchio.rnea from Python as the reference.
 (3) Jansen table lookup rate: not here — bench/linkage.py.
+(4) Forward dynamics: dynamics.aba (what dynamics.forward_dynamics runs) and the CRBA + Cholesky
+    route (dynamics.crba, nonlinear_effects, numpy Cholesky solve) batched, against a Python loop
+    of pinocchio.aba (accelerations compared), and their single-sample latency.
 
 Both libraries load the same URDF, written by dynamics.save_urdf from the TOML model (floating
 base: free flyer added on load by both). A model URDF cannot express (spherical joints) falls
@@ -128,6 +131,36 @@ def main(argv: list[str] | None = None) -> int:
     print(f"    pinocchio.rnea      {percentiles(theirs)}")
 
     print("\n(3) Jansen table lookup rate: see bench/linkage.py")
+
+    # (4) forward dynamics
+    Nf = min(N, 20_000)
+    qf, vf, tf = q[:Nf], v[:Nf], tau_pin[:Nf]
+    acc_pin = np.array([pin.aba(pm, pd, qf[k], vf[k], tf[k]) for k in range(Nf)])
+    print(f"\n(4) forward dynamics, N = {Nf} samples (median of {args.repeats}); single-sample: {args.calls // 3} calls")
+
+    def crba_cholesky(model, q, v, tau):
+        L = np.linalg.cholesky(dynamics.crba(model, q))
+        b = (tau - dynamics.nonlinear_effects(model, q, v))[..., None]
+        return np.linalg.solve(np.swapaxes(L, -1, -2), np.linalg.solve(L, b))[..., 0]
+
+    for name, fn in (("dynamics.aba", dynamics.aba), ("CRBA + Cholesky", crba_cholesky)):
+        runs = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            acc = fn(model, qf, vf, tf)
+            runs.append(time.perf_counter() - t0)
+        single = []
+        for k in range(args.calls // 3):
+            t0 = time.perf_counter()
+            fn(model, qf[k], vf[k], tf[k])
+            single.append(time.perf_counter() - t0)
+        t = float(np.median(runs))
+        print(f"    {name:<26} batch {Nf / t:10,.0f} samples/s   max |a - a_pin| / max |a| {np.abs(acc - acc_pin).max() / np.abs(acc_pin).max():.1e}")
+        print(f"    {'':<26} one   {percentiles(single)}")
+    t0 = time.perf_counter()
+    for k in range(Nf):
+        pin.aba(pm, pd, qf[k], vf[k], tf[k])
+    print(f"    {'pinocchio.aba loop':<26} batch {Nf / (time.perf_counter() - t0):10,.0f} samples/s")
     return 0
 
 

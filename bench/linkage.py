@@ -12,8 +12,6 @@ checked equal (tables vs KKT within the interpolation error) before timing.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -25,20 +23,9 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 from scipy.interpolate import CubicSpline  # noqa: E402
 
+from bench.dynamics import machine  # noqa: E402  (bench/ is a namespace package)
 from dynamics.linkage import inverse, kinematics, position, reduced  # noqa: E402
 from dynamics.linkage.model import read_linkage  # noqa: E402
-
-
-def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, load avg {os.getloadavg()[0]:.1f}"
 
 
 def rate_line(label: str, n: int, runs: list[float]) -> str:

@@ -103,8 +103,10 @@ def test_bad_state_raises_naming_the_argument(args, match):
 
 
 def test_massless_leaf_names_the_segment():
+    """A massless leaf with a joint makes M singular (methods.md a.5)."""
     body = Segment("body", None, Joint("revolute"), mass=1.0, com=np.array([0.3, 0.0, 0.0]), inertia=np.eye(3) * 0.01)
     leaf = Segment("leaf", "body", Joint("revolute", axis=np.array([0.0, 1.0, 0.0])))
     model = Model("singular", (body, leaf))
-    with pytest.raises(ValueError, match=r"segment 'leaf': articulated inertia .* not positive definite"):
-        aba(model, [0.1, 0.2], [0.0, 0.0], [0.0, 0.0])
+    for forward in (aba, dynamics.forward_dynamics):
+        with pytest.raises(ValueError, match=r"segment 'leaf': articulated inertia .* not positive definite"):
+            forward(model, [0.1, 0.2], [0.0, 0.0], [0.0, 0.0])

@@ -189,14 +189,3 @@ def test_bad_external_wrench_raises():
         dynamics.rnea(model, q, z, z, [dynamics.Wrench("s1", force=[0, 0, 1], point=[np.nan, 0, 0])])
     with pytest.raises(ValueError, match=r"f_ext\[0\].force: shape \(4, 3\) does not match q"):
         dynamics.rnea(model, q, z, z, [dynamics.Wrench("s1", force=np.zeros((4, 3)), point=[0, 0, 0])])
-
-
-def test_forward_dynamics_of_a_massless_leaf_is_a_clear_error():
-    """A massless leaf with a joint makes M singular (methods.md a.5)."""
-    from dynamics.model import Joint, Segment
-
-    body = Segment("body", None, Joint("revolute"), mass=1.0, com=np.array([0.3, 0.0, 0.0]), inertia=np.eye(3) * 0.01)
-    leaf = Segment("leaf", "body", Joint("revolute", axis=np.array([0.0, 1.0, 0.0])))
-    model = Model("singular", (body, leaf))
-    with pytest.raises(ValueError, match="mass matrix not positive definite"):
-        dynamics.forward_dynamics(model, [0.1, 0.2], [0.0, 0.0], [0.0, 0.0])
