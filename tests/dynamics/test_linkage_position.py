@@ -207,3 +207,23 @@ def test_coarse_continuation_never_silently_changes_branch(step):
     qa = P.assembled_positions(model, th)
     assert np.allclose(C.point_positions(model, q, "B"), C.point_positions(model, qa, "B"), atol=1e-10)
     assert step != 3.0, "the jump onto the crossed branch went unreported"
+
+
+def test_chebyshev_geometry_of_models_md_over_a_revolution():
+    """models.md 3 (no printed fixture): O2 = (-0.222, 0); AB = O2B = BC = 0.282 with A, B, C collinear;
+    CD vertical, D 0.793 m below C; DE horizontal, 0.05 m; 18 coordinates, 17 + 1 rows."""
+    model = read_linkage("chebyshev_leg")
+    assert (model.n_coords, model.n_rows, model.driver_rows.size) == (18, 18, 1)
+    th = np.linspace(0.0, 2 * np.pi, 73)
+    q = P.track(model, th)                               # continuation, not the constructive assembly
+    assert np.all(np.linalg.norm(C.residual(model, q, th), axis=1) < 1e-12)
+    pt = {k: C.point_positions(model, q, k) for k in "ABCDE"}
+    O2 = np.array([-0.222, 0.0])
+    np.testing.assert_allclose(pt["A"], 0.1 * np.c_[np.cos(th), np.sin(th)], atol=1e-12)
+    for a, b in ((pt["A"], pt["B"]), (O2, pt["B"]), (pt["B"], pt["C"])):
+        np.testing.assert_allclose(np.linalg.norm(b - a, axis=1), 0.282, atol=1e-12)
+    AB, BC = pt["B"] - pt["A"], pt["C"] - pt["B"]
+    np.testing.assert_allclose(AB[:, 0] * BC[:, 1] - AB[:, 1] * BC[:, 0], 0.0, atol=1e-12)   # collinear
+    assert np.all(np.einsum("nc,nc->n", AB, BC) > 0)                                       # C beyond B
+    np.testing.assert_allclose(pt["D"], pt["C"] - [0.0, 0.793], atol=1e-12)
+    np.testing.assert_allclose(pt["E"] - pt["D"], np.broadcast_to([0.05, 0.0], (73, 2)), atol=1e-12)
