@@ -4,14 +4,16 @@ For 2 and 4 simulated plates (1 kHz, 5-sample blocks: 200 frames/s per plate), t
 (`daq.simulated`) and the service (`dynamics.service`) run as real `controller.proc`
 subprocesses on loopback tcp, as `walklab run` starts them; this script subscribes to both.
 
-- ``grf/<plate>``: receive time of ``dynamics/grf/<plate>`` minus the publish time (``t_pub``)
-  of the raw ``forceplate/<plate>`` frame with the same ``t`` (one host, one monotonic clock);
+- ``grf/<plate>``: receive time of the ``dynamics/grf/<plate>`` frame holding a block's samples
+  minus the publish time (``t_pub``) of that raw ``forceplate/<plate>`` block (one host, one
+  monotonic clock);
 - ``grf total``: receive time of the combined ``dynamics/grf`` frame minus the latest publish
   time of the raw frames it combines (it waits for the last plate);
 - peer ``bus hop``: receive minus publish time of the raw frames themselves, same subscriber
   (what the extra hop through the service is compared with);
 - CPU: user + system time of the service process (``/proc/PID/stat``) over the measurement,
-  per input frame and as a share of one core; the simulator's for reference;
+  per input frame (raw frames received here over the same time) and as a share of one core;
+  the simulator's for reference;
 - in-process: `GrfService.feed` alone (no sockets, no decoding), median µs per input frame.
 
     python bench/service.py [--duration 5] [--plates 2,4]
@@ -42,6 +44,7 @@ from daq.simulated import Gait, SimulatedPlate  # noqa: E402
 from dynamics.service import GrfService, Settings  # noqa: E402
 
 ZERO_S = 1.0
+BLOCK = 5  # samples per frame of the simulated plates (the config default)
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -129,7 +132,7 @@ def live(n_plates: int, duration: float) -> None:
                 sub.recv(timeout_s=0.05)
             raw_pub: dict[tuple[str, int], int] = {}
             hop, per_plate, total = [], [], []
-            outputs = 0
+            frames_in = 0
             c0 = {n: cpu_s(p.pid) for n, p in procs.items()}
             t0 = time.monotonic()
             end = t0 + duration
@@ -138,17 +141,21 @@ def live(n_plates: int, duration: float) -> None:
                 if f is None:
                     continue
                 if f.stream.startswith("forceplate/"):
+                    frames_in += 1
                     raw_pub[(f.stream[len("forceplate/"):], f.t)] = f.t_pub
                     hop.append((f.t_recv - f.t_pub) * 1e-9)
-                elif f.stream == "dynamics/grf":
-                    pubs = [raw_pub.get((f"FP{i + 1}", f.t)) for i in range(n_plates)]
-                    if None not in pubs:
-                        total.append((f.t_recv - max(pubs)) * 1e-9)
-                else:
-                    outputs += 1
-                    t_pub = raw_pub.get((f.stream.rsplit("/", 1)[1], f.t))
-                    if t_pub is not None:
-                        per_plate.append((f.t_recv - t_pub) * 1e-9)
+                    continue
+                # an output frame may cover several input blocks (the service caught up): each
+                # block's latency is from its own publication
+                for t in f.sample_times()[::BLOCK].tolist():
+                    if f.stream == "dynamics/grf":
+                        pubs = [raw_pub.get((f"FP{i + 1}", t)) for i in range(n_plates)]
+                        if None not in pubs:
+                            total.append((f.t_recv - max(pubs)) * 1e-9)
+                    elif f.stream.startswith("dynamics/grf/"):
+                        t_pub = raw_pub.get((f.stream.rsplit("/", 1)[1], t))
+                        if t_pub is not None:
+                            per_plate.append((f.t_recv - t_pub) * 1e-9)
             wall = time.monotonic() - t0
             used = {n: cpu_s(p.pid) - c0[n] for n, p in procs.items()}
             lost = {s: (st.gaps, st.dropped) for s, st in sub.stats().items() if st.gaps or st.dropped}
@@ -162,7 +169,6 @@ def live(n_plates: int, duration: float) -> None:
         print(f"  bus hop (raw, peer)       {pct(hop)}")
         print(f"  raw -> grf/<plate>        {pct(per_plate)}")
         print(f"  raw -> grf total          {pct(total)}")
-        frames_in = outputs  # one grf/<plate> frame per input frame
         print(f"  service CPU  {used['dynamics'] / wall * 100:5.1f} % of a core, "
               f"{used['dynamics'] / max(frames_in, 1) * 1e6:6.0f} us per input frame "
               f"(incl. receive, decode, publish); simulator {used['forceplates'] / wall * 100:5.1f} %")
