@@ -439,6 +439,12 @@ def _parse_assembly(source: str, data: dict, ground: set[str], moving: set[str])
                 raise _err(source, f"{key}.{sub}", f"point {v!r} is not fixed or placed by an earlier step")
             return v
 
+        def branch() -> float:
+            sign = t.get("sign")
+            if sign not in (1, -1):
+                raise _err(source, f"{key}.sign", f"expected +1 or -1, got {sign!r}")
+            return float(sign)
+
         if kind == "crank":
             if not isinstance(a, list) or len(a) not in (2, 3):
                 raise _err(source, f"{key}.crank", "expected [centre, radius] or [centre, radius, phase_rad]")
@@ -447,19 +453,13 @@ def _parse_assembly(source: str, data: dict, ground: set[str], moving: set[str])
         elif kind == "circle":
             if not isinstance(a, list) or len(a) != 4:
                 raise _err(source, f"{key}.circle", "expected [P0, r0, P1, r1]")
-            sign = t.get("sign")
-            if sign not in (1, -1):
-                raise _err(source, f"{key}.sign", f"expected +1 or -1, got {sign!r}")
             args = (ref(a[0], "circle"), _num(source, f"{key}.circle", a[1], positive=True),
-                    ref(a[2], "circle"), _num(source, f"{key}.circle", a[3], positive=True), float(sign))
+                    ref(a[2], "circle"), _num(source, f"{key}.circle", a[3], positive=True), branch())
         elif kind == "slider":
             if not isinstance(a, list) or len(a) != 3:
                 raise _err(source, f"{key}.slider", "expected [P0, r, y_line]")
-            sign = t.get("sign")
-            if sign not in (1, -1):
-                raise _err(source, f"{key}.sign", f"expected +1 or -1, got {sign!r}")
             args = (ref(a[0], "slider"), _num(source, f"{key}.slider", a[1], positive=True),
-                    _num(source, f"{key}.slider", a[2]), float(sign))
+                    _num(source, f"{key}.slider", a[2]), branch())
         elif kind == "extend":
             if not isinstance(a, list) or len(a) != 3:
                 raise _err(source, f"{key}.extend", "expected [P0, P1, distance]")
