@@ -253,3 +253,129 @@ def run(fns: tuple[Callable, Callable], columns: list[np.ndarray], n_out: int) -
     for k, x in enumerate(batch(*(np.ascontiguousarray(c.T) for c in columns), np.cos, np.sin)):
         out[k] = x
     return out.T
+
+
+# ------------------------------------------------------------------------------------------------
+# Spatial (6-D) items for the body-frame algorithms (aba.py, crba.py). A motion or force is a pair
+# (linear, angular) of 3-item lists in a body frame; a spatial inertia is Y = (A, B, C), the 6×6
+# matrix [[A, B], [Bᵀ, C]] (A, C symmetric) mapping a motion to a force about the same origin.
+
+
+def mT(M):
+    """Transpose of a 3x3 item matrix."""
+    return [[M[j][i] for j in range(3)] for i in range(3)]
+
+
+def skew(t):
+    """[t]× (3x3 items) with [t]× x = t × x."""
+    return [[None, neg(t[2]), t[1]], [t[2], None, neg(t[0])], [neg(t[1]), t[0], None]]
+
+
+def madd(*Ms):
+    return [[add(*(M[i][j] for M in Ms)) for j in range(3)] for i in range(3)]
+
+
+def mneg(M):
+    return [[neg(x) for x in r] for r in M]
+
+
+def let_mat(code: Code, M):
+    return [code.vec(r) for r in M]
+
+
+def dot6(x, y):
+    """xᵀ y of two (linear, angular) pairs."""
+    return add(*(mul(a, b) for a, b in zip(x[0] + x[1], y[0] + y[1])))
+
+
+def inertia_times(Y, x):
+    """Y x = (A x_lin + B x_ang, Bᵀ x_lin + C x_ang)."""
+    A, B, C = Y
+    return vadd(rot(A, x[0]), rot(B, x[1])), vadd(rotT(B, x[0]), rot(C, x[1]))
+
+
+def body_inertia(m: float, h: np.ndarray, I_O: np.ndarray):
+    """Constant Y items of a body with mass m, first moment h = m c and rotational inertia I_O
+    about its frame origin: A = m E, B = −[h]×, C = I_O (Y (v, ω) = (m v − h × ω, I_O ω + h × v))."""
+    return ([[m if r == k else None for k in range(3)] for r in range(3)], mneg(skew(const(h))),
+            [[float(x) if x else None for x in r] for r in I_O])
+
+
+def force_to_parent(code: Code, R, t, f):
+    """A force (lin, ang) of a child frame in its parent frame, the child frame having axes R and
+    origin t there: (R f_lin, R f_ang + t × R f_lin)."""
+    fl = code.vec(rot(R, f[0]))
+    return fl, vadd(rot(R, f[1]), vcross(t, fl))
+
+
+def inertia_to_parent(code: Code, R, t, Y):
+    """ᵖX_i* Y ⁱX_p: a child's spatial inertia in its parent frame (child axes R, origin t there).
+    Rotate the blocks (A' = R A Rᵀ, ...), then move the origin by T = [t]×:
+    A'' = A', B'' = B' − A'T, C'' = C' + T B' − B'ᵀ T − T A' T."""
+    A, B, C = (let_mat(code, matmul(matmul(R, M), mT(R))) for M in Y)
+    T = skew(t)
+    AT = let_mat(code, matmul(A, T))
+    return (A, let_mat(code, madd(B, mneg(AT))),
+            let_mat(code, madd(C, matmul(T, B), mneg(matmul(mT(B), T)), mneg(matmul(T, AT)))))
+
+
+def subspace(j: Joint, RJ) -> list[tuple[list, list]]:
+    """Motion subspace columns S (nv_i × (lin, ang) items) of a joint, in the child frame."""
+    e = [[1.0, None, None], [None, 1.0, None], [None, None, 1.0]]
+    t = j.type
+    if t in ("revolute", "revolute_unbounded"):
+        return [(ZERO, const(j.axis))]
+    if t == "prismatic":
+        return [(const(j.axis), ZERO)]
+    if t == "spherical":
+        return [(ZERO, x) for x in e]
+    if t == "free_flyer":
+        return [(x, ZERO) for x in e] + [(ZERO, x) for x in e]
+    if t == "planar":          # x, y translations fixed in the placement frame, turned into the child
+        return [(rotT(RJ, e[0]), ZERO), (rotT(RJ, e[1]), ZERO), (ZERO, e[2])]
+    raise AssertionError(t)
+
+
+def moving_bodies(model: Model) -> tuple[list[int], dict[int, tuple[int, np.ndarray, np.ndarray]], dict[int, tuple]]:
+    """Segments on fixed joints merged into their moving ancestor, as Pinocchio's URDF reader does.
+
+    Returns the moving segments (joint with coordinates, model order); for every segment its
+    anchor (nearest moving ancestor-or-self, -1 = the world) with the constant placement (R, t)
+    of its frame in the anchor frame; and per moving segment the merged constant inertia
+    (m kg, h = m c kg·m, I_O kg·m²) about its frame origin, in its frame.
+    """
+    from .spatial import parallel_axis
+
+    anchor: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
+    moving = []
+    for i, s in enumerate(model.segments):
+        if s.joint.nv:
+            anchor[i] = (i, np.eye(3), np.zeros(3))
+            moving.append(i)
+        else:
+            p = model.parents[i]
+            a, Ra, ta = (-1, np.eye(3), np.zeros(3)) if p < 0 else anchor[p]
+            anchor[i] = (a, Ra @ s.joint.rotation, ta + Ra @ s.joint.translation)
+    inertia = {i: [0.0, np.zeros(3), np.zeros((3, 3))] for i in moving}
+    for i, s in enumerate(model.segments):
+        a, R, t = anchor[i]
+        if a < 0 or s.mass == 0:
+            continue
+        c = t + R @ s.com
+        acc = inertia[a]
+        acc[0] += s.mass
+        acc[1] = acc[1] + s.mass * c
+        acc[2] = acc[2] + parallel_axis(np.array(s.mass), c, R @ s.inertia @ R.T)
+    return moving, anchor, {i: tuple(x) for i, x in inertia.items()}
+
+
+def body_transform(code: Code, model: Model, i: int, anchor: dict, q: list[str]):
+    """(anchor index of the parent body (-1 = world), R, t, RJ) of moving segment i: its frame's
+    axes R and origin t in the parent body's frame, and the joint rotation RJ."""
+    s, p = model.segments[i], model.parents[i]
+    j = s.joint
+    a, Ra, ta = (-1, np.eye(3), np.zeros(3)) if p < 0 else anchor[p]
+    R0, t0 = const(Ra @ j.rotation), const(ta + Ra @ j.translation)
+    iq = model.idx_q[i]
+    RJ, tJ = joint_transform(code, j, q[iq:iq + j.nq])
+    return a, let_mat(code, matmul(R0, RJ)), code.vec(vadd(t0, rot(R0, tJ))), RJ
