@@ -251,7 +251,10 @@ class Link:
             self._send_frame(P.Hello())
             if self._caps_event.wait(timeout_s) and self.caps is not None:
                 return self.caps
-        raise LinkTimeout(f"no CAPS from {self.url} after {retries + 1} HELLOs of {timeout_s * 1000:.0f} ms")
+        other = self._decoder.errors.get("version", 0)
+        hint = (f" ({other} frames of another protocol version than {P.PROTOCOL_VERSION} were received and "
+                f"dropped: the device speaks another version)") if other else ""
+        raise LinkTimeout(f"no CAPS from {self.url} after {retries + 1} HELLOs of {timeout_s * 1000:.0f} ms{hint}")
 
     # ----------------------------------------------------------------- receiving
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterator
+from typing import Callable, ClassVar, Iterator
 
 from . import cobs, crc
 
@@ -450,9 +450,14 @@ class StreamDecoder:
     than MAX_ENCODED without a delimiter is discarded ("overflow") up to the next 0x00.
     With synchronised=False (a port just opened, mid-stream) the bytes before the first 0x00 are
     a frame's tail: they are skipped (counted in `skipped`), not reported as errors.
+    on_reject(reason, raw), if given, is called for every chunk that COBS-decodes but is refused,
+    with the unencoded bytes: for reasons "type" and "payload" the header is intact (CRC, version
+    and length checked), so a device can NACK the frame's seq and type.
     """
 
-    def __init__(self, synchronised: bool = True) -> None:
+    def __init__(self, synchronised: bool = True,
+                 on_reject: Callable[[str, bytes], None] | None = None) -> None:
+        self.on_reject = on_reject
         self._buf = bytearray()
         self._overflow = False
         self._hunting = not synchronised
@@ -481,6 +486,8 @@ class StreamDecoder:
                 self._error(exc.reason)
                 if exc.reason == "crc" and len(raw) > 1:
                     self.crc_by_type[raw[1]] = self.crc_by_type.get(raw[1], 0) + 1
+                if self.on_reject is not None:
+                    self.on_reject(exc.reason, raw)
         self.frames += len(out)
         return out
 

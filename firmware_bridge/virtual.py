@@ -28,6 +28,7 @@ import argparse
 import errno
 import math
 import os
+import select
 import signal
 import sys
 import tempfile
@@ -170,7 +171,7 @@ class VirtualMCU:
         self._tx_seq = 0
         self._rx_ack = 0
         self._rx_seen = False
-        self._decoder = P.StreamDecoder()
+        self._decoder = P.StreamDecoder(on_reject=self._refuse)
         self._stats = McuStats()
         self._txq: list[tuple[float, int, bytes]] = []  # (due time, seq, wire bytes)
         self._outbuf = bytearray()
@@ -296,6 +297,15 @@ class VirtualMCU:
             for _ in range(ticks):
                 self._step()
 
+    def wait_rx(self, timeout_s: float = 5.0) -> bool:
+        """Block until host bytes are waiting on the pty (True) or timeout_s passes (False). Lockstep
+        use: a pty hands written bytes over asynchronously, so a frame just sent may not yet be
+        readable at the next step(); waiting here makes the tick that handles it deterministic."""
+        fd = self._master
+        if fd < 0:
+            return False
+        return bool(select.select([fd], [], [], timeout_s)[0])
+
     def _step(self) -> None:
         if self._tick == 0:
             self._send(P.Log(20, f"{self.name}: firmware {'.'.join(map(str, FIRMWARE))} up, {self.n} motors"))
@@ -367,6 +377,13 @@ class VirtualMCU:
                     break
                 chunks.append(data)
             return b"".join(chunks)
+
+    def _refuse(self, reason: str, raw: bytes) -> None:
+        """NACK a well-framed host frame the firmware cannot use: unknown type, or a payload whose
+        size does not fit its type (docs/protocol.md, "NACK errors")."""
+        if reason in ("type", "payload"):
+            seq = int.from_bytes(raw[2:4], "little")
+            self._send(P.Nack(seq, raw[1], P.ERR_UNKNOWN_TYPE if reason == "type" else P.ERR_BAD_LENGTH))
 
     def _reply(self, frame: P.Frame, error: int = 0) -> None:
         self._send(P.Nack(frame.seq, frame.type, error) if error else P.Ack(frame.seq, frame.type))

@@ -5,14 +5,19 @@ watchdog, and lost frames are counted from sequence numbers and the MCU's own tr
 """
 from __future__ import annotations
 
+import binascii
 import os
+import struct
 import subprocess
 import sys
 import time
+import tty
 
 import numpy as np
 import pytest
+import serial
 
+from firmware_bridge import cobs
 from firmware_bridge import protocol as P
 from firmware_bridge.link import Link, LinkTimeout, NackError
 from firmware_bridge.virtual import Faults, VirtualMCU
@@ -66,7 +71,10 @@ HELLO = {"timeout_s": 1.0, "retries": 4}
 
 def test_1khz_state_and_command_round_trips_8_motors_clean_line():
     # The MCU clock starts 0.1 s before the 2**32 µs wrap, so the stream crosses it.
-    with VirtualMCU(N, clock_start_us=2**32 - 100_000) as mcu, Link(mcu.port, heartbeat_hz=0) as link:
+    # A 5 s watchdog: a host stalled > 100 ms on a loaded machine must not end this streaming test
+    # (the 100 ms watchdog has its own, lockstep test).
+    with VirtualMCU(N, clock_start_us=2**32 - 100_000, watchdog_ms=5000) as mcu, \
+            Link(mcu.port, heartbeat_hz=0) as link:
         caps = link.hello(**HELLO)
         assert caps.n_motors == N and caps.cpr == (4096,) * N and 1000 in caps.rates_hz
         last = stream_commands(link, 2.0, torque_cmd(0.05))
@@ -143,16 +151,33 @@ def test_one_percent_byte_corruption_every_bad_frame_rejected_stream_continues()
 
 
 def test_watchdog_cuts_torque_and_config_does_not_feed_it():
+    """Lockstep (the MCU ticks only when the test steps it), so a host stalled by the scheduler
+    cannot feed or starve the watchdog: 300 ticks of COMMANDs at 1 kHz, then only CONFIG requests
+    every 20 ticks. The cut must come timeout +- one period after the tick that handled the last
+    COMMAND, on the MCU clock in the STATE headers, and stay latched."""
     timeout_ms = 100
-    with VirtualMCU(N, watchdog_ms=timeout_ms) as mcu, Link(mcu.port, heartbeat_hz=0) as link:
-        last_cmd = stream_commands(link, 0.3, torque_cmd(0.05))
-        # Host goes silent for motion: only CONFIG requests (acknowledged) for 0.3 s.
-        frames: list[P.Frame] = []
-        for _ in range(6):
-            time.sleep(0.05)
-            link.request(P.Config(watchdog_ms=timeout_ms), **REQ)
-        collect_until(link, frames, lambda fr: sum(bool(f.msg.motors[0].flags & P.FLAG_WATCHDOG)
-                                                   for f in states(fr)) >= 50)
+    mcu = VirtualMCU(N, watchdog_ms=timeout_ms)
+    frames: list[P.Frame] = []
+    try:
+        with Link(mcu.port, heartbeat_hz=0) as link:
+            for _ in range(300):
+                last_cmd = link.send(torque_cmd(0.05))
+                assert mcu.wait_rx()
+                mcu.step()
+            # Tick until a STATE shows the last COMMAND handled (the pty may hold it for a tick).
+            for _ in range(100):
+                mcu.step()
+                frames += link.drain()
+                if any(covers(f.ack, last_cmd) for f in states(frames)):
+                    break
+            configs = []
+            for k in range(20):  # 400 ticks of CONFIG only
+                configs.append(link.send(P.Config(watchdog_ms=timeout_ms)))
+                assert mcu.wait_rx()
+                mcu.step(20)
+            collect_until(link, frames, lambda fr: sum(isinstance(f.msg, P.Ack) for f in fr) == len(configs))
+    finally:
+        mcu.close()
     st = states(frames)
     t, prev = [], None
     for f in st:
@@ -165,13 +190,18 @@ def test_watchdog_cuts_torque_and_config_does_not_feed_it():
     assert all(m.flags & P.FLAG_ENABLED and m.current_ma > 0 for f in st[k_feed:k_cut] for m in f.msg.motors)
     dt = t[k_cut] - t[k_feed]
     assert timeout_ms * 1000 - PERIOD_US <= dt <= timeout_ms * 1000 + PERIOD_US
+    # CONFIGs were handled between the last COMMAND and the cut (so they did not feed it) and after.
+    acked = [f for f in frames if isinstance(f.msg, P.Ack)]
+    assert [a.msg.seq for a in acked] == configs
+    assert sum(t[k_feed] < P.unwrap(t[k_feed], a.t_us, 32) < t[k_cut] for a in acked) >= 4
     # Latched: every later STATE (CONFIGs kept arriving) still has torque off.
     assert all(not m.flags & P.FLAG_ENABLED and m.current_ma == 0 for f in st[k_cut:] for m in f.msg.motors)
     assert mcu.stats.watchdog_trips == 1
 
 
 def test_estop_latches_until_reset_and_nack_names_the_error():
-    with VirtualMCU(N) as mcu, Link(mcu.port, heartbeat_hz=50, liveness_s=1.0) as link:
+    # A 5 s watchdog, so only the e-stop can latch here, however the host is scheduled.
+    with VirtualMCU(N, watchdog_ms=5000) as mcu, Link(mcu.port, heartbeat_hz=50, liveness_s=1.0) as link:
         stream_commands(link, 0.1, torque_cmd(0.05))
         link.request(P.Estop(reason=2), **REQ)
         ticks0 = mcu.stats.ticks
@@ -290,6 +320,7 @@ def test_lockstep_position_and_velocity_control_with_a_load_callback():
             for k in range(3000):
                 if k % 10 == 0:
                     link.send(cmd)  # 100 Hz: feeds the 100 ms watchdog
+                    assert mcu.wait_rx()  # handled at this tick, however late the pty delivers it
                 mcu.step()
             frames: list[P.Frame] = []
             collect_until(link, frames, lambda fr: len(states(fr)) >= 3000)
@@ -404,3 +435,61 @@ def test_link_accepts_pyserial_urls(tmp_path):
     with VirtualMCU(2, name="spied") as mcu, Link(f"spy://{mcu.port}?file={log}", heartbeat_hz=0) as link:
         assert link.hello(**HELLO).name == "spied"
     assert "TX" in log.read_text() and "RX" in log.read_text()
+
+
+def _host_frame(typ: int, payload: bytes, seq: int, ver: int = 1) -> bytes:
+    """A host frame built by hand from the layout in docs/protocol.md (not by protocol.py)."""
+    body = struct.pack("<BBHHIH", ver, typ, seq, 0, 0, len(payload)) + payload
+    return cobs.encode(body + binascii.crc_hqx(body, 0xFFFF).to_bytes(2, "big")) + b"\x00"
+
+
+def test_device_nacks_what_it_cannot_use_and_drops_other_versions():
+    """Every NACK code the v1 firmware sends, each for the documented cause, with the request's seq
+    and type; a frame of another protocol version is dropped unanswered (and counted)."""
+    mcu = VirtualMCU(2)
+    try:
+        with serial.Serial(mcu.port, timeout=0.05) as port:
+            cfg = struct.pack("<B5fHH", 0xFF, 1.0, 0.0, 0.0, 2.0, 10.0, 0, 0)
+            port.write(_host_frame(0x12, cfg[:-1], 10)  # CONFIG of 24 bytes
+                       + _host_frame(0x55, b"", 11)  # unknown type
+                       + _host_frame(0x11, struct.pack("<BfBfBf", 1, 0.0, 1, 0.0, 1, 0.0), 12)  # 3 motors, CAPS says 2
+                       + _host_frame(0x11, struct.pack("<BfBf", 9, 0.0, 1, 0.0), 13)  # mode 9
+                       + _host_frame(0x11, struct.pack("<BfBf", 1, float("nan"), 1, 0.0), 14)  # NaN setpoint
+                       + _host_frame(0x12, b"\x05" + cfg[1:], 15)  # motor 5 of 2
+                       + _host_frame(0x12, struct.pack("<B5fHH", 0, -1.0, 0, 0, 2, 10, 0, 0), 16)  # kp < 0
+                       + _host_frame(0x12, struct.pack("<B5fHH", 0, 1.0, 0, 0, 2, 10, 0, 300), 17)  # 300 Hz
+                       + _host_frame(0x10, bytes(9), 18)  # a device message sent to the device
+                       + _host_frame(0x01, b"", 19, ver=2)  # HELLO of protocol 2
+                       + _host_frame(0x12, cfg, 20))  # a good CONFIG
+            port.flush()
+            dec = P.StreamDecoder()
+            replies: list[P.Frame] = []
+            for _ in range(200):  # lockstep: each tick handles whatever has arrived
+                mcu.step()
+                replies += [f for f in dec.feed(port.read(4096)) if isinstance(f.msg, (P.Ack, P.Nack))]
+                if any(isinstance(f.msg, P.Ack) for f in replies):
+                    break
+    finally:
+        mcu.close()
+    got = [(f.msg.seq, f.msg.type, getattr(f.msg, "error", 0)) for f in replies]
+    assert got == [(10, 0x12, P.ERR_BAD_LENGTH), (11, 0x55, P.ERR_UNKNOWN_TYPE), (12, 0x11, P.ERR_BAD_LENGTH),
+                   (13, 0x11, P.ERR_BAD_VALUE), (14, 0x11, P.ERR_BAD_VALUE), (15, 0x12, P.ERR_BAD_MOTOR),
+                   (16, 0x12, P.ERR_BAD_VALUE), (17, 0x12, P.ERR_BAD_VALUE), (18, 0x10, P.ERR_UNKNOWN_TYPE),
+                   (20, 0x12, 0)]
+    assert mcu.stats.rx_errors == {"payload": 1, "type": 1, "version": 1}
+    assert not mcu.wd_armed  # refused COMMANDs neither arm nor feed the watchdog
+
+
+def test_hello_names_a_protocol_version_mismatch():
+    m, s = os.openpty()
+    tty.setraw(s)
+    try:
+        with Link(os.ttyname(s), heartbeat_hz=0, reconnect=False) as link:
+            # A device answering in protocol 2 (the leading 0x00 ends whatever the link skips on open).
+            os.write(m, b"\x00" + _host_frame(0x02, b"", 0, ver=2))
+            assert wait_for(lambda: link.stats.rejected.get("version") == 1)
+            with pytest.raises(LinkTimeout, match="1 frames of another protocol version than 1"):
+                link.hello(timeout_s=0.05, retries=0)
+    finally:
+        os.close(m)
+        os.close(s)
