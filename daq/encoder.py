@@ -41,7 +41,9 @@ disconnect without continuing the old session's sample clock); the health state 
 separated names, in MCU order), ``--stream-hz`` (500), ``--block`` (10), ``--mode`` (velocity),
 ``--setpoint`` (6.283185 rad/s), ``--kp`` (2.0), ``--ki`` (20.0), ``--kd`` (0.0),
 ``--max-current`` (5.0 A), ``--max-velocity`` (50 rad/s), ``--watchdog-ms`` (100),
-``--command-hz`` (50), ``--clock-bin-s`` (1.0).
+``--command-hz`` (50), ``--clock-bin-s`` (1.0), ``--reset-on-latch`` (off: RESET an MCU whose
+watchdog latched while connected, at most once a second, never an e-stop; for simulated robots,
+whose Python firmware loop can stall on a loaded machine; counted in ``mcu/resets``).
 """
 from __future__ import annotations
 
@@ -126,6 +128,7 @@ class EncoderDaemon:
         self.reported: dict[str, int] = {}
         self.next_command = 0
         self.next_report = 0
+        self.next_reset = 0
 
     # ---------------------------------------------------------------- health
 
@@ -255,6 +258,18 @@ class EncoderDaemon:
             log.log(msg.level, "MCU: %s", msg.text)
         elif isinstance(msg, P.Heartbeat) and msg.status & (P.STATUS_WATCHDOG | P.STATUS_ESTOP):
             self.ctx.health.count("mcu/latched_heartbeats")
+            if self.opts.reset_on_latch and msg.status == P.STATUS_WATCHDOG | P.STATUS_ARMED \
+                    and t_host >= self.next_reset:
+                # sim only: a stalled host tripped the watchdog; an e-stop is never cleared here
+                self.next_reset = t_host + 1_000_000_000
+                log.warning("MCU watchdog latched; --reset-on-latch: RESET")
+                try:
+                    self.link.request(P.Reset())
+                except (LinkError, NackError) as exc:  # the link dropped meanwhile: a new session resets
+                    log.warning("RESET failed: %s", exc)
+                    return
+                self.ctx.health.count("mcu/resets")
+                self.send_command()
 
     # ---------------------------------------------------------------- commands from the bus
 
@@ -342,6 +357,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--watchdog-ms", type=int, default=100)
     p.add_argument("--command-hz", type=float, default=50.0, help="COMMAND resend rate (feeds the watchdog)")
     p.add_argument("--clock-bin-s", type=float, default=1.0, help="ClockSync window, s")
+    p.add_argument("--reset-on-latch", action="store_true",
+                   help="RESET an MCU whose watchdog latched (never an e-stop); for simulated robots only")
     return p
 
 

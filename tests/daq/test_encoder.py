@@ -1,0 +1,241 @@
+"""Encoder daemon (daq/encoder.py) as a real subprocess (`python -m controller.proc`) on a real pty
+(firmware_bridge.virtual.VirtualMCU in this process), with real ZeroMQ sockets: this test publishes
+`controller/command` on the lab's `controller` endpoint and subscribes to `encoder/crank` and
+`health/encoder`. Truths: the MCU's own state (setpoint, watchdog latch), the commanded speed as
+a mean over many samples, and sample accounting (published + counted lost = device samples)."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.config import load
+from daq.bus import Publisher, Subscriber
+from daq.encoder import CommandError, command_setpoints, parse_args
+from daq.frames import Frame
+from daq.health import parse_health
+from firmware_bridge import protocol as P
+from firmware_bridge.plant import MotorParams
+from firmware_bridge.virtual import VirtualMCU
+
+REPO = Path(__file__).resolve().parents[2]
+RATE = 250  # Hz, STATE rate the daemon asks for
+PERIOD_NS = 1_000_000_000 // RATE
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def frame(channels, units, rows) -> Frame:
+    data = np.array(rows, dtype=float)
+    return Frame("controller/command", "command", 0, None, 0, 0, 0.0, tuple(channels), tuple(units), data)
+
+
+def test_command_frames_map_units_to_modes():
+    motors = ["left", "right"]
+    got = command_setpoints(frame(["right", "left"], ["rad/s", "N*m"], [[1.0, 2.0], [3.0, 0.5]]), motors)
+    assert got == {1: (P.MODE_VELOCITY, 3.0), 0: (P.MODE_TORQUE, 0.5)}  # the last row applies
+    assert command_setpoints(frame(["left"], ["rad"], [[0.25]]), motors) == {0: (P.MODE_POSITION, 0.25)}
+    assert command_setpoints(frame(["left"], ["1"], [[0.0]]), motors) == {0: (P.MODE_IDLE, 0.0)}
+    with pytest.raises(CommandError, match="'middle' is not a motor"):
+        command_setpoints(frame(["middle"], ["rad/s"], [[1.0]]), motors)
+    with pytest.raises(CommandError, match="unit 'deg/s'"):
+        command_setpoints(frame(["left"], ["deg/s"], [[1.0]]), motors)
+    with pytest.raises(CommandError, match="not finite"):
+        command_setpoints(frame(["left"], ["rad/s"], [[np.nan]]), motors)
+
+
+def test_bad_arguments_are_one_line_errors():
+    with pytest.raises(ValueError, match="--motors 'a,a'"):
+        parse_args("enc", ["--port", "x", "--motors", "a,a"])
+    with pytest.raises(ValueError, match="--block 0"):
+        parse_args("enc", ["--port", "x", "--block", "0"])
+
+
+def write_lab(tmp_path: Path, ports: list[int], port_path: Path) -> Path:
+    cfg = tmp_path / "lab.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        [lab]
+        name = "encoder-test"
+        [supervisor]
+        bind = "tcp://127.0.0.1:{ports[0]}"
+        [[processes]]
+        name = "encoder"
+        module = "daq.encoder"
+        bind = "tcp://127.0.0.1:{ports[1]}"
+        args = ["--port", "{port_path}", "--motors", "crank", "--stream-hz", "{RATE}", "--block", "5",
+                "--kp", "2.0", "--ki", "20.0", "--setpoint", "6.283185307179586", "--watchdog-ms", "500"]
+        # this test publishes controller/command on the controller's endpoint
+        [[processes]]
+        name = "controller"
+        module = "controller.healthmon"
+        bind = "tcp://127.0.0.1:{ports[2]}"
+        """))
+    return cfg
+
+
+def start_encoder(cfg: Path, ports: list[int]) -> tuple[subprocess.Popen, Subscriber]:
+    sub = Subscriber([f"tcp://127.0.0.1:{ports[1]}"], ["encoder/crank", "health/encoder"])
+    args = load(cfg).process("encoder").args  # as the supervisor starts it
+    proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "encoder", *args],
+                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, sub
+
+
+def stop(proc: subprocess.Popen) -> str:
+    proc.terminate()
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"encoder did not stop on SIGTERM:\n{err}")
+    assert proc.returncode == 0, err
+    return err
+
+
+class Recorder:
+    """Every encoder frame and the latest health of the daemon, read from the bus."""
+
+    def __init__(self, sub: Subscriber):
+        self.sub = sub
+        self.frames: list[Frame] = []
+        self.health: dict = {}
+
+    def pump(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            f = self.sub.recv(timeout_s=0.1)
+            if f is None:
+                continue
+            if f.kind == "health":
+                self.health = {**parse_health(f), "meta": f.meta}
+            else:
+                self.frames.append(f)
+
+    def until(self, pred, timeout_s: float) -> None:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            self.pump(0.2)
+            if self.health and pred(self.health):
+                return
+        pytest.fail(f"condition not met within {timeout_s} s; last health: {self.health}")
+
+    def mean_velocity(self, since: float) -> float:
+        rows = [f.data for f in self.frames if f.t_recv >= since]
+        assert len(rows) > 20, "too few encoder frames"
+        return float(np.vstack(rows)[:, 1].mean())
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory):
+    """One daemon run: default setpoint, a bus command, line noise, an unplug. Yields the record."""
+    tmp = tmp_path_factory.mktemp("encoder")
+    ports = free_ports(3)
+    port = tmp / "mcu"  # appears once the MCU is up, like a USB device plugged in late
+    cfg = write_lab(tmp, ports, port)
+    proc, sub = start_encoder(cfg, ports)
+    pub = Publisher(f"tcp://127.0.0.1:{ports[2]}")
+    rec = Recorder(sub)
+    mcu = VirtualMCU(1, motor=MotorParams(J_load=0.1), control_hz=500, stream_hz=500, seed=3)
+    out: dict = {"mcu": mcu, "rec": rec}
+    try:
+        assert sub.wait_connected(15.0), "the encoder daemon did not come up"
+        rec.until(lambda h: h.get("link/open_failures", {}).get("count", 0) >= 2, 10.0)
+        out["waiting_state"] = rec.health["meta"]["state"]
+        mcu.start()
+        os.symlink(mcu.port, port)
+        rec.until(lambda h: h.get("link/sessions", {}).get("count", 0) >= 1, 15.0)
+        rec.pump(2.0)
+        out["default_speed"] = rec.mean_velocity(time.monotonic_ns() - 1_000_000_000)
+        assert pub.wait_for_subscribers(1, 5.0), "the daemon never subscribed to controller/command"
+        pub.publish("controller/command", np.array([[3 * np.pi]]), kind="command", rate_hz=0.0,
+                    channels=["crank"], units=["rad/s"])
+        rec.pump(2.0)
+        out["mcu_setpoint"] = (int(mcu.mode[0]), float(mcu.setpoint[0]))
+        out["commanded_speed"] = rec.mean_velocity(time.monotonic_ns() - 1_000_000_000)
+        n_before_noise = len(rec.frames)
+        mcu.set_faults(corrupt_rate=3e-4)  # per byte: ~1 % of the STATE frames
+        rec.pump(3.0)
+        mcu.set_faults(corrupt_rate=0.0)
+        rec.pump(0.5)
+        out["noise_frames"] = rec.frames[n_before_noise:]
+        out["noise_health"] = rec.health
+        mcu.unplug()
+        time.sleep(0.5)
+        assert mcu.wd_tripped, "the MCU watchdog should trip while its host is gone"
+        mcu.replug()
+        rec.until(lambda h: h["link/sessions"]["count"] >= 2 and h["meta"]["state"] == "running", 10.0)
+        rec.pump(1.5)
+        out["after_replug_speed"] = rec.mean_velocity(time.monotonic_ns() - 1_000_000_000)
+        out["wd_after"] = mcu.wd_tripped
+        out["stats"] = sub.stats()["encoder/crank"]
+    finally:
+        out["stderr"] = stop(proc)
+        pub.close()
+        sub.close()
+        mcu.close()
+    return out
+
+
+def test_a_missing_port_is_waited_for(scenario):
+    assert scenario["waiting_state"] == "connecting"
+
+
+def test_default_setpoint_holds_the_commanded_speed(scenario):
+    assert scenario["default_speed"] == pytest.approx(2 * np.pi, rel=0.03)
+
+
+def test_a_bus_command_changes_the_setpoint(scenario):
+    assert scenario["mcu_setpoint"] == (P.MODE_VELOCITY, pytest.approx(3 * np.pi, rel=1e-6))
+    assert scenario["commanded_speed"] == pytest.approx(3 * np.pi, rel=0.03)
+
+
+def test_frames_are_contiguous_on_the_bus_and_in_si(scenario):
+    st = scenario["stats"]
+    assert st.received > 100 and st.gaps == 0 and st.dropped == 0 and st.missed_at_join == 0
+    f = scenario["rec"].frames[-1]
+    assert f.channels == ("angle", "velocity", "current") and f.units == ("rad", "rad/s", "A")
+    assert f.rate_hz == RATE and f.extra["flags"].shape == (f.samples,)
+    assert np.all(f.extra["flags"] & P.FLAG_ENABLED)
+
+
+def test_line_noise_is_counted_and_no_received_sample_is_lost_silently(scenario):
+    frames = [f for f in scenario["noise_frames"] if f.meta["session"] == 1]
+    h = scenario["noise_health"]
+    assert h["link/crc_failures"]["count"] + h["link/rejected"]["count"] > 0
+    # device-time accounting: between the first and the last published sample every sample of the
+    # MCU's clock was either published or counted lost (the daemon's counter is cumulative)
+    published = sum(f.samples for f in frames)
+    span = (frames[-1].t_device + (frames[-1].samples - 1) * PERIOD_NS - frames[0].t_device) // PERIOD_NS + 1
+    holes = sum((b.t_device - a.t_device) // PERIOD_NS - a.samples for a, b in zip(frames, frames[1:]))
+    assert holes > 0, "the injected noise should have cost some STATE frames"
+    assert published + holes == span
+    assert h["encoder/crank/samples_lost"]["count"] >= holes
+    # within a block, sample counts define time: every block is contiguous on the device clock
+    for f in frames:
+        assert f.sample_times("t_device")[-1] - f.t_device == (f.samples - 1) * PERIOD_NS
+
+
+def test_unplug_is_reported_and_the_session_restarts(scenario):
+    h = scenario["rec"].health
+    assert h["link/disconnects"]["count"] >= 1 and h["link/reconnects"]["count"] >= 1
+    assert h["link/sessions"]["count"] == 2
+    assert not scenario["wd_after"], "the new session must RESET the latched watchdog"
+    assert scenario["after_replug_speed"] == pytest.approx(3 * np.pi, rel=0.03)  # the setpoint survives
+    assert scenario["rec"].frames[-1].meta["session"] == 2
