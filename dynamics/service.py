@@ -102,8 +102,8 @@ class Settings:
 @dataclass(frozen=True)
 class ZeroResult:
     """Outcome of zeroing one plate: ``status`` ``"zeroed"`` (load seen and unloaded window found),
-    ``"unloaded"`` (no load during the record), ``"loaded"`` (no unloaded window: not zeroed) or
-    ``"off"`` (zeroing disabled); ``offset`` (n_channels,) raw units, or None when not used;
+    ``"unloaded"`` (no load during the record), ``"loaded"`` (no unloaded window: not zeroed),
+    ``"unusable"`` (fewer finite samples than one window: not zeroed) or ``"off"`` (disabled); ``offset`` (n_channels,) raw units, or None when not used;
     ``base_n`` / ``peak_n``: least / greatest windowed mean vertical force of the record [N]."""
     status: str
     offset: np.ndarray | None
@@ -124,12 +124,12 @@ def zero_from_record(plate: fp.Plate, raw: np.ndarray, window: int, contrast_n: 
       offset as above (removes the small baseline);
     - else: constant non-zero load (someone stood on it the whole time, or a large offset —
       indistinguishable): ``loaded``, offset None (never silently absorb a load).
-    Rows with a non-finite value are left out.
+    Rows with a non-finite value are left out; fewer than `window` left: ``unusable``, no offset.
     """
     r = np.asarray(raw, dtype=float)
     r = r[np.isfinite(r).all(axis=1)]
     if len(r) < window:
-        return ZeroResult("loaded", None)
+        return ZeroResult("unusable", None)
     w = fp.least_loaded_window(plate, r, window)
     means = np.convolve(fp.vertical_force(plate, r), np.full(window, 1.0 / window), "valid")
     base, peak = float(means[w.start]), float(means.max())
@@ -311,9 +311,12 @@ class GrfService:
         elif z.status == "unloaded":
             log.warning("%s: never loaded during the %.1f s zeroing record (F_z %.1f N): zeroed; its COP "
                         "stays NaN until it carries more than %.0f N", p.name, s.zero_s, z.base_n, s.threshold_n)
-        else:
+        elif z.status == "loaded":
             log.warning("%s: loaded through the whole %.1f s zeroing record (least F_z %.1f N), or a large "
                         "offset: NOT zeroed, the amplifier's zero is used", p.name, s.zero_s, z.base_n)
+        else:
+            log.warning("%s: fewer than %.2f s of finite samples in the %.1f s zeroing record: NOT zeroed, "
+                        "the amplifier's zero is used", p.name, s.zero_window_s, s.zero_s)
         held, p.held, p.held_samples = p.held, [], 0
         self._process(p, held)
 
@@ -404,9 +407,13 @@ class GrfService:
         self._emit(min(ready))
 
     def _emit(self, until: int) -> None:
+        """Publish the total for slots [k_emit, until), at most one ring's worth per frame (the
+        ring holds nothing beyond that: after a long jump the rest is NaN, and read as such)."""
+        while self.k_emit < until:
+            self._emit_chunk(min(until, self.k_emit + self.capacity))
+
+    def _emit_chunk(self, until: int) -> None:
         a = self.k_emit
-        if until <= a:
-            return
         idx = np.arange(a, until) % self.capacity
         signals = []
         for p in self.plates:

@@ -192,7 +192,8 @@ def test_zeroing_reports_a_plate_that_never_loads_or_stays_loaded():
     assert np.isnan(box.frames["dynamics/zero/FP1"][0]["data"]).all()
     assert abs(np.median(box.rows(f"{GRF_STREAM}/FP1")[:, 2]) - 700.0) < 20.0
     # NaN rows are left out of the record; too few finite rows: not zeroed
-    assert zero_from_record(plate, np.full((1000, 6), np.nan), 100, 50.0, 20.0).status == "loaded"
+    z = zero_from_record(plate, np.full((1000, 6), np.nan), 100, 50.0, 20.0)
+    assert z.status == "unusable" and z.offset is None
 
 
 def test_a_gap_is_nan_in_the_total_absent_per_plate_and_holds_the_contact_state():
@@ -276,3 +277,28 @@ def test_bad_settings_and_plate_sets_are_clear_errors():
         GrfService([DEVICES[0], fast], Settings(), lambda *a, **k: None)
     with pytest.raises(ValueError, match="no force plate"):
         GrfService([], Settings(), lambda *a, **k: None)
+
+
+def test_a_long_jump_in_time_gives_a_nan_total_over_it_never_stale_rows():
+    """Both plates resume 30 s later (more than the combination's ring): the total covers the
+    jump with NaN, then the analytic load again."""
+    n = 500
+    raws = [raw_of(0, n), raw_of(1, n)]
+    blocks = lockstep(raws, 50)
+    jump = 30_000
+    later = [frame(i, raws[i], 5 * b, seq=b) for b in range(50, n // 5) for i in range(2)]
+    for f in later:
+        f.t += jump * 1_000_000
+        f.t_host += jump * 1_000_000
+        f.t_device += jump * 1_000_000
+    box, svc = serve(blocks + later, batch=4)
+    assert svc.capacity < jump
+    total = box.rows(GRF_STREAM)
+    t = box.times(GRF_STREAM) - T0
+    np.testing.assert_array_equal(t, np.arange(len(t)) * 1_000_000)
+    assert len(t) == n + jump
+    force = truth(0, n)[0] + truth(1, n)[0]
+    np.testing.assert_allclose(total[:250, 0:3], force[:250], atol=1e-9)
+    assert np.isnan(total[250:250 + jump, :9]).all() and (total[250:250 + jump, 9] == 0).all()
+    np.testing.assert_allclose(total[250 + jump:, 0:3], force[250:], atol=1e-9)
+    assert box.counts["FP1:missing_samples"] == box.counts["FP2:missing_samples"] == jump
