@@ -16,7 +16,7 @@ in CAPS.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, ClassVar, Iterator
 
 from . import cobs, crc
@@ -69,24 +69,28 @@ class ProtocolError(ValueError):
         self.reason = reason
 
 
-def _need(payload: bytes, n: int, name: str) -> None:
-    if len(payload) != n:
-        raise ProtocolError("payload", f"{name}: payload of {len(payload)} bytes, expected {n}")
+class _Fixed:
+    """Base of the fixed-layout messages: the dataclass fields, in declaration order, packed by `_S`."""
+
+    _S: ClassVar[struct.Struct]
+
+    def pack(self) -> bytes:
+        return self._S.pack(*(getattr(self, f.name) for f in fields(self)))
+
+    @classmethod
+    def unpack(cls, payload: bytes):
+        if len(payload) != cls._S.size:
+            raise ProtocolError("payload", f"{cls.__name__.upper()}: payload of {len(payload)} bytes, "
+                                           f"expected {cls._S.size}")
+        return cls(*cls._S.unpack(payload))
 
 
 @dataclass(frozen=True)
-class Hello:
+class Hello(_Fixed):
     """Host -> MCU: ask for capabilities (answered by Caps). Empty payload."""
 
     TYPE: ClassVar[int] = 0x01
-
-    def pack(self) -> bytes:
-        return b""
-
-    @classmethod
-    def unpack(cls, payload: bytes) -> "Hello":
-        _need(payload, 0, "HELLO")
-        return cls()
+    _S: ClassVar[struct.Struct] = struct.Struct("<")
 
 
 @dataclass(frozen=True)
@@ -156,19 +160,12 @@ class Caps:
 
 
 @dataclass(frozen=True)
-class Heartbeat:
+class Heartbeat(_Fixed):
     """Both directions, >= 10 Hz: status u16 (MCU: STATUS_* bits; host: 0). Feeds the MCU watchdog."""
 
     TYPE: ClassVar[int] = 0x03
     status: int = 0
-
-    def pack(self) -> bytes:
-        return struct.pack("<H", self.status)
-
-    @classmethod
-    def unpack(cls, payload: bytes) -> "Heartbeat":
-        _need(payload, 2, "HEARTBEAT")
-        return cls(*struct.unpack("<H", payload))
+    _S: ClassVar[struct.Struct] = struct.Struct("<H")
 
 
 @dataclass(frozen=True)
@@ -237,7 +234,7 @@ class Command:
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(_Fixed):
     """Host -> MCU, acknowledged: motor u8 (0xFF = all), kp, ki, kd f32 (SI: N·m/rad or N·m/(rad/s) per
     mode), max_current f32 (A), max_velocity f32 (rad/s, output shaft), watchdog_ms u16 (0 keeps),
     stream_hz u16 (0 keeps). Every other field is applied, so a CONFIG is a full set; the defaults
@@ -254,80 +251,44 @@ class Config:
     stream_hz: int = 0
     _S: ClassVar[struct.Struct] = struct.Struct("<B5fHH")
 
-    def pack(self) -> bytes:
-        return self._S.pack(self.motor, self.kp, self.ki, self.kd, self.max_current, self.max_velocity,
-                            self.watchdog_ms, self.stream_hz)
-
-    @classmethod
-    def unpack(cls, payload: bytes) -> "Config":
-        _need(payload, cls._S.size, "CONFIG")
-        return cls(*cls._S.unpack(payload))
-
 
 @dataclass(frozen=True)
-class Estop:
+class Estop(_Fixed):
     """Host -> MCU, acknowledged: latch the e-stop (torque off on every motor) until Reset. reason u8."""
 
     TYPE: ClassVar[int] = 0x13
     reason: int = 0
-
-    def pack(self) -> bytes:
-        return bytes([self.reason])
-
-    @classmethod
-    def unpack(cls, payload: bytes) -> "Estop":
-        _need(payload, 1, "ESTOP")
-        return cls(payload[0])
+    _S: ClassVar[struct.Struct] = struct.Struct("<B")
 
 
 @dataclass(frozen=True)
-class Reset:
+class Reset(_Fixed):
     """Host -> MCU, acknowledged: clear the latched e-stop and watchdog faults; motors stay idle. Empty."""
 
     TYPE: ClassVar[int] = 0x14
-
-    def pack(self) -> bytes:
-        return b""
-
-    @classmethod
-    def unpack(cls, payload: bytes) -> "Reset":
-        _need(payload, 0, "RESET")
-        return cls()
+    _S: ClassVar[struct.Struct] = struct.Struct("<")
 
 
 @dataclass(frozen=True)
-class Ack:
+class Ack(_Fixed):
     """Reply to a request: seq u16 (of the request frame), type u8 (of the request)."""
 
     TYPE: ClassVar[int] = 0x20
     seq: int = 0
     type: int = 0
-
-    def pack(self) -> bytes:
-        return struct.pack("<HB", self.seq, self.type)
-
-    @classmethod
-    def unpack(cls, payload: bytes) -> "Ack":
-        _need(payload, 3, "ACK")
-        return cls(*struct.unpack("<HB", payload))
+    _S: ClassVar[struct.Struct] = struct.Struct("<HB")
 
 
 @dataclass(frozen=True)
-class Nack:
-    """Refusal of a request: seq u16, type u8, error u8 (ERRORS)."""
+class Nack(_Fixed):
+    """Refusal of a request (or of any well-framed frame the device cannot use): seq u16, type u8,
+    error u8 (ERRORS)."""
 
     TYPE: ClassVar[int] = 0x21
     seq: int = 0
     type: int = 0
     error: int = 0
-
-    def pack(self) -> bytes:
-        return struct.pack("<HBB", self.seq, self.type, self.error)
-
-    @classmethod
-    def unpack(cls, payload: bytes) -> "Nack":
-        _need(payload, 4, "NACK")
-        return cls(*struct.unpack("<HBB", payload))
+    _S: ClassVar[struct.Struct] = struct.Struct("<HBB")
 
 
 @dataclass(frozen=True)
