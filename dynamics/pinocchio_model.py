@@ -4,7 +4,9 @@ Requires `pin` (a test dependency, imported lazily). Joint order, q and v layout
 revolute → RevoluteUnaligned, revolute_unbounded → RUBZ in a frame turned onto the axis, prismatic →
 PrismaticUnaligned, spherical → Spherical, free_flyer → FreeFlyer, planar → Composite(PX, PY, RZ);
 fixed segments are merged into their parent's body as Pinocchio's URDF reader does. Used where
-URDF cannot carry the model (spherical and planar joints).
+URDF cannot carry the model (spherical and planar joints). Pinocchio's CRBA assumes each subtree's
+velocity coordinates are contiguous (depth-first order, as load_urdf gives); for other orders
+(e.g. samples.random_model) pin.crba is wrong while pin.rnea and pin.aba are not.
 """
 from __future__ import annotations
 
