@@ -217,7 +217,7 @@ class Link:
 
     def request(self, msg: P.Message, timeout_s: float = 0.1, retries: int = 3) -> P.Ack:
         """Send a request (CONFIG, ESTOP, RESET) and wait for its ACK, resending up to `retries` times.
-        Raise NackError if refused, LinkTimeout if unanswered."""
+        Raise NackError if refused, LinkTimeout if unanswered, LinkError if the link is closed."""
         if not isinstance(msg, P.REQUESTS):
             raise ValueError(f"request(): {type(msg).__name__} is not acknowledged; use send() "
                              f"(requests are {', '.join(c.__name__ for c in P.REQUESTS)})")
@@ -226,12 +226,14 @@ class Link:
         try:
             for attempt in range(retries + 1):
                 if self._closing.is_set():
-                    break
+                    raise LinkError(f"{P.TYPE_NAMES[msg.TYPE]} to {self.url}: the link was closed")
                 if attempt:
                     with self._lock:
                         self._stats.retries += 1
                 seqs.append(self._send_frame(msg, waiter))
-                if waiter.event.wait(timeout_s) and waiter.reply is not None:
+                if waiter.event.wait(timeout_s):
+                    if waiter.reply is None:  # woken by close()
+                        raise LinkError(f"{P.TYPE_NAMES[msg.TYPE]} to {self.url}: the link was closed")
                     if isinstance(waiter.reply, P.Nack):
                         raise NackError(waiter.reply)
                     return waiter.reply

@@ -19,7 +19,7 @@ import serial
 
 from firmware_bridge import cobs
 from firmware_bridge import protocol as P
-from firmware_bridge.link import Link, LinkTimeout, NackError
+from firmware_bridge.link import Link, LinkError, LinkTimeout, NackError
 from firmware_bridge.virtual import Faults, VirtualMCU
 
 N = 8
@@ -493,3 +493,38 @@ def test_hello_names_a_protocol_version_mismatch():
     finally:
         os.close(m)
         os.close(s)
+
+
+def test_close_is_clean_and_ends_a_pending_request():
+    """close() from another thread: the waiting request ends with a LinkError saying so (not a
+    timeout after all its retries), the link's threads are gone, the port is closed, later sends
+    are counted as failed, and a second close() is harmless."""
+    import threading
+
+    mcu = VirtualMCU(2)  # never stepped: nothing answers
+    try:
+        link = Link(mcu.port, heartbeat_hz=20).open()
+        ours = [t for t in threading.enumerate() if t.name.startswith("link-")]
+        assert {t.name for t in ours} == {"link-reader", "link-heartbeat"}
+        errors: list[BaseException] = []
+
+        def pending() -> None:
+            try:
+                link.request(P.Config(), timeout_s=30.0, retries=0)
+            except BaseException as exc:  # noqa: BLE001 - the test inspects what was raised
+                errors.append(exc)
+
+        th = threading.Thread(target=pending)
+        th.start()
+        assert wait_for(lambda: link.stats.tx_frames >= 1)
+        link.close()
+        th.join(10)
+        assert not th.is_alive() and not any(t.is_alive() for t in ours)
+        assert len(errors) == 1 and type(errors[0]) is LinkError and "link was closed" in str(errors[0])
+        assert not link.connected.is_set()
+        failed = link.stats.tx_failed
+        link.send(P.Heartbeat())
+        assert link.stats.tx_failed == failed + 1
+        link.close()
+    finally:
+        mcu.close()
