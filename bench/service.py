@@ -4,9 +4,9 @@ For 2 and 4 simulated plates (1 kHz, 5-sample blocks: 200 frames/s per plate), t
 (`daq.simulated`) and the service (`dynamics.service`) run as real `controller.proc`
 subprocesses on loopback tcp, as `walklab run` starts them; this script subscribes to both.
 
-- ``grf/<plate>``: receive time of the ``dynamics/grf/<plate>`` frame holding a block's samples
-  minus the publish time (``t_pub``) of that raw ``forceplate/<plate>`` block (one host, one
-  monotonic clock);
+- ``grf/FP1``: receive time of the ``dynamics/grf/FP1`` frame holding a block's first sample
+  minus the publish time (``t_pub``) of that raw ``forceplate/FP1`` block (one host, one
+  monotonic clock; one plate's output only, so that this subscriber keeps up);
 - ``grf total``: receive time of the combined ``dynamics/grf`` frame minus the latest publish
   time of the raw frames it combines (it waits for the last plate);
 - peer ``bus hop``: receive minus publish time of the raw frames themselves, same subscriber
@@ -121,8 +121,9 @@ def live(n_plates: int, duration: float) -> None:
         procs = {name: subprocess.Popen(sup.command(lab.process(name)), cwd=REPO, env=env,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                  for name in ("dynamics", "forceplates")}
+        # one plate's output only: this subscriber must keep up too (it is Python as well)
         sub = Subscriber([lab.process("forceplates").endpoint, lab.process("dynamics").endpoint],
-                         ["forceplate/*", "dynamics/*"])
+                         ["forceplate/*", "dynamics/grf/FP1", "dynamics/grf"])
         try:
             if not sub.wait_connected(20.0):
                 sys.exit("simulator or service did not come up")
@@ -132,6 +133,7 @@ def live(n_plates: int, duration: float) -> None:
                 sub.recv(timeout_s=0.05)
             raw_pub: dict[tuple[str, int], int] = {}
             hop, per_plate, total = [], [], []
+            received: list[tuple[str, list[int], int]] = []
             frames_in = 0
             c0 = {n: cpu_s(p.pid) for n, p in procs.items()}
             t0 = time.monotonic()
@@ -145,18 +147,20 @@ def live(n_plates: int, duration: float) -> None:
                     raw_pub[(f.stream[len("forceplate/"):], f.t)] = f.t_pub
                     hop.append((f.t_recv - f.t_pub) * 1e-9)
                     continue
-                # an output frame may cover several input blocks (the service caught up): each
-                # block's latency is from its own publication
-                for t in f.sample_times()[::BLOCK].tolist():
-                    if f.stream == "dynamics/grf":
+                # an output frame may cover several input blocks (the service caught up), and a
+                # total frame may start inside a block: each block counts from its own
+                # publication to the frame holding its first sample
+                starts = f.sample_times("t_device") % (BLOCK * 1_000_000) == 0
+                received.append((f.stream, f.sample_times()[starts].tolist(), f.t_recv))
+            wall = time.monotonic() - t0
+            for stream, block_starts, t_recv in received:   # matched afterwards: arrival order varies
+                for t in block_starts:
+                    if stream == "dynamics/grf":
                         pubs = [raw_pub.get((f"FP{i + 1}", t)) for i in range(n_plates)]
                         if None not in pubs:
-                            total.append((f.t_recv - max(pubs)) * 1e-9)
-                    elif f.stream.startswith("dynamics/grf/"):
-                        t_pub = raw_pub.get((f.stream.rsplit("/", 1)[1], t))
-                        if t_pub is not None:
-                            per_plate.append((f.t_recv - t_pub) * 1e-9)
-            wall = time.monotonic() - t0
+                            total.append((t_recv - max(pubs)) * 1e-9)
+                    elif (stream.rsplit("/", 1)[1], t) in raw_pub:
+                        per_plate.append((t_recv - raw_pub[(stream.rsplit("/", 1)[1], t)]) * 1e-9)
             used = {n: cpu_s(p.pid) - c0[n] for n, p in procs.items()}
             lost = {s: (st.gaps, st.dropped) for s, st in sub.stats().items() if st.gaps or st.dropped}
         finally:
@@ -167,7 +171,7 @@ def live(n_plates: int, duration: float) -> None:
                 p.wait(timeout=10)
         print(f"\n{n_plates} plates, {n_plates * 200} input frames/s, {wall:.1f} s measured")
         print(f"  bus hop (raw, peer)       {pct(hop)}")
-        print(f"  raw -> grf/<plate>        {pct(per_plate)}")
+        print(f"  raw -> grf/FP1            {pct(per_plate)}")
         print(f"  raw -> grf total          {pct(total)}")
         print(f"  service CPU  {used['dynamics'] / wall * 100:5.1f} % of a core, "
               f"{used['dynamics'] / max(frames_in, 1) * 1e6:6.0f} us per input frame "
