@@ -133,6 +133,7 @@ class VirtualMCU:
         self.force = force
         self.cpr = int(cpr)
         self.control_hz = control_hz
+        self.rates_hz = tuple(r for r in SUPPORTED_RATES if control_hz % r == 0)  # announced in CAPS
         self.period_us = 1_000_000 // control_hz
         self.heartbeat_hz = heartbeat_hz
         self.name = name
@@ -391,7 +392,7 @@ class VirtualMCU:
     def _handle(self, frame: P.Frame, t: int) -> None:
         msg = frame.msg
         if isinstance(msg, P.Hello):
-            self._send(P.Caps(FIRMWARE, (self.cpr,) * self.n, self.n_force, self.heartbeat_hz, SUPPORTED_RATES,
+            self._send(P.Caps(FIRMWARE, (self.cpr,) * self.n, self.n_force, self.heartbeat_hz, self.rates_hz,
                               self.name))
         elif isinstance(msg, P.Heartbeat):
             self._t_feed = t
@@ -431,7 +432,7 @@ class VirtualMCU:
             return
         values = (c.kp, c.ki, c.kd, c.max_current, c.max_velocity)
         if not all(math.isfinite(v) and v >= 0 for v in values) or \
-                (c.stream_hz and (c.stream_hz not in SUPPORTED_RATES or self.control_hz % c.stream_hz)):
+                (c.stream_hz and c.stream_hz not in self.rates_hz):
             self._reply(frame, P.ERR_BAD_VALUE)
             return
         sel = slice(None) if c.motor == 0xFF else c.motor

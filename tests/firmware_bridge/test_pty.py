@@ -528,3 +528,31 @@ def test_close_is_clean_and_ends_a_pending_request():
         link.close()
     finally:
         mcu.close()
+
+
+def test_caps_announces_only_rates_the_control_loop_can_make_and_config_applies_them():
+    """A 500 Hz control loop can stream at 100, 250, 500 Hz (its divisors among the firmware's
+    rates), not 200 or 1000: CAPS says so, CONFIG refuses 1000 and applies 250 (STATE 4 ms apart
+    on the MCU clock)."""
+    mcu = VirtualMCU(1, control_hz=500, stream_hz=500)
+    replies: list[P.Frame] = []
+    try:
+        with serial.Serial(mcu.port, timeout=0.05) as port:
+            cfg = struct.pack("<B5fHH", 0xFF, 0.5, 0.0, 0.03125, 5.0, 50.0, 0, 1000)
+            port.write(_host_frame(0x01, b"", 1) + _host_frame(0x12, cfg, 2)
+                       + _host_frame(0x12, cfg[:-2] + struct.pack("<H", 250), 3))
+            port.flush()
+            dec = P.StreamDecoder()
+            assert mcu.wait_rx()
+            mcu.step(100)  # 2 + 49 STATEs
+            assert wait_for(lambda: replies.extend(dec.feed(port.read(4096)))
+                            or sum(isinstance(f.msg, P.State) for f in replies) >= 50)
+    finally:
+        mcu.close()
+    caps = next(f.msg for f in replies if isinstance(f.msg, P.Caps))
+    assert caps.rates_hz == (100, 250, 500)
+    answers = [(f.msg.seq, getattr(f.msg, "error", 0)) for f in replies if isinstance(f.msg, (P.Ack, P.Nack))]
+    assert answers == [(2, P.ERR_BAD_VALUE), (3, 0)]
+    k_ack = next(i for i, f in enumerate(replies) if isinstance(f.msg, P.Ack))
+    t = [f.t_us for f in replies[k_ack:] if isinstance(f.msg, P.State)]
+    assert len(t) >= 5 and all(b - a == 4000 for a, b in zip(t, t[1:]))
