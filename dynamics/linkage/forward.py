@@ -46,29 +46,31 @@ def mechanical_energy(model: Linkage, q: np.ndarray, qd: np.ndarray) -> tuple[np
 
 
 def _released(model: Linkage) -> tuple[np.ndarray, int, np.ndarray]:
-    """(T (r, m), first driver row, rows of T to wrap to [-pi, pi)): released rows = T @ rows."""
+    """(kinematic rows, first driver row, the other driver rows) of the released linkage: its rows
+    are Phi[kinematic] and the couplings Phi[other] - Phi[first]."""
     drivers = model.driver_rows
     if drivers.size > 1 and np.any(model.dist_driven):
         raise LinkageError(f"{model.name}: forward dynamics of several distance drivers on one input "
                            "is not supported (their rows differ in dPhi/ds); use one driver")
     if np.any(model.mass_diag <= 0):
         raise LinkageError(f"{model.name}: forward dynamics needs positive masses and inertias")
-    krows, d0 = model.kinematic_rows, int(drivers[0])
-    T = np.zeros((krows.size + drivers.size - 1, model.n_rows))
-    T[np.arange(krows.size), krows] = 1.0
-    T[krows.size:, drivers[1:]] = np.eye(drivers.size - 1)
-    T[krows.size:, d0] = -1.0
-    wrap = np.arange(krows.size, T.shape[0]) if model.input_kind == "angle" else np.arange(0)
-    return T, d0, wrap
+    return model.kinematic_rows, int(drivers[0]), drivers[1:]
+
+
+def _combine(released, x: np.ndarray) -> np.ndarray:
+    """Rows (axis 1) of the released linkage from rows of the full one: x[kinematic], x[other] - x[first]."""
+    krows, d0, others = released
+    return np.concatenate([x[:, krows], x[:, others] - x[:, d0:d0 + 1]], axis=1)
 
 
 def _rows(model: Linkage, released, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Phi_K (N, r), Phi_K,q (N, r, n) of the released linkage and the full Phi_q (N, m, n) at q (N, n)."""
-    T, _, wrap = released
     J = C.jacobian(model, q)
-    phi = C.residual(model, q, 0.0) @ T.T
-    phi[:, wrap] = (phi[:, wrap] + np.pi) % (2.0 * np.pi) - np.pi      # angles equal modulo 2 pi
-    return phi, np.matmul(T, J), J
+    phi = _combine(released, C.residual(model, q, 0.0))
+    if model.input_kind == "angle":          # couplings of angles: equal modulo 2 pi
+        k = released[0].size
+        phi[:, k:] = (phi[:, k:] + np.pi) % (2.0 * np.pi) - np.pi
+    return phi, _combine(released, J), J
 
 
 def accelerations(model: Linkage, q: np.ndarray, qd: np.ndarray, effort: float = 0.0,
@@ -78,9 +80,9 @@ def accelerations(model: Linkage, q: np.ndarray, qd: np.ndarray, effort: float =
 
 
 def _accelerations(model, q, qd, effort, alpha, beta, released) -> np.ndarray:
-    T, d0, _ = released
+    d0 = released[1]
     phi, Jk, J = (x[0] for x in _rows(model, released, q[None, :]))
-    g = T @ C.gamma(model, q[None, :], qd[None, :], 0.0, 0.0, 0.0)[0]
+    g = _combine(released, C.gamma(model, q[None, :], qd[None, :], 0.0, 0.0, 0.0))[0]
     Minv = 1.0 / model.mass_diag
     h = model.gravity_force
     if effort:
