@@ -194,7 +194,7 @@ class GrfService:
     `devices`: the lab config's force-plate sections (`controller.config.ForcePlate`), all with
     the same ``rate_hz``; `publish(stream, data, *, kind, rate_hz, channels, units, t_device,
     t_host, t, meta)` sends one frame (`daq.bus.Publisher.publish`); `count(subject, n)` reports
-    a counter (`daq.health.Health.count`). Feed it every received frame with `feed`.
+    a counter (`daq.health.Health.count`). Give `feed` the received frames, in arrival order.
     """
 
     def __init__(self, devices: Sequence[Any], settings: Settings, publish: Publish,
