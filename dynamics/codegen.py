@@ -312,11 +312,32 @@ def inertia_to_parent(code: Code, R, t, Y):
     """ᵖX_i* Y ⁱX_p: a child's spatial inertia in its parent frame (child axes R, origin t there).
     Rotate the blocks (A' = R A Rᵀ, ...), then move the origin by T = [t]×:
     A'' = A', B'' = B' − A'T, C'' = C' + T B' − B'ᵀ T − T A' T."""
-    A, B, C = (let_mat(code, matmul(matmul(R, M), mT(R))) for M in Y)
+    A0, B0, C0 = Y
+    A, C = _rotate_symmetric(code, R, A0), _rotate_symmetric(code, R, C0)
+    B = let_mat(code, matmul(let_mat(code, matmul(R, B0)), mT(R)))
     T = skew(t)
     AT = let_mat(code, matmul(A, T))
-    return (A, let_mat(code, madd(B, mneg(AT))),
-            let_mat(code, madd(C, matmul(T, B), mneg(matmul(mT(B), T)), mneg(matmul(T, AT)))))
+
+    def c(i, j):
+        return add(C[i][j], *(mul(T[i][k], B[k][j]) for k in range(3)), *(neg(mul(B[k][i], T[k][j])) for k in range(3)),
+                   *(neg(mul(T[i][k], AT[k][j])) for k in range(3)))
+
+    return A, let_mat(code, madd(B, mneg(AT))), _symmetric(code, c)
+
+
+def _symmetric(code: Code, entry):
+    """3x3 symmetric item matrix from entry(i, j), computed for j >= i only."""
+    M = [[None] * 3 for _ in range(3)]
+    for i in range(3):
+        for j in range(i, 3):
+            M[i][j] = M[j][i] = code.let(entry(i, j))
+    return M
+
+
+def _rotate_symmetric(code: Code, R, S):
+    """R S Rᵀ for a symmetric S (upper triangle computed)."""
+    RS = let_mat(code, matmul(R, S))
+    return _symmetric(code, lambda i, j: add(*(mul(RS[i][k], R[j][k]) for k in range(3))))
 
 
 def subspace(j: Joint, RJ) -> list[tuple[list, list]]:
