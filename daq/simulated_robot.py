@@ -3,7 +3,8 @@
 The process (``run(ctx, args)``, see `controller.proc`) is what a real walker's microcontroller is
 to the lab: a serial device speaking the walklab protocol (`firmware_bridge.virtual.VirtualMCU`,
 a real pseudo-terminal) that the encoder daemon (`daq.encoder`) opens like a USB CDC port. The
-pty's path is ``--port`` (a symlink, like /dev/serial/by-id; its folder is created). The MCU's
+pty's path is ``--port``, a symlink (like /dev/serial/by-id; its folder is created) to
+``/proc/PID/fd/N``, which opens the pty only while this process lives (`pty_handle`). The MCU's
 one motor, ``crank``, is a geared DC motor (`firmware_bridge.plant`) whose output-shaft load is
 the crank plant of `dynamics.plant`:
 
@@ -97,7 +98,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--table-size", type=int, default=720, help="reduced-form grid points per revolution")
     p.add_argument("--contact", choices=CONTACT_LAWS, default="hunt_crossley_constant")
     p.add_argument("--stiffness", type=float, default=2e4, help="contact stiffness K, N/m^1.5 (N/m for kelvin_voigt)")
-    p.add_argument("--damping", type=float, default=1.0, help="alpha s/m (hunt_crossley_constant), c N*s/m (kelvin_voigt)")
+    p.add_argument("--damping", type=float, default=1.0,
+                   help="alpha s/m (hunt_crossley_constant), c N*s/m (kelvin_voigt)")
     p.add_argument("--penetration", type=float, default=0.008, help="ground line above the lowest foot point, m")
     p.add_argument("--mu", type=float, default=0.0, help="foot friction coefficient (0 = frictionless)")
     p.add_argument("--slip-velocity", type=float, default=0.05, help="tanh friction transition speed, m/s")
@@ -131,6 +133,29 @@ def link_port(port: str, target: str) -> None:
     os.replace(tmp, port)
 
 
+def pty_handle(mcu: VirtualMCU) -> str:
+    """A path that opens the MCU's pty only while this process lives: ``/proc/PID/fd/N`` of its slave.
+
+    A link to ``/dev/pts/N`` outlives a killed robot, and the kernel soon gives that number to
+    another program's pty: an encoder reconnecting through it would talk to (and steal bytes
+    from) a stranger. The MCU's own private link is removed for the same reason (and so that a
+    killed robot leaves nothing behind).
+    """
+    pts = os.path.realpath(mcu.port)
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == pts:
+                handle = f"/proc/{os.getpid()}/fd/{fd}"
+                break
+        except OSError:
+            continue
+    else:
+        raise OSError(f"the virtual MCU's pty {pts} is not open in this process")
+    os.unlink(mcu.port)
+    os.rmdir(os.path.dirname(mcu.port))
+    return handle
+
+
 def run(ctx: Any, args: Sequence[str]) -> int:
     """Run the simulated robot of process `ctx` until it is asked to stop (see module doc)."""
     opts = _parser().parse_args(list(args))
@@ -140,11 +165,13 @@ def run(ctx: Any, args: Sequence[str]) -> int:
                      watchdog_ms=opts.watchdog_ms, current_noise_a=opts.current_noise_a, seed=opts.seed,
                      load=lambda t, theta, omega: motor_load(plant, theta, omega), name=f"walklab-sim-{ctx.name}")
     port = os.path.abspath(opts.port)
+    handle = ""
     try:
+        handle = pty_handle(mcu)
+        link_port(port, handle)
         mcu.start()
-        link_port(port, mcu.port)
         log.info("%s: %d legs (%s), ground %s; MCU on %s -> %s", opts.model, plant.n_legs, plant.name,
-                 "none" if plant.ground_y is None else f"y = {plant.ground_y:.4f} m ({opts.contact})", port, mcu.port)
+                 "none" if plant.ground_y is None else f"y = {plant.ground_y:.4f} m ({opts.contact})", port, handle)
         reported: dict[str, int] = {}
         while ctx.sleep_until(time.monotonic_ns() + 100_000_000):
             st = mcu.stats
@@ -155,6 +182,6 @@ def run(ctx: Any, args: Sequence[str]) -> int:
             ctx.health.queue_depth("mcu/catch_up_ticks", st.max_catch_up_ticks)
         return 0
     finally:
-        if os.path.islink(port) and os.readlink(port) == mcu.port:
+        if handle and os.path.islink(port) and os.readlink(port) == handle:
             os.unlink(port)
         mcu.close()

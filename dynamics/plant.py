@@ -15,8 +15,10 @@ F_l = (F_T, F_N). Only laws without a latched approach velocity (Hertz, Kelvin�
 damping Hunt–Crossley, the one methods.md e.3 recommends for sustained stance) are accepted: the
 load is then a function of (θ, θ̇) alone, with no episode state.
 
-Legs that differ only by phase share one table: a copy of a leg with phase p is the phase-0 copy
-evaluated at θ + p (the walker composer adds the phase to the crank driver and the assembly).
+Legs that differ only by phase share one table (`crank_plant` tabulates each distinct Linkage
+object once): a copy of a leg with phase p is the phase-0 copy evaluated at θ + p (the walker
+composer adds the phase to the crank driver and to the assembly). The motor-plant callback is
+`motor_load` (J_load = I, τ_load = τ − I θ̈), ~0.1 ms a call for 12 legs.
 
 Energy: at constant θ̇ = ω over one revolution ∮ (½ I′ ω² + G) dθ = 0 (I and the potential are
 periodic), so the mean of τ·ω over a revolution is the power the contact dissipates.
@@ -90,7 +92,8 @@ def crank_plant(legs: Sequence[tuple[Linkage, float]], *, size: int = 720, groun
     distinct: dict[int, tuple[Linkage, list[float]]] = {}
     for k, (model, phase) in enumerate(legs):
         if not isinstance(model, Linkage) or not np.isfinite(phase):
-            raise LinkageError(f"crank_plant: legs[{k}] must be (Linkage, finite phase rad), got ({model!r}, {phase!r})")
+            raise LinkageError(f"crank_plant: legs[{k}] must be (Linkage, finite phase rad), "
+                               f"got ({model!r}, {phase!r})")
         distinct.setdefault(id(model), (model, []))[1].append(float(phase))
     tables = [tabulate(m, size) for m, _ in distinct.values()]
     table = np.concatenate([np.full(len(p), j) for j, (_, p) in enumerate(distinct.values())])
@@ -136,7 +139,8 @@ def _states(theta, theta_d) -> tuple[np.ndarray, np.ndarray]:
     th = np.asarray(theta, dtype=float).reshape(-1)
     om = np.asarray(theta_d, dtype=float).reshape(-1)
     if om.shape != th.shape or np.ndim(theta) > 1:
-        raise ValueError(f"crank plant: theta {np.shape(theta)} and theta_d {np.shape(theta_d)} must be equal (N,) shapes")
+        raise ValueError(f"crank plant: theta {np.shape(theta)} and theta_d {np.shape(theta_d)} "
+                         "must be equal (N,) shapes")
     return th, om
 
 

@@ -115,8 +115,11 @@ def test_port_symlink_never_replaces_a_real_file(tmp_path):
         link_port(str(real), "/dev/null")
     link = tmp_path / "sub" / "mcu"
     link_port(str(link), "/dev/null")
-    link_port(str(link), "/dev/zero")  # a stale link (a killed robot) is replaced
+    link_port(str(link), "/dev/zero")  # a live link is re-pointed
     assert os.readlink(link) == "/dev/zero"
+    link_port(str(link), str(tmp_path / "gone"))  # a killed robot's dangling link is replaced too
+    link_port(str(link), "/dev/null")
+    assert os.readlink(link) == "/dev/null"
 
 
 def test_sim_walker_lab_walks_and_survives_an_unplug(tmp_path):
@@ -131,6 +134,7 @@ def test_sim_walker_lab_walks_and_survives_an_unplug(tmp_path):
         w.pump(3.5)
         steady = w.samples(2.0)
         walker_pid = w.health["walker"]["meta"]["pid"]
+        old_target = os.readlink(tmp_path / "run" / "walker-mcu")  # /proc/PID/fd/N of the MCU's pty
         os.kill(walker_pid, signal.SIGKILL)  # pull the cable (and power): the supervisor restarts the MCU
         w.until(lambda h: h["encoder"]["link/disconnects"]["count"] >= 1, 10.0)
         w.until(lambda h: sessions(h) >= 2 and h["walker"]["meta"]["pid"] != walker_pid, 30.0)
@@ -138,6 +142,7 @@ def test_sim_walker_lab_walks_and_survives_an_unplug(tmp_path):
         after = w.samples(1.0)
         st = w.sub.stats()["encoder/crank"]
         h = w.health["encoder"]
+        new_target = os.readlink(tmp_path / "run" / "walker-mcu")
     finally:
         lab.send_signal(signal.SIGTERM)
         out, err = lab.communicate(timeout=15)
@@ -152,6 +157,9 @@ def test_sim_walker_lab_walks_and_survives_an_unplug(tmp_path):
     assert h["link/reconnects"]["count"] >= 1 and h["meta"]["state"] == "running"
     assert after[:, 1].mean() == pytest.approx(2 * np.pi, rel=0.05)
     assert "walker" in err and "restarted" in err
+    # the dead robot's pty handle died with it (a reused /dev/pts number is never reopened)
+    assert new_target != old_target and not os.path.exists(old_target)
+    assert not os.path.lexists(tmp_path / "run" / "walker-mcu")  # a clean stop removes the link
 
 
 def test_motor_electrical_work_equals_friction_work_without_contact(tmp_path):
