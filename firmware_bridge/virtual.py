@@ -50,12 +50,13 @@ TX_BUFFER_LIMIT = 4 << 20  # bytes queued when the host does not read (a USB CDC
 
 @dataclass(frozen=True)
 class Faults:
-    """Fault injection on the MCU -> host direction.
+    """Fault injection, MCU -> host unless named rx_.
 
     corrupt_rate: probability per transmitted byte (delimiters included) of being XORed with a
     random non-zero byte; drop_rate: probability per frame of not being sent; delay_s: latency added
     to every frame; unplug_at_s / unplug_for_s: a scheduled unplug (MCU time since start) and its
-    duration; seed: RNG seed."""
+    duration; seed: RNG seed; rx_corrupt_rate: the same corruption on the bytes the MCU receives
+    from the host (host -> MCU)."""
 
     corrupt_rate: float = 0.0
     drop_rate: float = 0.0
@@ -63,9 +64,10 @@ class Faults:
     unplug_at_s: float | None = None
     unplug_for_s: float = 0.3
     seed: int = 0
+    rx_corrupt_rate: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("corrupt_rate", "drop_rate"):
+        for name in ("corrupt_rate", "drop_rate", "rx_corrupt_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"Faults.{name} = {getattr(self, name)!r}: expected a probability in [0, 1]")
         if self.delay_s < 0 or self.unplug_for_s < 0 or (self.unplug_at_s is not None and self.unplug_at_s < 0):
@@ -88,6 +90,7 @@ class McuStats:
     watchdog_trips: int = 0
     estops: int = 0
     corrupted_frames: int = 0
+    rx_corrupted_bytes: int = 0
     dropped_frames: int = 0
     unplugs: int = 0
     max_catch_up_ticks: int = 0
@@ -325,7 +328,10 @@ class VirtualMCU:
         if self._unplugged_until is not None and t >= self._unplugged_until:
             self._unplugged_until = None
             self._plug()
-        for frame in self._decoder.feed(self._read()):
+        data, hit = self._corrupt(self._read(), f.rx_corrupt_rate)
+        if hit is not None:
+            self._stats.rx_corrupted_bytes += int(hit.sum())
+        for frame in self._decoder.feed(data):
             if self._rx_seen:
                 gap = P.seq_gap(self._rx_ack, frame.seq)
                 self._stats.rx_lost += gap if gap < 0x8000 else 0
@@ -385,6 +391,18 @@ class VirtualMCU:
         if reason in ("type", "payload"):
             seq = int.from_bytes(raw[2:4], "little")
             self._send(P.Nack(seq, raw[1], P.ERR_UNKNOWN_TYPE if reason == "type" else P.ERR_BAD_LENGTH))
+
+    def _corrupt(self, data: bytes, rate: float) -> tuple[bytes, np.ndarray | None]:
+        """`data` with each byte, with probability `rate`, XORed by a random non-zero byte; and the
+        mask of the bytes hit (None if none was)."""
+        if not rate or not data:
+            return data, None
+        hit = self._fault_rng.random(len(data)) < rate
+        if not hit.any():
+            return data, None
+        arr = np.frombuffer(data, dtype=np.uint8).copy()
+        arr[hit] ^= self._fault_rng.integers(1, 256, int(hit.sum()), dtype=np.uint8)
+        return arr.tobytes(), hit
 
     def _reply(self, frame: P.Frame, error: int = 0) -> None:
         self._send(P.Nack(frame.seq, frame.type, error) if error else P.Ack(frame.seq, frame.type))
@@ -504,16 +522,12 @@ class VirtualMCU:
             self._stats.dropped_frames += 1
             self.affected.add(seq)
             return
-        if f.corrupt_rate:
-            hit = self._fault_rng.random(len(wire)) < f.corrupt_rate
-            if hit.any():
-                arr = np.frombuffer(wire, dtype=np.uint8).copy()
-                arr[hit] ^= self._fault_rng.integers(1, 256, int(hit.sum()), dtype=np.uint8)
-                wire = arr.tobytes()
-                self._stats.corrupted_frames += 1
-                self.affected.add(seq)
-                if hit[-1]:  # the delimiter is gone: the next frame merges into this one
-                    self._merge_next = True
+        wire, hit = self._corrupt(wire, f.corrupt_rate)
+        if hit is not None:
+            self._stats.corrupted_frames += 1
+            self.affected.add(seq)
+            if hit[-1]:  # the delimiter is gone: the next frame merges into this one
+                self._merge_next = True
         if not self.plugged:
             return
         self._txq.append((time.monotonic() + f.delay_s, seq, wire))

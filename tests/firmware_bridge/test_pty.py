@@ -215,7 +215,9 @@ def test_estop_latches_until_reset_and_nack_names_the_error():
         last = stream_commands(link, 0.1, torque_cmd(0.05))
         frames: list[P.Frame] = []
         collect_until(link, frames, lambda fr: any(covers(f.ack, last) for f in states(fr)))
-        assert mcu.stats.estops == 1
+    # Each ESTOP the MCU handled is acknowledged (a late ACK on a loaded machine makes the link
+    # retry, and a repeated ESTOP is legal: requests are idempotent).
+    assert mcu.stats.estops == sum(isinstance(f.msg, P.Ack) and f.msg.type == P.Estop.TYPE for f in frames) >= 1
     k_estop = next(i for i, f in enumerate(frames) if isinstance(f.msg, P.Ack) and f.msg.type == P.Estop.TYPE)
     k_reset = next(i for i, f in enumerate(frames) if isinstance(f.msg, P.Ack) and f.msg.type == P.Reset.TYPE)
     before = states(frames[:k_estop])
@@ -556,3 +558,30 @@ def test_caps_announces_only_rates_the_control_loop_can_make_and_config_applies_
     k_ack = next(i for i, f in enumerate(replies) if isinstance(f.msg, P.Ack))
     t = [f.t_us for f in replies[k_ack:] if isinstance(f.msg, P.State)]
     assert len(t) >= 5 and all(b - a == 4000 for a, b in zip(t, t[1:]))
+
+
+def test_host_to_mcu_corruption_never_applies_a_bad_command():
+    """1 % of the bytes the MCU receives corrupted (lockstep, 1000 COMMANDs between clean ones,
+    distinct torque setpoints): every setpoint the MCU ever holds is one the host sent, every
+    COMMAND is either applied or shows as a sequence gap, and each corrupted byte costs at most two
+    frames (its own, and the next one if it hit a delimiter)."""
+    setpoints = [(k + 1) * 2.0**-12 for k in range(1010)]  # float32-exact, none 0
+    mcu = VirtualMCU(N, faults=Faults(seed=9))
+    held = []
+    try:
+        with Link(mcu.port, heartbeat_hz=0) as link:
+            for k, sp in enumerate(setpoints):
+                if k in (5, 1005):  # clean head and tail, so the gap count covers every COMMAND
+                    mcu.set_faults(rx_corrupt_rate=0.01 if k == 5 else 0.0)
+                link.send(torque_cmd(sp))
+                assert mcu.wait_rx()
+                mcu.step()
+                held.append(float(mcu.setpoint[0]))
+    finally:
+        mcu.close()
+    ms = mcu.stats
+    assert set(held) <= set(setpoints)
+    assert len(set(held)) == ms.rx_frames  # each applied COMMAND set its own setpoint
+    assert ms.rx_frames + ms.rx_lost == len(setpoints) and ms.rx_lost > 50
+    assert sum(ms.rx_errors.values()) > 50 and ms.rx_lost <= 2 * ms.rx_corrupted_bytes
+    assert ms.watchdog_trips == 0
