@@ -344,6 +344,8 @@ def subspace(j: Joint, RJ) -> list[tuple[list, list]]:
     """Motion subspace columns S (nv_i × (lin, ang) items) of a joint, in the child frame."""
     e = [[1.0, None, None], [None, 1.0, None], [None, None, 1.0]]
     t = j.type
+    if t == "fixed":
+        return []
     if t in ("revolute", "revolute_unbounded"):
         return [(ZERO, const(j.axis))]
     if t == "prismatic":

@@ -1,5 +1,6 @@
-"""Joint models: normalisation of q, motion subspaces, and the configuration derivative q̇(q, v)
-of each joint type (docs/models.md table); joint transforms are generated in codegen.py.
+"""Joint models: normalisation of q, which subspace columns are fixed in the parent, and the
+configuration derivative q̇(q, v) of each joint type (docs/models.md table); joint transforms and
+motion subspaces are generated in codegen.py.
 
 All functions take a joint's block of q as an (N, nq_i) array and return arrays with N first.
 """
@@ -54,34 +55,6 @@ def _check_unit(k: int, w: int, n: np.ndarray) -> None:
         i = int(np.argmax(bad))
         raise ValueError(f"q[{k}:{k + w}]: {'quaternion (x, y, z, w)' if w == 4 else '(cos θ, sin θ)'} "
                          f"must have unit norm, got {n[i]:.6g} at sample {i}")
-
-
-def local_subspace(joint: Joint, qi: np.ndarray) -> np.ndarray:
-    """Motion subspace S (N, nv_i, 6) in the child frame: column k = spatial velocity (linear at
-    the child origin, angular) per unit v_k. Only the planar joint's depends on q (its x, y
-    translations are fixed in the placement frame, not in the rotating child)."""
-    N = qi.shape[0]
-    t = joint.type
-    e = np.eye(3)
-    z = np.zeros(3)
-    if t in ("revolute", "revolute_unbounded"):
-        cols = np.concatenate((z, joint.axis))[None]
-    elif t == "prismatic":
-        cols = np.concatenate((joint.axis, z))[None]
-    elif t == "spherical":
-        cols = np.concatenate((np.zeros((3, 3)), e), axis=1)
-    elif t == "free_flyer":
-        cols = np.eye(6)
-    elif t == "planar":
-        c, s = np.cos(qi[:, 2]), np.sin(qi[:, 2])
-        S = np.zeros((N, 3, 6))
-        S[:, 0, 0], S[:, 0, 1] = c, -s        # R_z(θ)ᵀ e_x
-        S[:, 1, 0], S[:, 1, 1] = s, c         # R_z(θ)ᵀ e_y
-        S[:, 2, 5] = 1.0
-        return S
-    else:
-        raise AssertionError(t)
-    return np.broadcast_to(cols, (N,) + cols.shape)
 
 
 def fixed_in_parent(joint: Joint) -> np.ndarray:

@@ -25,8 +25,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .codegen import Code, compiled, const, joint_transform, matmul, rot, run, vadd
-from .joints import fixed_in_parent, local_subspace, normalized_configuration
+from .codegen import Code, compiled, const, joint_transform, matmul, rot, run, subspace, vadd, vcross
+from .joints import fixed_in_parent, normalized_configuration
 from .model import Model
 from .spatial import cross, matvec, motion_cross, parallel_axis
 
@@ -85,10 +85,11 @@ class TreeState:
 
 
 def _generate_fk(model: Model) -> str:
-    """Source of fk(q): the 9 rotation and 3 translation entries of every segment frame."""
+    """Source of fk(q): the 9 rotation and 3 translation entries of every segment frame, then the
+    6 entries of every motion subspace column S_k in the lab frame about the origin."""
     code = Code()
     q = [f"q{k}" for k in range(model.nq)]
-    world, out = [], []
+    world, out, cols = [], [], []
     for i, s in enumerate(model.segments):
         j, par = s.joint, model.parents[i]
         RJ, tJ = joint_transform(code, j, q[model.idx_q[i]:model.idx_q[i] + j.nq])
@@ -102,42 +103,21 @@ def _generate_fk(model: Model) -> str:
         R, p = [code.vec(r) for r in R], code.vec(p)
         world.append((R, p))
         out += R[0] + R[1] + R[2] + p
-    return code.function("fk", {"q": q}, out)
-
-
-def _subspace_template(model: Model) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """Constant child-frame motion subspace columns (nv, 6), and (column, q index of θ) of the
-    planar joints, whose translation columns turn with θ."""
-    cache = model.__dict__.setdefault("_kernels", {})
-    if "subspace" not in cache:
-        cols, planar = [], []
-        for s, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
-            if s.joint.nv:
-                cols.append(local_subspace(s.joint, np.zeros((1, s.joint.nq)))[0])
-            if s.joint.type == "planar":
-                planar.append((int(iv), int(iq) + 2))
-        cache["subspace"] = (np.concatenate(cols) if cols else np.zeros((0, 6)), planar)
-    return cache["subspace"]
+        for lin, ang in subspace(j, RJ):          # S_k about the lab origin: (R s_lin + p × R s_ang, R s_ang)
+            w = code.vec(rot(R, ang))
+            cols += vadd(rot(R, lin), vcross(p, w)) + w
+    return code.function("fk", {"q": q}, out + cols)
 
 
 def tree_state(model: Model, q: np.ndarray, v: np.ndarray | None = None, a: np.ndarray | None = None) -> TreeState:
     """Kinematics from validated (N, nq), (N, nv), (N, nv) arrays (see check_state)."""
     N, n = q.shape[0], len(model.segments)
     q = normalized_configuration(model, q)
-    X = run(compiled(model, "fk", _generate_fk), [q], 12 * n).reshape(N, n, 12)
-    R = X[..., :9].reshape(N, n, 3, 3)
-    p = np.ascontiguousarray(X[..., 9:])
-    template, planar = _subspace_template(model)
-    S_local = np.broadcast_to(template, (N,) + template.shape)
-    if planar:
-        S_local = S_local.copy()
-        for iv, iq in planar:
-            c, s = np.cos(q[:, iq]), np.sin(q[:, iq])
-            S_local[:, iv, 0], S_local[:, iv, 1] = c, -s            # R_z(θ)ᵀ e_x
-            S_local[:, iv + 1, 0], S_local[:, iv + 1, 1] = s, c     # R_z(θ)ᵀ e_y
-    Rk, pk = R[:, model.dof_segment], p[:, model.dof_segment]
-    ang = np.einsum("nkij,nkj->nki", Rk, S_local[..., 3:])
-    S = np.concatenate((np.einsum("nkij,nkj->nki", Rk, S_local[..., :3]) + cross(pk, ang), ang), axis=-1)
+    X = run(compiled(model, "fk", _generate_fk), [q], 12 * n + 6 * model.nv)
+    F = X[:, :12 * n].reshape(N, n, 12)
+    R = F[..., :9].reshape(N, n, 3, 3)
+    p = np.ascontiguousarray(F[..., 9:])
+    S = X[:, 12 * n:].reshape(N, model.nv, 6)
     if v is None:
         return TreeState(R, p, S)
     mask = model.supports[:, model.dof_segment]
