@@ -213,6 +213,13 @@ def test_frames_are_contiguous_on_the_bus_and_in_si(scenario):
     assert f.channels == ("angle", "velocity", "current") and f.units == ("rad", "rad/s", "A")
     assert f.rate_hz == RATE and f.extra["flags"].shape == (f.samples,)
     assert np.all(f.extra["flags"] & P.FLAG_ENABLED)
+    # lab time: the MCU clock mapped onto the host clock (the virtual MCU paces its ticks by the host's
+    # monotonic clock, so the mapping has unit slope and sits just before the arrival stamps)
+    session = [g for g in scenario["rec"].frames if g.meta["session"] == f.meta["session"]]
+    a, b = session[len(session) // 2], session[-1]
+    assert (b.t - a.t) / (b.t_device - a.t_device) == pytest.approx(1.0, abs=2e-3)
+    lead = np.array([g.t_host - g.t for g in session[len(session) // 2:]]) * 1e-9
+    assert lead.min() > -0.005 and np.median(lead) < 0.05
 
 
 def test_line_noise_is_counted_and_no_received_sample_is_lost_silently(scenario):
