@@ -177,6 +177,15 @@ def resolve(path_or_name: str | Path) -> Path:
                                 f"under configs/models/") from None
 
 
+def read_toml(path: Path) -> dict:
+    """The parsed TOML file; ModelError naming the file if it is not valid TOML."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ModelError(f"{path}: not valid TOML: {e}") from None
+
+
 def load_model(path_or_name: str | Path):
     """Load a model from a TOML file path or a shipped model name.
 
@@ -185,11 +194,7 @@ def load_model(path_or_name: str | Path):
     with the file name for a malformed or invalid file, FileNotFoundError when absent.
     """
     path = resolve(path_or_name)
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ModelError(f"{path}: not valid TOML: {e}") from None
+    data = read_toml(path)
     if data.get("kind") == "linkage":
         from .linkage import load_linkage
 

@@ -19,7 +19,6 @@ only one of the subpackage that reads files.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..loader import resolve
+from ..loader import read_toml, resolve
 
 GROUND = "ground"
 
@@ -255,12 +254,7 @@ def load_linkage(data: dict, source: str) -> Linkage:
 def read_linkage(name_or_path: str | Path) -> Linkage:
     """Read a linkage TOML file: a path, or a shipped model name ("jansen_leg" -> configs/models)."""
     p = resolve(name_or_path)
-    try:
-        with open(p, "rb") as fh:
-            data = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise LinkageError(f"{p}: not valid TOML: {exc}") from None
-    return load_linkage(data, str(p))
+    return load_linkage(read_toml(p), str(p))
 
 
 def _parse_end(source: str, key: str, spec: Any, body_index: dict[str, int]) -> tuple[int, str]:
@@ -495,8 +489,7 @@ def _compose_walker(data: dict, source: str) -> dict:
         if not isinstance(model, str):
             raise _err(source, f"{key}.model", "expected a leg model name or file")
         p = resolve(model if not model.endswith(".toml") else Path(source).parent / model)
-        with open(p, "rb") as fh:
-            ld = tomllib.load(fh)
+        ld = read_toml(p)          # an invalid leg file: a one-line error naming it (was a raw traceback)
         if "legs" in ld:
             raise _err(source, f"{key}.model", "a leg cannot itself be a walker")
         pre = leg.get("prefix")

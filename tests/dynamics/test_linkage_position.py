@@ -227,3 +227,12 @@ def test_chebyshev_geometry_of_models_md_over_a_revolution():
     assert np.all(np.einsum("nc,nc->n", AB, BC) > 0)                                       # C beyond B
     np.testing.assert_allclose(pt["D"], pt["C"] - [0.0, 0.793], atol=1e-12)
     np.testing.assert_allclose(pt["E"] - pt["D"], np.broadcast_to([0.05, 0.0], (73, 2)), atol=1e-12)
+
+
+def test_walker_with_an_invalid_leg_file_names_that_file(tmp_path):
+    (tmp_path / "leg.toml").write_text("kind = \n")
+    walker = tmp_path / "walker.toml"
+    walker.write_text('kind = "linkage"\nname = "w"\n[[legs]]\nmodel = "leg.toml"\nprefix = "L"\n')
+    with pytest.raises(ValueError, match=r"leg\.toml: not valid TOML") as exc:
+        read_linkage(walker)
+    assert "\n" not in str(exc.value)
