@@ -170,7 +170,7 @@ def scenario(tmp_path_factory):
         out["mcu_setpoint"] = (int(mcu.mode[0]), float(mcu.setpoint[0]))
         out["commanded_speed"] = rec.mean_velocity(time.monotonic_ns() - 1_000_000_000)
         n_before_noise = len(rec.frames)
-        mcu.set_faults(corrupt_rate=3e-4)  # per byte: ~1 % of the STATE frames
+        mcu.set_faults(corrupt_rate=1e-3)  # per byte: ~2 % of the STATE frames
         rec.pump(3.0)
         mcu.set_faults(corrupt_rate=0.0)
         rec.pump(0.5)
