@@ -118,9 +118,10 @@ class EncoderDaemon:
         self.link: Link | None = None
         self.session = 0
         self.session_seen = (-1, -1)  # (disconnects, reconnects) at the last session start
-        self.ready = False  # CONFIG acknowledged and RESET done: STATE is published
+        self.ready = False  # the session is set up (HELLO, CONFIG, RESET answered)
         self.config_ack: int | None = None  # seq of our CONFIG request whose ACK opens the stream
-        self.accepting = False
+        self.accepting = False  # STATE is published (after that ACK, until the session ends)
+        self.open_logged = False
         self.unwrap: StateUnwrapper | None = None
         self.clock = ClockSync(bin_s=opts.clock_bin_s)
         self.blocks = [Block() for _ in self.motors]
@@ -153,9 +154,9 @@ class EncoderDaemon:
             link.open()
         except LinkError as exc:
             self.ctx.health.count("link/open_failures")
-            if self.reported.get("open_logged") is None:
+            if not self.open_logged:
                 log.info("%s; retrying", exc)
-                self.reported["open_logged"] = 1
+                self.open_logged = True
             return False
         self.link = link
         return True
