@@ -99,3 +99,18 @@ def test_massless_leaf_names_the_segment():
     for forward in (aba, dynamics.forward_dynamics):
         with pytest.raises(ValueError, match=r"segment 'leaf': articulated inertia .* not positive definite"):
             forward(model, [0.1, 0.2], [0.0, 0.0], [0.0, 0.0])
+
+
+def test_configuration_dependent_singularity_is_reported_with_the_sample():
+    """A point mass m sliding along y on a massless arm turning about z, at x = 1 m: the arm's
+    articulated inertia is m y² (the slide absorbs the rest), singular at y = 0. Away from it,
+    τ_arm = 1 N·m gives θ̈ = 1/(m y²) and ÿ = −θ̈ (the slider force vanishes along y)."""
+    arm = Segment("arm", None, Joint("revolute"))
+    slider = Segment("slider", "arm", Joint("prismatic", axis=np.array([0.0, 1.0, 0.0]),
+                                            translation=np.array([1.0, 0.0, 0.0])), mass=2.0)
+    model = Model("slider_on_massless_arm", (arm, slider), gravity=np.zeros(3))
+    np.testing.assert_allclose(aba(model, [0.3, 0.5], [0.0, 0.0], [1.0, 0.0]), [2.0, -2.0], rtol=1e-14)
+    with pytest.raises(ValueError, match="singular articulated inertia at sample 0"):
+        aba(model, [0.3, 0.0], [0.0, 0.0], [1.0, 0.0])                       # one sample: float path
+    with pytest.raises(ValueError, match="singular articulated inertia at sample 1"):
+        aba(model, [[0.3, 0.5], [0.3, 0.0]], np.zeros((2, 2)), [[1.0, 0.0]] * 2)   # batch: array path
