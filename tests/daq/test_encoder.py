@@ -246,3 +246,19 @@ def test_unplug_is_reported_and_the_session_restarts(scenario):
     assert not scenario["wd_after"], "the new session must RESET the latched watchdog"
     assert scenario["after_replug_speed"] == pytest.approx(3 * np.pi, rel=0.03)  # the setpoint survives
     assert scenario["rec"].frames[-1].meta["session"] == 2
+
+
+def test_an_mcu_with_other_motors_is_a_one_line_error(tmp_path):
+    ports = free_ports(3)
+    with VirtualMCU(2, control_hz=500, stream_hz=500) as mcu:
+        cfg = write_lab(tmp_path, ports, Path(mcu.port))
+        proc, sub = start_encoder(cfg, ports)
+        sub.close()
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("the daemon kept running against an MCU with 2 motors")
+    assert proc.returncode == 2
+    errors = [line for line in err.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "has 2 motor(s), --motors names 1 (crank)" in errors[0], err

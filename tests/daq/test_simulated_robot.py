@@ -205,3 +205,14 @@ def test_motor_electrical_work_equals_friction_work_without_contact(tmp_path):
     ripple = np.trapezoid(np.abs(m.Kt * m.gear * cur), th)
     assert ripple > 5 * friction  # the inertial and gravity terms dominate the instantaneous current
     assert electrical == pytest.approx(friction, rel=0.15)
+
+
+def test_bad_robot_arguments_are_one_line_errors(tmp_path):
+    cfg = private_copy(tmp_path, {"walker": ["--model", "no_such_walker"]})
+    args = load(cfg).process("walker").args
+    run = subprocess.run([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "walker", *args],
+                         cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 2
+    errors = [line for line in run.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "no_such_walker" in errors[0], run.stderr
