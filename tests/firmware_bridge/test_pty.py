@@ -505,8 +505,9 @@ def test_close_is_clean_and_ends_a_pending_request():
 
     mcu = VirtualMCU(2)  # never stepped: nothing answers
     try:
+        before = set(threading.enumerate())
         link = Link(mcu.port, heartbeat_hz=20).open()
-        ours = [t for t in threading.enumerate() if t.name.startswith("link-")]
+        ours = [t for t in threading.enumerate() if t not in before]
         assert {t.name for t in ours} == {"link-reader", "link-heartbeat"}
         errors: list[BaseException] = []
 
