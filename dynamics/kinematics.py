@@ -25,10 +25,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .codegen import Code, compiled, const, joint_transform, matmul, rot, run, subspace, vadd, vcross
+from .codegen import ZERO, Code, add, compiled, const, joint_transform, matmul, mul, rot, run, subspace, vadd, vcross
 from .joints import fixed_in_parent, normalized_configuration
 from .model import Model
-from .spatial import cross, matvec, motion_cross, parallel_axis
+from .spatial import cross, matvec, parallel_axis
 
 
 def as_batch(x, name: str, width: int) -> tuple[np.ndarray, bool]:
@@ -84,12 +84,18 @@ class TreeState:
     acceleration: np.ndarray | None = None
 
 
-def _generate_fk(model: Model) -> str:
-    """Source of fk(q): the 9 rotation and 3 translation entries of every segment frame, then the
-    6 entries of every motion subspace column S_k in the lab frame about the origin."""
+def _generate_fk(model: Model, order: int) -> str:
+    """Source of fk(q) (order 0), fkv(q, v) (1) or fka(q, v, a) (2): the 9 rotation and 3
+    translation entries of every segment frame, the 6 entries of every motion subspace column S_k
+    in the lab frame about the origin, then (order >= 1) every segment's spatial velocity
+    V_i = V_parent + Σ_k S_k v_k and (order 2) acceleration
+    A_i = A_parent + Σ_k (S_k a_k + (V_c(k) × S_k) v_k), 6 entries each."""
     code = Code()
     q = [f"q{k}" for k in range(model.nq)]
-    world, out, cols = [], [], []
+    v = [f"v{k}" for k in range(model.nv)]
+    a = [f"a{k}" for k in range(model.nv)]
+    zero = (ZERO, ZERO)
+    world, out, cols, vel, acc = [], [], [], [], []
     for i, s in enumerate(model.segments):
         j, par = s.joint, model.parents[i]
         RJ, tJ = joint_transform(code, j, q[model.idx_q[i]:model.idx_q[i] + j.nq])
@@ -103,44 +109,47 @@ def _generate_fk(model: Model) -> str:
         R, p = [code.vec(r) for r in R], code.vec(p)
         world.append((R, p))
         out += R[0] + R[1] + R[2] + p
+        S = []
         for lin, ang in subspace(j, RJ):          # S_k about the lab origin: (R s_lin + p × R s_ang, R s_ang)
             w = code.vec(rot(R, ang))
-            cols += vadd(rot(R, lin), vcross(p, w)) + w
-    return code.function("fk", {"q": q}, out + cols)
+            S.append((code.vec(vadd(rot(R, lin), vcross(p, w))), w))
+            cols += S[-1][0] + S[-1][1]
+        if order == 0:
+            continue
+        iv = model.idx_v[i]
+        Vp = zero if par < 0 else vel[par]
+        V = tuple(code.vec(vadd(Vp[h], *([mul(x, v[iv + k]) for x in Sk[h]] for k, Sk in enumerate(S))))
+                  for h in (0, 1))
+        vel.append(V)
+        if order == 1:
+            continue
+        Ap = zero if par < 0 else acc[par]
+        terms = ([], [])
+        for k, (Sk, in_parent) in enumerate(zip(S, fixed_in_parent(j))):
+            Vc = Vp if in_parent else V
+            cross_lin, cross_ang = vadd(vcross(Vc[1], Sk[0]), vcross(Vc[0], Sk[1])), vcross(Vc[1], Sk[1])
+            for h, c in ((0, cross_lin), (1, cross_ang)):
+                terms[h].append([add(mul(x, a[iv + k]), mul(y, v[iv + k])) for x, y in zip(Sk[h], c)])
+        acc.append(tuple(code.vec(vadd(Ap[h], *terms[h])) for h in (0, 1)))
+    outputs = out + cols + [x for V in vel for x in V[0] + V[1]] + [x for A in acc for x in A[0] + A[1]]
+    name = ("fk", "fkv", "fka")[order]
+    return code.function(name, dict(list({"q": q, "v": v, "a": a}.items())[:order + 1]), outputs)
 
 
 def tree_state(model: Model, q: np.ndarray, v: np.ndarray | None = None, a: np.ndarray | None = None) -> TreeState:
     """Kinematics from validated (N, nq), (N, nv), (N, nv) arrays (see check_state)."""
-    N, n = q.shape[0], len(model.segments)
+    N, n, nv = q.shape[0], len(model.segments), model.nv
     q = normalized_configuration(model, q)
-    X = run(compiled(model, "fk", _generate_fk), [q], 12 * n + 6 * model.nv)
+    inputs = [q] if v is None else [q, v] if a is None else [q, v, a]
+    order = len(inputs) - 1
+    name = ("fk", "fkv", "fka")[order]
+    X = run(compiled(model, name, lambda m: _generate_fk(m, order)), inputs, 12 * n + 6 * nv + 6 * n * order)
     F = X[:, :12 * n].reshape(N, n, 12)
     R = F[..., :9].reshape(N, n, 3, 3)
     p = np.ascontiguousarray(F[..., 9:])
-    S = X[:, 12 * n:].reshape(N, model.nv, 6)
-    if v is None:
-        return TreeState(R, p, S)
-    mask = model.supports[:, model.dof_segment]
-    V = np.matmul(mask, S * v[..., None])
-    if a is None:
-        return TreeState(R, p, S, V)
-    A = np.matmul(mask, S * a[..., None] + column_bias(model, S, V, v))
-    return TreeState(R, p, S, V, A)
-
-
-def column_bias(model: Model, S: np.ndarray, V: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Velocity-product accelerations (v_c(k) × S_k) v_k (N, nv, 6) of each velocity coordinate,
-    lab frame about the origin: v_c(k) the spatial velocity (V (N, nseg, 6)) of the body column
-    S_k (N, nv, 6) is fixed in — the child, or the parent for the planar joint's translations."""
-    cache = model.__dict__.setdefault("_kernels", {})
-    if "carrier" not in cache:
-        n = len(model.segments)
-        carrier = model.dof_segment.copy()     # index n = the world, at rest
-        in_parent = np.concatenate([fixed_in_parent(s.joint) for s in model.segments])
-        carrier[in_parent] = np.where(model.parents[carrier[in_parent]] < 0, n, model.parents[carrier[in_parent]])
-        cache["carrier"] = carrier
-    Vc = np.concatenate((V, np.zeros((V.shape[0], 1, 6))), axis=1)[:, cache["carrier"]]
-    return motion_cross(Vc, S) * v[..., None]
+    S = X[:, 12 * n:12 * n + 6 * nv].reshape(N, nv, 6)
+    VA = [X[:, 12 * n + 6 * nv + 6 * n * k:12 * n + 6 * nv + 6 * n * (k + 1)].reshape(N, n, 6) for k in range(order)]
+    return TreeState(R, p, S, *VA)
 
 
 def lab_inertias(model: Model, st: TreeState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

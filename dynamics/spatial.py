@@ -29,12 +29,6 @@ def matvec(R: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.matmul(R, x[..., None])[..., 0]
 
 
-def motion_cross(v: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """Spatial motion cross product v × m, (..., 6) arrays."""
-    w = v[..., 3:]
-    return np.concatenate((cross(w, m[..., :3]) + cross(v[..., :3], m[..., 3:]), cross(w, m[..., 3:])), axis=-1)
-
-
 def force_cross(v: np.ndarray, f: np.ndarray) -> np.ndarray:
     """Spatial motion × force product v ×* f, (..., 6) arrays."""
     w = v[..., 3:]
