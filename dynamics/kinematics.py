@@ -16,6 +16,9 @@ segment velocities and accelerations are sums over the joints supporting the seg
 with v_c(k) the velocity of the body S_k is fixed in (the child, or the parent for the planar
 joint's translations). The velocity of a point P of segment i is v_O,i + ω_i × P, its
 acceleration a_O,i + α_i × P + ω_i × (v_O,i + ω_i × P).
+
+Placements, S_k, and the segment velocities and accelerations are unrolled per model into
+straight-line code (codegen.py, kernels fk / fkv / fka), like rnea.
 """
 from __future__ import annotations
 
