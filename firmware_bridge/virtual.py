@@ -1,8 +1,8 @@
 """Virtual MCU: the firmware's logic in Python behind a real pseudo-terminal.
 
 The MCU owns the master side of an ``os.openpty`` pair; the host opens the slave through a stable
-path (a symlink in a private temp folder, like /dev/serial/by-id) with pyserial, exactly as it would
-open a USB CDC device. Unplugging closes the pty (the path disappears, the host's reads fail);
+path (a symlink in a private temp folder, like /dev/serial/by-id, to /proc/<pid>/fd/<slave>, so it
+dies with the process) with pyserial, exactly as it would open a USB CDC device. Unplugging closes the pty (the path disappears, the host's reads fail);
 replugging creates a new pty and re-points the symlink.
 
 MCU time is tick-based (the injected-clock approach): tick k happens at t_us = t0 + k * period_us,
@@ -245,7 +245,12 @@ class VirtualMCU:
             tmp = self.port + ".new"
             if os.path.lexists(tmp):
                 os.unlink(tmp)
-            os.symlink(os.ttyname(s), tmp)
+            # Point at this process's own descriptor of the slave, not at /dev/pts/N: if the process
+            # dies without cleaning up (SIGKILL), the link dangles instead of leading a reconnecting
+            # host into whichever program gets pty number N next (seen: another test's host frames
+            # arriving in this MCU). /dev/pts/N where /proc is missing.
+            fd_path = f"/proc/{os.getpid()}/fd/{s}"
+            os.symlink(fd_path if os.path.exists(fd_path) else os.ttyname(s), tmp)
             os.replace(tmp, self.port)
             self._outbuf.clear()
 

@@ -586,3 +586,21 @@ def test_host_to_mcu_corruption_never_applies_a_bad_command():
     assert ms.rx_frames + ms.rx_lost == len(setpoints) and ms.rx_lost > 50
     assert sum(ms.rx_errors.values()) > 50 and ms.rx_lost <= 2 * ms.rx_corrupted_bytes
     assert ms.watchdog_trips == 0
+
+
+def test_a_killed_mcu_process_leaves_no_path_into_another_pty():
+    """SIGKILL leaves the port symlink behind; it must dangle, not lead a reconnecting host into the
+    next program that gets the same pty number (pty numbers are reused at once)."""
+    proc = subprocess.Popen([sys.executable, "-m", "firmware_bridge.virtual", "--motors", "1"],
+                            stdout=subprocess.PIPE, text=True)
+    port = proc.stdout.readline().strip()
+    proc.kill()
+    proc.wait(timeout=10)
+    try:
+        assert os.path.islink(port) and not os.path.exists(port)  # stale, and dangling
+        with VirtualMCU(1):  # most likely on the same /dev/pts number (which the old /dev/pts link reached)
+            with pytest.raises(LinkError, match="cannot open serial port"):
+                Link(port, heartbeat_hz=0, reconnect=False).open()
+    finally:
+        os.unlink(port)
+        os.rmdir(os.path.dirname(port))
