@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+import daq.frames as frames_module
 from daq.frames import DTYPES, MAX_BUFFER_BYTES, MAX_HEADER_BYTES, Frame, FrameError, decode, encode
 
 ALL_DTYPES = sorted(DTYPES)
@@ -312,3 +313,65 @@ def test_bit_flips_in_a_valid_message_are_rejected_or_consistent(data):
     except FrameError:
         return
     assert frame.data.nbytes == len(parts[2]) and frame.data.shape[1] == len(frame.channels)
+
+
+# ------------------------------------------------------------------------------ validation caches
+
+
+def _outcome(fn, *args):
+    """What fn(*args) gives: ('ok', value) or ('error', message)."""
+    try:
+        return "ok", fn(*args)
+    except FrameError as exc:
+        return "error", str(exc)
+
+
+def _frame_fields(frame):
+    return (frame.stream, frame.kind, frame.seq, frame.t_device, frame.t_host, frame.t, frame.t_pub, frame.rate_hz,
+            frame.channels, frame.units, frame.data.dtype.str, frame.data.shape, frame.data.tobytes(),
+            {k: (v.dtype.str, v.shape, v.tobytes()) for k, v in frame.extra.items()}, msgpack.packb(frame.meta))  # NaN-safe
+
+
+def _cold_decode(parts):
+    frames_module._LAYOUTS.clear()  # the full check, as for a stream's first frame
+    return _frame_fields(decode(parts))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(["seq", "t_device", "rate_hz", "channels", "units", "buffers", "kind", "meta"]),
+                       json_like | st.just([{"name": "data", "dtype": "<f8", "shape": [5.0, 3]}])
+                       | st.just([{"name": "data", "dtype": "<f8", "shape": [5, True]}]), min_size=1))
+def test_decode_with_a_warm_layout_cache_agrees_with_the_full_check(changes):
+    """A stream's layout is checked in full once, then compared; the comparison must refuse exactly
+    what the full check refuses (5.0 == 5 and True == 1 in Python, but not on the wire)."""
+    parts = valid_parts()
+    h = header_of(parts)
+    h.update(changes)
+    try:
+        bad = [parts[0], msgpack.packb(h), parts[2]]
+    except (OverflowError, ValueError):
+        return
+    cold = _outcome(_cold_decode, bad)
+    decode(parts)  # warms the cache with the valid layout of the same stream
+    warm = _outcome(lambda p: _frame_fields(decode(p)), bad)
+    assert warm == cold
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"seq": 8}, {"seq": -1}, {"t": 1.5}, {"rate_hz": 500}, {"rate_hz": np.float32(1000.0)}, {"rate_hz": True},
+    {"channels": ["c0", "c1", "c2"]}, {"channels": ("c0", "c1", 2)}, {"units": ("N", "N")}, {"kind": "moment"},
+    {"meta": {"zero": "ok"}}, {"meta": {"x": {1, 2}}}, {"seq": np.uint32(3)}, {"t_device": np.int64(-5)},
+    {"extra": {"counter": np.arange(5, dtype=np.uint32)}}, {"data": np.zeros((6, 3), dtype=np.float32)},
+])
+def test_encode_with_a_warm_header_cache_gives_the_bytes_of_a_cold_encode(changes):
+    frame = make_frame(**changes)
+    frames_module._PREFIXES.clear()
+    cold = _outcome(lambda f: [bytes(p) for p in encode(f)], frame)
+    encode(make_frame())  # the stream's usual layout is cached
+    _outcome(encode, frame)  # and this one's, if valid
+    warm = _outcome(lambda f: [bytes(p) for p in encode(f)], frame)
+    assert warm == cold
+    if cold[0] == "ok":  # and an independent msgpack reader sees the frame's own values
+        h = msgpack.unpackb(cold[1][1])
+        assert (h["seq"], h["t_device"], h["rate_hz"], h["channels"]) == (
+            int(frame.seq), frame.t_device, float(frame.rate_hz), list(frame.channels))
