@@ -7,13 +7,15 @@ Scenarios, each on loopback tcp and on ipc:
   zero lost frames.
 - ``small``: 1-sample, 1-channel frames published as fast as the publisher can (throughput; the
   latency then includes queueing).
+- ``costs``: CPU time per frame of encode, decode, `Publisher.publish` and `Subscriber.recv` in
+  one process (inproc sockets), next to bare msgpack packing of the same header.
 
 Each is run with walklab's `Publisher`/`Subscriber` (framing, validation, counters) and with a
 raw pyzmq PUB/SUB peer sending the same bytes without framing or checks, to show the cost of
 the frame layer. Latency = receive ``time.monotonic_ns()`` minus publish ``time.monotonic_ns()``
 (one host, one clock). Lost = frames published but not received (from seq).
 
-    python bench/bus.py [--duration 5] [--small-frames 50000] [--only tcp|ipc] [--scenarios blocked,small]
+    python bench/bus.py [--duration 5] [--small-frames 50000] [--only tcp|ipc] [--scenarios blocked,small,costs]
 """
 from __future__ import annotations
 
@@ -168,7 +170,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=5.0, help="seconds of 1 kHz blocked streams per run")
     ap.add_argument("--small-frames", type=int, default=50_000, help="frames in the small-frame throughput run")
     ap.add_argument("--only", choices=["tcp", "ipc"], help="one transport only")
-    ap.add_argument("--scenarios", default="blocked,small", help="comma-separated: blocked, small")
+    ap.add_argument("--scenarios", default="blocked,small,costs",
+                    help="comma-separated: blocked, small, costs (in-process CPU cost per frame)")
     ap.add_argument("--role", default="sub", help=argparse.SUPPRESS)
     ap.add_argument("--scenario", help=argparse.SUPPRESS)
     ap.add_argument("--impl", help=argparse.SUPPRESS)
@@ -179,6 +182,7 @@ def main() -> None:
         return
     print(f"machine: {machine()}")
     print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores: above 2 the runs compete)")
     print("latency = subscriber monotonic_ns at receive - publisher monotonic_ns at send; separate processes")
     print(f"{'scenario':<28}{'transport':<10}{'impl':<9}{'frames':>8}{'lost':>6}{'frames/s':>10}"
           f"{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
@@ -195,11 +199,17 @@ def main() -> None:
                     print(f"{label:<28}{transport:<10}{impl:<9}{r['frames']:>8}{r['lost']:>6}{r['fps']:>10.0f}"
                           f"{r['p50']:>9.3f}{r['p99']:>9.3f}{r['max']:>9.3f}", flush=True)
     print("target (10 x 1 kHz, walklab): p99 < 0.5 ms, 0 lost")
-    frame_costs()
+    if "costs" in args.scenarios.split(","):
+        frame_costs()
 
 
 def frame_costs() -> None:
-    """CPU cost of the frame layer alone, in-process (best of 5 repeats: the least disturbed)."""
+    """CPU cost of the frame layer and of the bus calls, in-process.
+
+    CPU time of this process (``time.process_time``), best of 5 repeats: on a shared machine wall
+    time mostly measures the other processes. Publish and receive go through a real inproc socket
+    pair: the frames are queued first, then drained, so each figure is one side's work alone.
+    """
     import msgpack
 
     from daq.frames import Frame, decode, encode
@@ -209,13 +219,36 @@ def frame_costs() -> None:
     parts = [bytes(p) for p in encode(frame)]
     header = msgpack.unpackb(parts[1])
     n = 5000
-    print("per-frame CPU cost, 5 x 6 float64 block (best of 5 x 5000):")
+    print(f"per-frame CPU cost, {BLOCK} x {CHANNELS} float64 block (process CPU time, best of 5):")
     for label, fn in (("walklab encode (validated)", lambda: encode(frame)),
                       ("walklab decode (validated)", lambda: decode(parts)),
                       ("peer: msgpack.packb(header)", lambda: msgpack.packb(header)),
                       ("peer: msgpack.unpackb(header)", lambda: msgpack.unpackb(parts[1]))):
-        best = min(timeit.repeat(fn, number=n, repeat=5)) / n
+        best = min(timeit.repeat(fn, number=n, repeat=5, timer=time.process_time)) / n
         print(f"  {label:<32}{best * 1e6:8.2f} us")
+    ctx = zmq.Context()
+    names = [f"forceplate/FP{i}" for i in range(STREAMS)]
+    chans = dict(kind="force", rate_hz=RATE_HZ, channels=list(frame.channels), units=list(frame.units))
+    best_pub = best_recv = float("inf")
+    for rep in range(5):
+        with Publisher(f"inproc://bench{rep}", sndhwm=0, context=ctx) as pub, \
+                Subscriber(pub.endpoint, rcvhwm=0, context=ctx) as sub:
+            if not (pub.wait_for_subscribers(1, 10.0) and sub.wait_connected(10.0)):
+                raise RuntimeError("inproc handshake failed")
+            t0 = time.process_time()
+            for _ in range(n // STREAMS):
+                for name in names:
+                    pub.publish(name, frame.data, **chans)
+            best_pub = min(best_pub, (time.process_time() - t0) / n)
+            t0 = time.process_time()
+            for _ in range(n):
+                if sub.recv(10.0) is None:
+                    raise RuntimeError("inproc frame lost")
+            best_recv = min(best_recv, (time.process_time() - t0) / n)
+    ctx.term()
+    print(f"  {'Publisher.publish (inproc)':<32}{best_pub * 1e6:8.2f} us")
+    print(f"  {'Subscriber.recv (inproc)':<32}{best_recv * 1e6:8.2f} us")
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

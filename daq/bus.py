@@ -416,6 +416,8 @@ class Subscriber:
             check_endpoint(e, secured=curve is not None, action="connect to")
         if not isinstance(rcvhwm, int) or rcvhwm < 0:
             raise ValueError(f"rcvhwm must be an integer >= 0 (0 = unlimited), got {rcvhwm!r}")
+        if not isinstance(history, int) or history < 1:
+            raise ValueError(f"history must be an integer >= 1 (frames kept for latency percentiles), got {history!r}")
         streams = list(streams)
         for s in streams:
             if not isinstance(s, str) or not s or s.startswith("\x00"):
@@ -609,14 +611,16 @@ class Subscriber:
             st.out_of_order += 1  # the same seq twice: two publishers of one stream name?
         st.last_seq = seq
         st.received += 1
-        st.samples += frame.samples
+        samples = frame.data.shape[0]
+        st.samples += samples
+        t_recv = frame.t_recv
         if self._latency_ok:
-            tr.lat[tr.lat_n % len(tr.lat)] = frame.t_recv - frame.t_pub
+            tr.lat[tr.lat_n % self._history] = t_recv - frame.t_pub
             tr.lat_n += 1
         if tr.t_first is None:
-            tr.t_first = frame.t_recv
-        tr.arrivals.append((frame.t_recv, frame.samples))
-        limit = frame.t_recv - RATE_WINDOW_NS
+            tr.t_first = t_recv
+        tr.arrivals.append((t_recv, samples))
+        limit = t_recv - RATE_WINDOW_NS
         while tr.arrivals[0][0] < limit:
             tr.arrivals.popleft()
 
