@@ -239,3 +239,18 @@ def test_c_and_python_stream_decoders_agree_on_fuzzed_bytes(wl_tool):
         assert c_rejected == sum(errors.values())
         passed_up += len(c_only)
     assert passed_up > 0 and sum(r for _, r in results) > 300  # the fuzz reached both kinds of case
+
+
+def test_c_reference_builds_as_cpp_and_agrees(tmp_path):
+    """Arduino-style firmware compiles the header as C++: the same driver built by the system C++
+    compiler with the same warnings answers the CRC check and a frame vector identically."""
+    cxx = shutil.which("c++") or shutil.which("g++")
+    assert cxx, "no C++ compiler (c++/g++) on PATH"
+    exe = tmp_path / "wl_tool_cpp"
+    r = subprocess.run([cxx, "-x", "c++", "-std=c++11", "-Wall", "-Wextra", "-Wconversion", "-Wshadow", "-Werror",
+                        "-I", str(C_DIR), "-o", str(exe), str(C_DIR / "wl_tool.c")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    v = VECTORS["frames"][5]
+    out = subprocess.run([str(exe)], input=f"crc {b'123456789'.hex()}\nframe_dec {v['wire'][:-2]}\n",
+                         capture_output=True, text=True, timeout=30, check=True).stdout.splitlines()
+    assert out == ["29b1", f"{v['type']} {v['seq']} {v['ack']} {v['t_us']} {v['payload']}"]
