@@ -47,7 +47,9 @@ class LinkStats:
     length, version, type, payload, overflow); lost_frames sums sequence gaps; late_heartbeats counts
     MCU heartbeat intervals (on the MCU's clock) longer than 1.5 periods; open_failures counts
     reconnection attempts that could not open the port (one per backoff period while unplugged);
-    reconnect_backoff_s is the wait before the next attempt (s)."""
+    reconnect_backoff_s is the wait before the next attempt (s). tx_failed counts writes that raised:
+    with a device that stops reading, pyserial's write timeout can fire after the whole frame was
+    written (it then waits for room), so a "failed" frame may still arrive (seen on a full pty)."""
 
     frames: dict = field(default_factory=dict)
     crc_failures: dict = field(default_factory=dict)
