@@ -14,13 +14,16 @@ signal) or ``never``. The delay before restart ``k`` (k = 1, 2, ...) is
 
 and ``k`` falls back to 1 when the process had run at least ``backoff_reset_s`` before crashing.
 Every exit (``exit``, or ``crash`` for a non-zero status), restart and give-up is an event: a log
-line and a frame on ``events/supervisor``.
+line and a frame on ``events/supervisor`` stamped (``t_host``) with the time the supervisor
+detected the exit or started the restart, so a restart frame's stamp minus its crash frame's is the
+delay actually waited (never less than the backoff delay).
 
 Stopping (SIGINT, SIGTERM, SIGHUP or `Supervisor.stop`): SIGTERM to every child's process group,
 up to ``stop_grace_s`` for them to exit, SIGKILL to those left, then reap them all.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -35,7 +38,8 @@ from controller.proc import SUPERVISOR_PID_ENV
 
 log = logging.getLogger("walklab.supervisor")
 
-EventSink = Callable[[str, dict[str, Any]], None]
+#: ``sink(event, fields, at)``: ``at`` is the time of the event on the supervisor's clock [s].
+EventSink = Callable[[str, dict[str, Any], float], None]
 
 
 @dataclass
@@ -76,7 +80,7 @@ class Supervisor:
                  now: Callable[[], float] = time.monotonic) -> None:
         self.lab = lab
         self.children = [Child(p) for p in lab.processes if p.enabled]
-        self._events = events or (lambda event, fields: None)
+        self._events = events or (lambda event, fields, at: None)
         self._now = now
         self._stopped = False
 
@@ -98,7 +102,7 @@ class Supervisor:
             if child.state == "backoff" and now >= child.next_start:
                 child.restarts += 1
                 self._spawn(child)
-                self._event("restart", child, restarts=child.restarts, pid=child.popen.pid)
+                self._event("restart", child, now, restarts=child.restarts, pid=child.popen.pid)
 
     def stop(self) -> None:
         """Stop every child: SIGTERM to its group, SIGKILL after the grace period; reap all."""
@@ -171,20 +175,20 @@ class Supervisor:
         wants = spec.restart == "always" or (spec.restart == "on-failure" and status != 0)
         if not wants:
             child.state = "exited" if status == 0 else "failed"
-            self._event("exit", child, status=status, ran_s=round(ran, 3))
+            self._event("exit", child, now, status=status, ran_s=round(ran, 3))
             return
         if spec.max_restarts and child.restarts >= spec.max_restarts:
             child.state = "failed"
-            self._event("gave-up", child, status=status, restarts=child.restarts)
+            self._event("gave-up", child, now, status=status, restarts=child.restarts)
             return
         child.streak = 1 if ran >= sup.backoff_reset_s else child.streak + 1
         delay = backoff_delay(child.streak, sup.backoff_initial_s, sup.backoff_max_s)
         child.state = "backoff"
         child.next_start = now + delay
-        self._event("crash" if status else "exit", child, status=status, ran_s=round(ran, 3),
+        self._event("crash" if status else "exit", child, now, status=status, ran_s=round(ran, 3),
                     restart_in_s=delay)
 
-    def _event(self, event: str, child: Child, **fields: Any) -> None:
+    def _event(self, event: str, child: Child, at: float, **fields: Any) -> None:
         fields = {"process": child.spec.name, **fields}
         how = _describe_status(fields["status"]) if "status" in fields else ""
         if "restart_in_s" in fields:
@@ -197,7 +201,7 @@ class Supervisor:
                       fields["restarts"])
         else:
             log.info("%s %s; restart policy %r: not restarted", child.spec.name, how, child.spec.restart)
-        self._events(event, fields)
+        self._events(event, fields, at)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -235,10 +239,12 @@ def run_lab(lab: Lab, *, out: Any = None) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     health = Health("supervisor", pub)
 
-    def publish_event(event: str, fields: dict[str, Any]) -> None:
+    def publish_event(event: str, fields: dict[str, Any], at: float | None = None) -> None:
         health.count(f"events/{event}")
+        # `at` is on the supervisor's clock, time.monotonic: the same clock as t_host, in seconds
+        t_host = None if at is None else round(at * 1e9)
         pub.publish("events/supervisor", np.zeros((1, 0)), kind="event", rate_hz=0.0, channels=(),
-                    units=(), meta={"event": event, **fields})
+                    units=(), t_host=t_host, meta={"event": event, **fields})
 
     sup = Supervisor(lab, events=publish_event)
     interval = lab.supervisor.status_interval_s
@@ -246,6 +252,7 @@ def run_lab(lab: Lab, *, out: Any = None) -> int:
         log.info("lab %r: supervisor on %s; watch the streams with `walklab bus monitor --config %s`",
                  lab.lab.name, lab.supervisor.bind, lab.source)
         sup.start()
+        gc.freeze()  # start-up objects live until the end: out of the collector's scans (ecosystem.md 9)
         next_status = time.monotonic() + min(interval, 2.0)  # a first line soon after start
         while stop["signal"] is None:
             sup.poll()
