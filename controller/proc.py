@@ -7,7 +7,8 @@ The supervisor starts each ``[[processes]]`` entry as::
 which, before anything else, asks the kernel to send it SIGTERM when the supervisor dies
 (``PR_SET_PDEATHSIG``; it exits at once if the supervisor is already gone), turns SIGTERM and
 SIGINT into a stop request, loads the lab config, binds the process's `Publisher` on its
-``bind`` endpoint, creates its `Health` (``health/NAME``), imports ``MODULE`` and calls::
+``bind`` endpoint, creates its `Health` (``health/NAME``), imports ``MODULE``, moves every object
+created so far out of the garbage collector's reach (``gc.freeze()``) and calls::
 
     MODULE.run(ctx: ProcessContext, args: list[str]) -> int     # exit status
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import importlib
 import logging
 import os
@@ -181,6 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError, LookupError) as exc:
         log.error("%s", exc)
         return 2
+    # What exists now (modules, config, sockets) lives as long as the process: keep it out of the
+    # cyclic collector's scans, so collections during the loop stay short (ecosystem.md section 9).
+    gc.freeze()
     try:
         ctx.stopping = stop_early["flag"]
         status = int(run(ctx, list(rest)) or 0)
