@@ -15,7 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamics import forceplate as fp
+# Run as a script, bench/ is sys.path[0] and bench/dynamics.py would shadow the package.
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from dynamics import forceplate as fp  # noqa: E402
 
 RATE = 1000.0
 

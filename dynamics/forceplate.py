@@ -60,13 +60,6 @@ def _as_float(a, name: str, shape: tuple) -> np.ndarray:
     return arr
 
 
-def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a × b for (N, 3) or (3,) operands, broadcast; np.cross costs ~0.1 ms a call on small blocks."""
-    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
-    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
-    return np.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
-
-
 def plate_axes(corners: np.ndarray) -> np.ndarray:
     """Rotation R (3, 3) from plate axes to lab axes from the CORNERS (4, 3), lab frame, m.
 
@@ -74,8 +67,8 @@ def plate_axes(corners: np.ndarray) -> np.ndarray:
     """
     x = corners[0] - corners[1]
     y = corners[0] - corners[3]
-    z = _cross(x, y)
-    y = _cross(z, x)
+    z = np.cross(x, y)
+    y = np.cross(z, x)
     norms = np.array([np.linalg.norm(x), np.linalg.norm(y), np.linalg.norm(z)])
     if np.any(norms < 1e-9):
         raise PlateError(f"corners {corners.tolist()} are degenerate: they span no plane")
@@ -109,6 +102,14 @@ class Plate:
     name: str = ""
     rotation: np.ndarray = field(init=False, repr=False)
     centre: np.ndarray = field(init=False, repr=False)
+    # Constant per plate, built once (the live service calls process() per 1-10-sample block,
+    # where each numpy call costs more than the arithmetic): for types 2-4 the whole raw ->
+    # wrench map is linear (calibration, F × o and R folded in), raw (N, n) @ _wrench_lab (n, 16)
+    # = columns of `_wrench`; None for type 1 (COP × F is not linear in the channels).
+    _wrench_lab: np.ndarray | None = field(init=False, repr=False, compare=False)
+    _cop_axes: np.ndarray = field(init=False, repr=False, compare=False)   # (2, 3) = R[:, :2].T
+    # [F, M] (N, 6) @ _to_origin (6, 8) = [F, n, −n_y, n_x], n = centre × F + M (about the lab origin)
+    _to_origin: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.type not in SUPPORTED_TYPES:
@@ -145,6 +146,17 @@ class Plate:
             rng = _as_float(self.channel_range, f"plate {self.name!r} channel_range",
                             (self.n_channels, 2))
             set_(self, "channel_range", rng)
+        wrench = _wrench_map(self.type, origin, self.cal_matrix)
+        rot2 = np.zeros((6, 6))
+        rot2[:3, :3] = rot2[3:, 3:] = rotation.T
+        set_(self, "_wrench_lab", None if wrench is None else np.hstack([
+            wrench, wrench @ rot2, -wrench[:, 4:5], wrench[:, 3:4], wrench[:, 1:2], -wrench[:, 0:1]]))
+        set_(self, "_cop_axes", np.ascontiguousarray(rotation[:, :2].T))
+        to_origin = np.zeros((6, 8))
+        to_origin[0:3, 0:3] = to_origin[3:6, 3:6] = np.eye(3)
+        to_origin[0:3, 3:6] = np.cross(self.centre, np.eye(3))   # row i: centre × e_i
+        to_origin[:, 6], to_origin[:, 7] = -to_origin[:, 4], to_origin[:, 3]
+        set_(self, "_to_origin", to_origin)
 
     @property
     def n_channels(self) -> int:
@@ -157,6 +169,31 @@ class Plate:
         if self.type == 1:
             mask[3:5] = False
         return mask
+
+
+def _wrench_map(kind: int, origin: np.ndarray, cal: np.ndarray | None) -> np.ndarray | None:
+    """(n_channels, 6) A with ``[F, M_s] = r @ A`` (plate axes, SI) for the linear types 2-4
+    (module doc equations); None for type 1, whose moment ``COP × F`` is not linear in r."""
+    if kind == 1:
+        return None
+    if kind == 3:
+        a, b, az0 = origin
+        f = np.zeros((8, 3))
+        f[0:2, 0] = f[2:4, 1] = f[4:8, 2] = 1.0
+        m = np.zeros((8, 3))
+        m[4:8, 0] = b * np.array([1.0, 1.0, -1.0, -1.0])
+        m[4:8, 1] = a * np.array([-1.0, 1.0, 1.0, -1.0])
+        m[0:4, 2] = [-b, b, a, -a]
+        o = np.array([0.0, 0.0, az0])
+    else:
+        f = np.zeros((6, 3))
+        f[0:3] = np.eye(3)
+        m = np.zeros((6, 3))
+        m[3:6] = np.eye(3)
+        o = origin
+    m = m + f @ np.cross(np.eye(3), o)   # M_s = M + F × o; row i of the cross: e_i × o
+    a6 = np.hstack([f, m])
+    return cal.T @ a6 if kind == 4 else a6
 
 
 @dataclass(frozen=True)
@@ -192,29 +229,30 @@ def plate_wrench(plate: Plate, raw) -> tuple[np.ndarray, np.ndarray]:
     raw: (N, n_channels) SI channels of ``plate.type`` (module doc). For type 1 the moment is
     ``M_s = COP × F + (0, 0, Tz)``; for the others ``M_s`` is as in the module doc.
     """
-    r = _check_raw(plate, raw)
-    o = plate.origin
-    if plate.type == 3:
-        a, b, _ = o
-        fz1, fz2, fz3, fz4 = r[:, 4], r[:, 5], r[:, 6], r[:, 7]
-        force = np.column_stack([r[:, 0] + r[:, 1], r[:, 2] + r[:, 3], fz1 + fz2 + fz3 + fz4])
-        moment = np.column_stack([
-            b * (fz1 + fz2 - fz3 - fz4),
-            a * (-fz1 + fz2 + fz3 - fz4),
-            b * (r[:, 1] - r[:, 0]) + a * (r[:, 2] - r[:, 3]),
-        ])
-        moment += _cross(force, np.array([0.0, 0.0, o[2]]))
-        return force, moment
-    if plate.type == 1:
-        force = r[:, :3].copy()
-        cop = np.column_stack([r[:, 3], r[:, 4], np.zeros(len(r))])
-        moment = _cross(cop, force)
-        moment[:, 2] += r[:, 5]
-        return force, moment
-    w = r @ plate.cal_matrix.T if plate.type == 4 else r
-    force = w[:, :3].copy()
-    moment = w[:, 3:6] + _cross(force, o)
-    return force, moment
+    w = _wrench(plate, _check_raw(plate, raw))
+    return w[:, 0:3], w[:, 3:6]
+
+
+def _wrench(plate: Plate, r: np.ndarray) -> np.ndarray:
+    """(N, 16) from checked SI raw channels r: ``[F, M_s]`` plate axes (0:6), ``[F, M_s]`` lab
+    axes (6:12), ``(−M_s,y, M_s,x)`` (12:14, F_z · COP) and ``(F_y, −F_x)`` (14:16), plate axes."""
+    if plate._wrench_lab is not None:
+        return r @ plate._wrench_lab
+    # Type 1: M_s = (cx, cy, 0) × F + (0, 0, Tz) = (cy Fz, −cx Fz, cx Fy − cy Fx + Tz).
+    fx, fy, fz, cx, cy = r[:, 0], r[:, 1], r[:, 2], r[:, 3], r[:, 4]
+    w = np.empty((len(r), 16))
+    w[:, 0:3] = r[:, 0:3]
+    w[:, 3] = cy * fz
+    w[:, 4] = -cx * fz
+    w[:, 5] = cx * fy - cy * fx + r[:, 5]
+    R = plate.rotation
+    w[:, 6:9] = w[:, 0:3] @ R.T
+    w[:, 9:12] = w[:, 3:6] @ R.T
+    w[:, 12] = -w[:, 4]
+    w[:, 13] = w[:, 3]
+    w[:, 14] = fy
+    w[:, 15] = -fx
+    return w
 
 
 def _cop_poly_correction(poly: np.ndarray, x: np.ndarray, y: np.ndarray):
@@ -232,11 +270,14 @@ def _cop_poly_correction(poly: np.ndarray, x: np.ndarray, y: np.ndarray):
 
 def saturated(plate: Plate, raw) -> np.ndarray:
     """(N,) bool: any raw channel (N, n_channels) at or beyond ``plate.channel_range``."""
-    r = _check_raw(plate, raw)
+    return _saturated(plate, _check_raw(plate, raw))
+
+
+def _saturated(plate: Plate, r: np.ndarray) -> np.ndarray:
     if plate.channel_range is None:
         return np.zeros(len(r), bool)
     lo, hi = plate.channel_range[:, 0], plate.channel_range[:, 1]
-    return np.any((r <= lo) | (r >= hi), axis=1)
+    return ((r <= lo) | (r >= hi)).any(axis=1)
 
 
 def process(plate: Plate, raw, threshold: float = DEFAULT_THRESHOLD, offset=None) -> PlateSignals:
@@ -249,36 +290,31 @@ def process(plate: Plate, raw, threshold: float = DEFAULT_THRESHOLD, offset=None
     Equations: module doc (methods.md d.1).
     """
     r = _check_raw(plate, raw)
-    sat = saturated(plate, r)
+    sat = _saturated(plate, r)
     if offset is not None:
         off = np.asarray(offset, dtype=float)
         if off.shape != (plate.n_channels,):
             raise PlateError(f"offset of plate {plate.name!r} must have shape ({plate.n_channels},), "
                              f"got {off.shape}")
         r = r - off
-    force, moment = plate_wrench(plate, r)
-    R = plate.rotation
-    f_lab = force @ R.T
-    valid = (f_lab[:, 2] > threshold) & (force[:, 2] != 0.0)
-    fz = force[:, 2]
+    w = _wrench(plate, r)
+    valid = w[:, 8] > threshold
+    valid &= w[:, 2] != 0.0   # plate F_z, the divisor (0 only on a plate tilted by 90°)
     if plate.type == 1:
-        cx = np.where(valid, r[:, 3], np.nan)
-        cy = np.where(valid, r[:, 4], np.nan)
+        cxy = np.where(valid[:, None], r[:, 3:5], np.nan)   # the COP channels themselves
     else:
-        cx = np.full(len(r), np.nan)
-        cy = np.full(len(r), np.nan)
-        np.divide(-moment[:, 1], fz, out=cx, where=valid)
-        np.divide(moment[:, 0], fz, out=cy, where=valid)
+        # NaN where not valid, so no division by a small or zero F_z happens there.
+        cxy = w[:, 12:14] * (1.0 / np.where(valid, w[:, 2], np.nan))[:, None]
         if plate.cop_poly is not None:
-            dx, dy = _cop_poly_correction(plate.cop_poly, cx, cy)
-            cx, cy = cx - dx, cy - dy
-    tz = moment[:, 2] - (cx * force[:, 1] - cy * force[:, 0])
-    cop_plate = np.column_stack([cx, cy, np.zeros(len(r))])
+            dx, dy = _cop_poly_correction(plate.cop_poly, cxy[:, 0], cxy[:, 1])
+            cxy = cxy - np.column_stack([dx, dy])
+    tz = w[:, 5] - (cxy * w[:, 14:16]).sum(axis=1)   # T_z = M_s,z − (COP_x F_y − COP_y F_x)
     return PlateSignals(
-        force=f_lab,
-        moment=moment @ R.T,
-        cop=cop_plate @ R.T + plate.centre,
-        free_moment=tz[:, None] * R[:, 2],
+        force=w[:, 6:9],
+        moment=w[:, 9:12],
+        # COP_lab = R (cx, cy, 0) + centre; a NaN in cx or cy makes every lab component NaN.
+        cop=cxy @ plate._cop_axes + plate.centre,
+        free_moment=tz[:, None] * plate.rotation[:, 2],
         valid=valid,
         saturated=sat,
     )
@@ -286,8 +322,7 @@ def process(plate: Plate, raw, threshold: float = DEFAULT_THRESHOLD, offset=None
 
 def vertical_force(plate: Plate, raw) -> np.ndarray:
     """(N,) lab-frame vertical reaction F_lab,z, N, from raw channels (N, n_channels), SI."""
-    force, _ = plate_wrench(plate, raw)
-    return force @ plate.rotation[2]
+    return _wrench(plate, _check_raw(plate, raw))[:, 8]
 
 
 def least_loaded_window(plate: Plate, raw, length: int) -> slice:
@@ -346,21 +381,21 @@ def combine(plates: Sequence[Plate], signals: Sequence[PlateSignals],
         raise PlateError(f"combine needs one signal set per plate, got {len(plates)} plates and "
                          f"{len(signals)} signal sets")
     n = len(signals[0].force)
-    force = np.zeros((n, 3))
-    moment = np.zeros((n, 3))
-    for plate, s in zip(plates, signals):
-        if s.force.shape != (n, 3):
-            raise PlateError(f"plate {plate.name!r}: force has shape {s.force.shape}, expected ({n}, 3)")
-        force += s.force
-        moment += _cross(plate.centre, s.force) + s.moment
+    for plate, sig in zip(plates, signals):
+        if sig.force.shape != (n, 3) or sig.moment.shape != (n, 3):
+            raise PlateError(f"plate {plate.name!r}: force and moment have shapes {sig.force.shape} "
+                             f"and {sig.moment.shape}, expected ({n}, 3)")
     if pz is None:
-        pz = float(np.mean([p.centre[2] for p in plates]))
-    valid = force[:, 2] > threshold
-    cop = np.full((n, 3), np.nan)
-    np.divide(pz * force[:, 0] - moment[:, 1], force[:, 2], out=cop[:, 0], where=valid)
-    np.divide(pz * force[:, 1] + moment[:, 0], force[:, 2], out=cop[:, 1], where=valid)
-    cop[valid, 2] = pz
-    return Combined(force=force, moment=moment, cop=cop, valid=valid)
+        pz = sum(float(p.centre[2]) for p in plates) / len(plates)
+    # One product for all plates: [F_1, M_1, F_2, M_2, ...] @ stacked _to_origin = Σ_k [F_k, n_k, ...].
+    w = np.hstack([a for sig in signals for a in (sig.force, sig.moment)])
+    total = w @ np.vstack([p._to_origin for p in plates])
+    valid = total[:, 2] > threshold
+    cop = np.empty((n, 3))
+    # NaN where not valid, so no division by a small or zero F_z happens there.
+    cop[:, 0:2] = (pz * total[:, 0:2] + total[:, 6:8]) * (1.0 / np.where(valid, total[:, 2], np.nan))[:, None]
+    cop[:, 2] = np.where(valid, pz, np.nan)
+    return Combined(force=total[:, 0:3], moment=total[:, 3:6], cop=cop, valid=valid)
 
 
 @dataclass(frozen=True)
