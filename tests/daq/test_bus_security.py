@@ -49,6 +49,16 @@ def test_bad_key_files_are_named(tmp_path, keys):
         generate_keys(tmp_path, "../evil")
 
 
+def receives(sub, pub, hang_guard_s=60.0):
+    """Publish until ``sub`` gets a frame; True once it does (however slowly a loaded machine runs)."""
+    end = time.monotonic() + hang_guard_s
+    while time.monotonic() < end:
+        pub.publish("fp/1", np.ones((1, 1)), **FORCE)
+        if sub.recv(0.05) is not None:
+            return True
+    return False
+
+
 def frames_received(sub, pub, seconds):
     """Publish continuously for ``seconds`` and count what ``sub`` gets."""
     n = 0
@@ -70,7 +80,7 @@ def test_curve_endpoint_serves_only_subscribers_with_the_server_key(keys):
         with good, plain, wrong:
             assert pub.wait_for_subscribers(1, 10.0)
             assert good.wait_connected(10.0)
-            assert frames_received(good, pub, 0.3) > 0
+            assert receives(good, pub)
             assert frames_received(plain, pub, QUIET_S) == 0
             assert frames_received(wrong, pub, QUIET_S) == 0
             assert pub.subscribers == 1  # the two others never completed a handshake
@@ -89,7 +99,7 @@ def test_authorized_clients_only(keys):
         outsider = Subscriber(pub.endpoint, ["fp/1"], curve=CurveClient.ephemeral(server.public_key))
         with member, outsider:
             assert pub.wait_for_subscribers(1, 10.0) and member.wait_connected(10.0)
-            assert frames_received(member, pub, 0.3) > 0
+            assert receives(member, pub)
             assert frames_received(outsider, pub, QUIET_S) == 0
             assert pub.subscribers == 1
 
@@ -100,7 +110,7 @@ def test_all_interfaces_bind_is_allowed_with_keys(keys):
         port = pub.endpoint.rsplit(":", 1)[1]
         with Subscriber(f"tcp://127.0.0.1:{port}", ["fp/1"], curve=CurveClient.from_files(keys["server"][0])) as sub:
             assert pub.wait_for_subscribers(1, 10.0) and sub.wait_connected(10.0)
-            assert frames_received(sub, pub, 0.3) > 0
+            assert receives(sub, pub)
 
 
 def loopback_host_name():
@@ -137,6 +147,6 @@ def test_remote_style_endpoint_needs_keys_and_reports_no_latency(keys):
                 Subscriber(remote, ["fp/1"])
         with Subscriber(remote, ["fp/1"], curve=CurveClient.from_files(keys["server"][0])) as sub:
             assert pub.wait_for_subscribers(1, 10.0) and sub.wait_connected(10.0)
-            assert frames_received(sub, pub, 0.3) > 0
+            assert receives(sub, pub)
             latency = sub.stats()["fp/1"].latency_p50_s
             assert (latency is None) if name is not None else (latency > 0)
