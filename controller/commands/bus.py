@@ -98,6 +98,11 @@ def monitor_handler(args: argparse.Namespace) -> int:
                 if live and time.monotonic() >= next_draw:
                     next_draw += args.interval
                     print((_CLEAR if tty else "") + table() + ("" if tty else "\n"), flush=True)
+            # Frames that arrived by the end but were not read yet (a monitor starved of CPU on a
+            # loaded machine wakes up late) belong in the final table; bounded, should they keep coming.
+            stop_draining = time.monotonic() + 1.0
+            while time.monotonic() < stop_draining and (frame := sub.recv(timeout_s=0)) is not None:
+                kinds.setdefault(frame.stream, frame.kind)
         except KeyboardInterrupt:
             pass
         final = table()
