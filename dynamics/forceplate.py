@@ -385,13 +385,27 @@ def combine(plates: Sequence[Plate], signals: Sequence[PlateSignals],
         if sig.force.shape != (n, 3) or sig.moment.shape != (n, 3):
             raise PlateError(f"plate {plate.name!r}: force and moment have shapes {sig.force.shape} "
                              f"and {sig.moment.shape}, expected ({n}, 3)")
+    w = np.hstack([a for sig in signals for a in (sig.force, sig.moment)])
+    return combine_wrenches(plates, w, threshold, pz)
+
+
+def combine_wrenches(plates: Sequence[Plate], wrenches, threshold: float = DEFAULT_THRESHOLD,
+                     pz: float | None = None) -> Combined:
+    """:func:`combine` from the plates' lab wrenches side by side.
+
+    wrenches: (N, 6 K) ``[F_1, M_1, F_2, M_2, ...]`` for the K plates, N and N·m, lab axes, M_k
+    about plate k's surface centre (``PlateSignals.force``, ``.moment``). One product does the
+    sum: ``[F, n] = wrenches @ [[I, [c_k]×ᵀ], [0, I]]`` stacked over k.
+    """
+    w = np.asarray(wrenches, dtype=float)
+    if not plates or w.ndim != 2 or w.shape[1] != 6 * len(plates):
+        raise PlateError(f"wrenches must have shape (N, {6 * len(plates)}) for {len(plates)} "
+                         f"plate(s), got {w.shape}")
     if pz is None:
         pz = sum(float(p.centre[2]) for p in plates) / len(plates)
-    # One product for all plates: [F_1, M_1, F_2, M_2, ...] @ stacked _to_origin = Σ_k [F_k, n_k, ...].
-    w = np.hstack([a for sig in signals for a in (sig.force, sig.moment)])
-    total = w @ np.vstack([p._to_origin for p in plates])
+    total = w @ (plates[0]._to_origin if len(plates) == 1 else np.vstack([p._to_origin for p in plates]))
     valid = total[:, 2] > threshold
-    cop = np.empty((n, 3))
+    cop = np.empty((len(w), 3))
     # NaN where not valid, so no division by a small or zero F_z happens there.
     cop[:, 0:2] = (pz * total[:, 0:2] + total[:, 6:8]) * (1.0 / np.where(valid, total[:, 2], np.nan))[:, None]
     cop[:, 2] = np.where(valid, pz, np.nan)

@@ -67,8 +67,6 @@ TOTAL_UNITS = ("N", "N", "N", "N*m", "N*m", "N*m", "m", "m", "m", "1")
 GRF_STREAM = "dynamics/grf"
 ZERO_STREAM = "dynamics/zero"
 EVENTS_STREAM = "events/contact"
-# Internal per-sample row kept for the combination: force, moment, cop, free moment (3 each), valid.
-_ROW = 13
 _LOG_FIRST, _LOG_EVERY = 10, 1000
 #: Most input frames computed together (what is waiting after a stall, up to this many).
 MAX_BATCH = 64
@@ -146,10 +144,10 @@ def _raw_units(channels: Sequence[str]) -> tuple[str, ...]:
 
 
 class _PlateStream:
-    """Live state of one plate: expected layout, zeroing, contact state, sample continuity and the
-    processed rows waiting for the combination (a ring indexed by sample slot)."""
+    """Live state of one plate: expected layout, zeroing, contact state, sample continuity and
+    where its processed rows wait for the combination (its columns of the service's ring)."""
 
-    def __init__(self, device: Any, capacity: int) -> None:
+    def __init__(self, device: Any, column: int) -> None:
         self.name = device.name
         self.stream = device.stream_name
         self.plate = fp.Plate(type=device.type, corners=device.corners, origin=device.origin,
@@ -164,7 +162,7 @@ class _PlateStream:
         self.first_k: int | None = None      # slot of the first accepted sample
         self.next_k: int | None = None       # slot after the last accepted sample
         self.processed_end: int | None = None
-        self.ring = np.full((capacity, _ROW), np.nan)
+        self.columns = slice(6 * column, 6 * column + 6)   # its [F, M] in the combination's ring
         self.rejected = 0
         self.meta: dict[str, Any] = {}
 
@@ -212,11 +210,15 @@ class GrfService:
         self.zero_n = round(settings.zero_s * self.rate_hz)
         self.window_n = max(1, round(settings.zero_window_s * self.rate_hz))
         capacity = self.zero_n + 4 * self.lag + round(2.0 * self.rate_hz)
-        self.plates = [_PlateStream(d, capacity) for d in devices]
+        self.plates = [_PlateStream(d, i) for i, d in enumerate(devices)]
         self.by_stream = {p.stream: p for p in self.plates}
         if len(self.by_stream) != len(self.plates):
             raise ValueError("dynamics service: two plates share one stream name")
         self.capacity = capacity
+        # Lab wrenches [F, M] of every plate side by side per sample slot (slot k at row
+        # k % capacity), waiting for the combination; NaN: not delivered (yet).
+        self.ring = np.full((capacity, 6 * len(self.plates)), np.nan)
+        self.plate_models = [p.plate for p in self.plates]
         self.publish = publish
         self.count = count
         self.anchor: tuple[int, int, int | None] | None = None   # t, t_host, t_device of slot 0
@@ -279,8 +281,8 @@ class GrfService:
                             frame.stream, frame.seq, reason)
             return None
         raw = np.array(frame.data, dtype=float)
-        bad = ~np.isfinite(raw).all(axis=1)
-        if bad.any():
+        if not np.isfinite(raw).all():
+            bad = ~np.isfinite(raw).all(axis=1)
             raw[bad] = np.nan  # an inf would turn into NaN with warnings in the products below
             self.count(f"{p.name}:nonfinite_samples", int(bad.sum()))
         if p.next_k is None:
@@ -350,12 +352,8 @@ class GrfService:
         raw = run[0][2] if len(run) == 1 else np.concatenate([r for _, _, r in run])
         sig = fp.process(p.plate, raw, threshold=s.threshold_n, offset=p.zero.offset)
         n = len(raw)
-        out = np.empty((n, len(PLATE_CHANNELS)))
-        out[:, 0:3] = sig.force
-        out[:, 3:6] = sig.moment
-        out[:, 6:9] = sig.cop
-        out[:, 9] = sig.free_moment[:, 2]
-        out[:, 10] = sig.valid
+        out = np.concatenate([sig.force, sig.moment, sig.cop, sig.free_moment[:, 2:3],
+                              sig.valid[:, None]], axis=1, dtype=float)
         self.publish(f"{GRF_STREAM}/{p.name}", out, kind="grf", rate_hz=frame.rate_hz,
                      channels=PLATE_CHANNELS, units=PLATE_UNITS, t_device=frame.t_device,
                      t_host=frame.t_host, t=frame.t, meta=p.meta)
@@ -365,9 +363,9 @@ class GrfService:
             self._emit(k0 + n - self.capacity)  # a stuck plate must not make us overwrite slots
         lo = max(k0, self.k_emit)
         if lo < k0 + n:
-            rows = np.concatenate([sig.force, sig.moment, sig.cop, sig.free_moment,
-                                   sig.valid[:, None]], axis=1)
-            p.ring[np.arange(lo, k0 + n) % self.capacity] = rows[lo - k0:]
+            rows = out[lo - k0:, 0:6]
+            for ring_rows, part in self._slots(lo, k0 + n):
+                self.ring[ring_rows, p.columns] = rows[part]
         if lo > k0:
             self.count("combine:late_samples", min(lo - k0, n))
         p.processed_end = k0 + n
@@ -375,11 +373,13 @@ class GrfService:
     def _contacts(self, p: _PlateStream, frame: Any, fz: np.ndarray) -> None:
         s = self.settings
         # A missing sample holds the state: a value inside the hysteresis band changes nothing.
-        f = np.where(np.isfinite(fz), fz, 0.5 * (s.on_n + s.off_n))
         if p.contact is None:
-            p.contact = bool(f[0] > 0.5 * (s.on_n + s.off_n))  # no event for the state found at start
-        if (f.min() >= s.off_n) if p.contact else (f.max() <= s.on_n):
-            return  # no sample crosses the level that could change the state (most blocks)
+            p.contact = bool(fz[0] > 0.5 * (s.on_n + s.off_n))  # no event for the state found at start
+        # No sample crosses the level that could change the state (most blocks); NaN compares
+        # False, so a missing sample changes nothing here either.
+        if not ((fz < s.off_n) if p.contact else (fz > s.on_n)).any():
+            return
+        f = np.where(np.isfinite(fz), fz, 0.5 * (s.on_n + s.off_n))
         c = fp.contact_events(f, on=s.on_n, off=s.off_n, initial=p.contact)
         p.contact = bool(c.contact[-1])
         events = [(int(i), "touchdown") for i in c.touchdown] + [(int(i), "liftoff") for i in c.liftoff]
@@ -412,19 +412,24 @@ class GrfService:
         while self.k_emit < until:
             self._emit_chunk(min(until, self.k_emit + self.capacity))
 
+    def _slots(self, a: int, b: int) -> list[tuple[slice, slice]]:
+        """Slots [a, b) (b - a <= capacity) as (ring rows, block rows) slice pairs: one, or two
+        where the ring wraps."""
+        i, n = a % self.capacity, b - a
+        if i + n <= self.capacity:
+            return [(slice(i, i + n), slice(0, n))]
+        m = self.capacity - i
+        return [(slice(i, self.capacity), slice(0, m)), (slice(0, n - m), slice(m, n))]
+
     def _emit_chunk(self, until: int) -> None:
         a = self.k_emit
-        idx = np.arange(a, until) % self.capacity
-        signals = []
-        for p in self.plates:
-            rows = p.ring[idx]
-            p.ring[idx] = np.nan
-            signals.append(fp.PlateSignals(force=rows[:, 0:3], moment=rows[:, 3:6], cop=rows[:, 6:9],
-                                           free_moment=rows[:, 9:12], valid=rows[:, 12] > 0.5,
-                                           saturated=np.zeros(len(idx), bool)))
-        total = fp.combine([p.plate for p in self.plates], signals, threshold=self.settings.threshold_n,
-                           pz=self.pz)
-        out = np.concatenate([total.force, total.moment, total.cop, total.valid[:, None]], axis=1)
+        w = np.empty((until - a, self.ring.shape[1]))
+        for ring_rows, part in self._slots(a, until):
+            w[part] = self.ring[ring_rows]
+            self.ring[ring_rows] = np.nan
+        total = fp.combine_wrenches(self.plate_models, w, threshold=self.settings.threshold_n, pz=self.pz)
+        out = np.concatenate([total.force, total.moment, total.cop, total.valid[:, None]], axis=1,
+                             dtype=float)
         t0, th0, td0 = self.anchor
         dt = round(a * self.period_ns)
         self.publish(GRF_STREAM, out, kind="grf", rate_hz=self.rate_hz, channels=TOTAL_CHANNELS,
