@@ -9,8 +9,10 @@ stream (``forceplate/NAME``, C3D channel layout of its type, SI) and publishes:
   stamps continue by sample count (when the service catches up after a stall), channels
   ``Fx Fy Fz`` [N] (reaction in lab axes, +z on a loaded plate), ``Mx My Mz`` [N·m] (about the
   plate's surface centre, lab axes), ``COPx COPy COPz`` [m] (lab frame), ``Tz`` [N·m] (free
-  moment, lab z component of ``T_z n̂``) and ``valid`` [1] (``F_z > threshold``; COP and Tz
-  are NaN where 0). ``meta``: ``{"zero": status}`` (see zeroing).
+  moment, lab z component of ``T_z n̂``), ``valid`` [1] (``F_z > threshold``; COP and Tz
+  are NaN where 0) and ``saturated`` [1] (a raw force channel at or beyond ±``force_range_n``
+  or a moment channel beyond ±``moment_range_nm``, the amplifier's range; always 0 when not
+  configured; also counted as ``NAME:saturated_samples``). ``meta``: ``{"zero": status}``.
 - ``dynamics/zero/NAME``: once, when the plate is zeroed: the raw offset subtracted (1, channels)
   in the raw channels' units (NaN: not used), ``meta`` ``status``, ``base_n``, ``peak_n``,
   ``record_s``, ``window_s``; stamped with the first sample of the zeroing record.
@@ -60,8 +62,8 @@ from dynamics import forceplate as fp
 
 log = logging.getLogger("walklab.dynamics")
 
-PLATE_CHANNELS = ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "COPx", "COPy", "COPz", "Tz", "valid")
-PLATE_UNITS = ("N", "N", "N", "N*m", "N*m", "N*m", "m", "m", "m", "N*m", "1")
+PLATE_CHANNELS = ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "COPx", "COPy", "COPz", "Tz", "valid", "saturated")
+PLATE_UNITS = ("N", "N", "N", "N*m", "N*m", "N*m", "m", "m", "m", "N*m", "1", "1")
 TOTAL_CHANNELS = ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "COPx", "COPy", "COPz", "valid")
 TOTAL_UNITS = ("N", "N", "N", "N*m", "N*m", "N*m", "m", "m", "m", "1")
 GRF_STREAM = "dynamics/grf"
@@ -75,18 +77,27 @@ MAX_BATCH = 64
 @dataclass(frozen=True)
 class Settings:
     """Service parameters (SI): COP validity threshold [N], contact hysteresis on/off [N],
-    zeroing record and window lengths [s] (zero_s = 0: no zeroing), and how long [s] the
-    combination waits for a lagging plate before reporting its samples as missing."""
+    zeroing record and window lengths [s] (zero_s = 0: no zeroing), how long [s] the
+    combination waits for a lagging plate before reporting its samples as missing, and the
+    amplifier's range of the raw force [N] and moment [N·m] channels (inf: not configured; a
+    raw value at or beyond ± the range is saturated)."""
     threshold_n: float = fp.DEFAULT_THRESHOLD
     on_n: float = 50.0
     off_n: float = fp.DEFAULT_THRESHOLD
     zero_s: float = 2.0
     zero_window_s: float = 0.1
     max_lag_s: float = 0.1
+    force_range_n: float = math.inf
+    moment_range_nm: float = math.inf
 
     def __post_init__(self) -> None:
-        if not all(math.isfinite(v) for v in vars(self).values()):
+        ranges = (self.force_range_n, self.moment_range_nm)
+        if not all(math.isfinite(v) for k, v in vars(self).items()
+                   if k not in ("force_range_n", "moment_range_nm")):
             raise ValueError(f"dynamics service settings must be finite numbers, got {self}")
+        if not all(v > 0 for v in ranges):  # NaN fails this too
+            raise ValueError(f"dynamics service: --force-range-n and --moment-range-nm must be > 0 "
+                             f"(inf: not configured), got {ranges[0]} and {ranges[1]}")
         if not self.off_n < self.on_n:
             raise ValueError(f"dynamics service: contact hysteresis needs --off-n < --on-n, "
                              f"got {self.off_n} and {self.on_n}")
@@ -147,13 +158,18 @@ class _PlateStream:
     """Live state of one plate: expected layout, zeroing, contact state, sample continuity and
     where its processed rows wait for the combination (its columns of the service's ring)."""
 
-    def __init__(self, device: Any, column: int) -> None:
+    def __init__(self, device: Any, column: int, settings: Settings) -> None:
         self.name = device.name
         self.stream = device.stream_name
-        self.plate = fp.Plate(type=device.type, corners=device.corners, origin=device.origin,
-                              cal_matrix=device.cal_matrix, name=device.name)
         self.channels = tuple(device.channels)
         self.units = _raw_units(self.channels)
+        limit = {"N": settings.force_range_n, "N*m": settings.moment_range_nm, "m": math.inf}
+        # An unconfigured (inf) channel gets the largest float as its limit: never reached.
+        hi = np.array([min(limit[u], np.finfo(float).max) for u in self.units])
+        configured = math.isfinite(settings.force_range_n) or math.isfinite(settings.moment_range_nm)
+        self.plate = fp.Plate(type=device.type, corners=device.corners, origin=device.origin,
+                              cal_matrix=device.cal_matrix, name=device.name,
+                              channel_range=np.column_stack([-hi, hi]) if configured else None)
         self.rate_hz = float(device.rate_hz)
         self.zero: ZeroResult | None = None
         self.held: list[tuple[Any, int, np.ndarray]] = []
@@ -210,7 +226,7 @@ class GrfService:
         self.zero_n = round(settings.zero_s * self.rate_hz)
         self.window_n = max(1, round(settings.zero_window_s * self.rate_hz))
         capacity = self.zero_n + 4 * self.lag + round(2.0 * self.rate_hz)
-        self.plates = [_PlateStream(d, i) for i, d in enumerate(devices)]
+        self.plates = [_PlateStream(d, i, settings) for i, d in enumerate(devices)]
         self.by_stream = {p.stream: p for p in self.plates}
         if len(self.by_stream) != len(self.plates):
             raise ValueError("dynamics service: two plates share one stream name")
@@ -353,7 +369,9 @@ class GrfService:
         sig = fp.process(p.plate, raw, threshold=s.threshold_n, offset=p.zero.offset)
         n = len(raw)
         out = np.concatenate([sig.force, sig.moment, sig.cop, sig.free_moment[:, 2:3],
-                              sig.valid[:, None]], axis=1, dtype=float)
+                              sig.valid[:, None], sig.saturated[:, None]], axis=1, dtype=float)
+        if p.plate.channel_range is not None and sig.saturated.any():
+            self.count(f"{p.name}:saturated_samples", int(sig.saturated.sum()))
         self.publish(f"{GRF_STREAM}/{p.name}", out, kind="grf", rate_hz=frame.rate_hz,
                      channels=PLATE_CHANNELS, units=PLATE_UNITS, t_device=frame.t_device,
                      t_host=frame.t_host, t=frame.t, meta=p.meta)
@@ -451,6 +469,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--zero-window-s", type=float, default=d.zero_window_s, help="zeroing window [s]")
     p.add_argument("--max-lag-s", type=float, default=d.max_lag_s,
                    help="how long the combination waits for a lagging plate [s]")
+    p.add_argument("--force-range-n", type=float, default=d.force_range_n,
+                   help="amplifier range of the raw force channels, +- [N]; at or beyond: saturated (default: none)")
+    p.add_argument("--moment-range-nm", type=float, default=d.moment_range_nm,
+                   help="amplifier range of the raw moment channels, +- [N*m] (default: none)")
     return p
 
 
@@ -458,7 +480,7 @@ def run(ctx: Any, args: Sequence[str]) -> int:
     """Serve the force plates of process `ctx` until asked to stop (see module doc)."""
     opts = _parser().parse_args(list(args))
     settings = Settings(opts.threshold_n, opts.on_n, opts.off_n, opts.zero_s, opts.zero_window_s,
-                        opts.max_lag_s)
+                        opts.max_lag_s, opts.force_range_n, opts.moment_range_nm)
     others = [name for name, d in ctx.devices.items() if d.kind != "forceplate"]
     if others:
         raise ValueError(f"process {ctx.name!r}: dynamics.service serves force plates only, not "

@@ -113,6 +113,7 @@ def test_noise_free_stream_equals_the_analytic_load_per_plate_and_combined(batch
         np.testing.assert_allclose(rows[valid, 6:9], cop[valid], atol=1e-9)
         np.testing.assert_allclose(rows[valid, 9], tz[valid], atol=1e-9)
         assert np.isnan(rows[~valid, 6:10]).all()
+        assert (rows[:, 11] == 0).all()  # no amplifier range configured: never saturated
         np.testing.assert_array_equal(box.times(f"{GRF_STREAM}/{d.name}", "t_host"), T0 + 7 + np.arange(n) * 1_000_000)
         f_tot += force
         n_tot += np.cross(cop, force) + tz[:, None] * [0, 0, 1]
@@ -125,6 +126,23 @@ def test_noise_free_stream_equals_the_analytic_load_per_plate_and_combined(batch
     cop = np.column_stack([(pz * f_tot[:, 0] - n_tot[:, 1]) / f_tot[:, 2], (pz * f_tot[:, 1] + n_tot[:, 0]) / f_tot[:, 2]])
     np.testing.assert_allclose(total[:, 6:8], cop, atol=1e-9)
     assert (total[:, 9] == 1).all() and (total[:, 8] == pz).all()
+
+
+def test_saturation_from_the_configured_amplifier_range_is_flagged_per_sample_and_counted():
+    """--force-range-n 600, --moment-range-nm 25: a sample is saturated where a raw force channel
+    reaches ±600 N or a raw moment channel ±25 N·m (the raw channels as the amplifier sends them,
+    type 4 before its calibration)."""
+    n = 2000
+    raws = [raw_of(0, n), raw_of(1, n)]
+    box, _ = serve(lockstep(raws, n // 5), Settings(zero_s=0.0, force_range_n=600.0, moment_range_nm=25.0))
+    for i, d in enumerate(DEVICES):
+        expected = (np.abs(raws[i][:, :3]) >= 600.0).any(axis=1) | (np.abs(raws[i][:, 3:]) >= 25.0).any(axis=1)
+        assert 0 < expected.sum() < n  # the gait peaks cross the range, the swing does not
+        rows = box.rows(f"{GRF_STREAM}/{d.name}")
+        np.testing.assert_array_equal(rows[:, 11] == 1, expected)
+        assert box.counts[f"{d.name}:saturated_samples"] == expected.sum()
+        force, _, _ = truth(i, n)
+        np.testing.assert_allclose(rows[:, 0:3], force, atol=1e-9)  # flagged, not altered
 
 
 @pytest.mark.parametrize("batch", [1, 13])
@@ -272,6 +290,8 @@ def test_bad_settings_and_plate_sets_are_clear_errors():
         Settings(on_n=20.0, off_n=30.0)
     with pytest.raises(ValueError, match="--zero-window-s"):
         Settings(zero_s=0.05, zero_window_s=0.1)
+    with pytest.raises(ValueError, match="--force-range-n and --moment-range-nm must be > 0"):
+        Settings(moment_range_nm=float("nan"))
     fast = ForcePlate(kind="forceplate", name="FP9", corners=DEVICES[0].corners, rate_hz=2000.0)
     with pytest.raises(ValueError, match="different rate_hz"):
         GrfService([DEVICES[0], fast], Settings(), lambda *a, **k: None)
