@@ -57,26 +57,21 @@ class Analogs:
 
 
 @dataclass(frozen=True)
-class TrialPlate:
-    """One force platform of a trial, at the analog rate, lab frame, SI.
+class TrialPlate(fp.PlateSignals):
+    """One force platform of a trial: its signals at the analog rate, lab frame, SI (the fields of
+    ``dynamics.forceplate.PlateSignals``: force (n, 3) N, moment (n, 3) N·m about the surface
+    centre, cop (n, 3) m, free_moment (n, 3) N·m, valid (n,) bool (F_z above threshold),
+    saturated (n,) bool) and where they came from:
 
     plate: its description (``dynamics.forceplate.Plate``); channels: 0-based analog indices;
     offset (n_channels,): subtracted from the SI raw channels (zeros without zeroing);
-    window: the analog samples the offset came from (None without zeroing);
-    force (n, 3) N, moment (n, 3) N·m about the surface centre, cop (n, 3) m, free_moment (n, 3)
-    N·m, valid (n,) bool (F_z above threshold), saturated (n,) bool: see ``PlateSignals``.
+    window: the analog samples the offset came from (None without zeroing).
     """
 
     plate: fp.Plate
     channels: tuple[int, ...]
     offset: np.ndarray
     window: slice | None
-    force: np.ndarray
-    moment: np.ndarray
-    cop: np.ndarray
-    free_moment: np.ndarray
-    valid: np.ndarray
-    saturated: np.ndarray
 
     @property
     def type(self) -> int:
@@ -285,9 +280,8 @@ def _read_plates(c, path: Path, length: float, analogs: Analogs, zero: bool | st
                 plate, raw, min(len(raw), max(1, round(ZERO_WINDOW_S * rate))))
             offset = fp.zero_offset(plate, raw, window)
         s = fp.process(plate, raw, threshold=threshold, offset=offset)
-        plates.append(TrialPlate(plate=plate, channels=tuple(int(k) for k in chans), offset=offset,
-                                 window=window, force=s.force, moment=s.moment, cop=s.cop,
-                                 free_moment=s.free_moment, valid=s.valid, saturated=s.saturated))
+        plates.append(TrialPlate(**vars(s), plate=plate, channels=tuple(int(k) for k in chans),
+                                 offset=offset, window=window))
     return tuple(plates)
 
 
