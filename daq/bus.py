@@ -135,6 +135,17 @@ def _ipc_in_use(path: str) -> bool:
     return True
 
 
+def _socket_file(endpoint: str) -> tuple[str, int] | None:
+    """(path, inode) of the unix socket file behind a bound ipc endpoint; None for other transports."""
+    if not endpoint.startswith("ipc://") or endpoint.startswith("ipc://@"):
+        return None  # tcp, inproc, or the Linux abstract namespace (no file)
+    path = endpoint[len("ipc://"):]
+    try:
+        return path, os.stat(path).st_ino
+    except OSError:
+        return None
+
+
 # ----------------------------------------------------------------------------------- publisher
 
 
@@ -174,6 +185,7 @@ class Publisher:
             raise ValueError("a publisher that authorizes client keys needs its own context: do not pass context=")
         self._ctx = zmq.Context() if self._own_context else (context or zmq.Context.instance())
         self._auth = None
+        self._ipc_file: tuple[str, int] | None = None
         self._sock = self._ctx.socket(zmq.XPUB)
         self._closed = False
         try:
@@ -202,6 +214,7 @@ class Publisher:
                         raise BusError(f"cannot bind {endpoint!r}: {exc}") from None
                     time.sleep(0.02)
             self.endpoint: str = self._sock.last_endpoint.decode()
+            self._ipc_file = _socket_file(self.endpoint)
         except BaseException:
             self.close()
             raise
@@ -318,6 +331,16 @@ class Publisher:
             return
         self._closed = True
         self._sock.close(linger=PUBLISHER_LINGER_MS)
+        if self._ipc_file is not None:
+            # libzmq 4.3.5 leaves the socket file behind (measured): remove it, unless it is no
+            # longer ours (another publisher bound the path since). Established connections and
+            # frames still lingering are unaffected: unlink removes only the name.
+            path, inode = self._ipc_file
+            try:
+                if os.stat(path).st_ino == inode:
+                    os.unlink(path)
+            except OSError:
+                pass
         if self._auth is not None:
             self._auth.stop()
         if self._own_context:

@@ -1,5 +1,6 @@
 """The bus over real ZeroMQ sockets: round trips, counting of every lost frame, slow joiners, shutdown."""
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -341,6 +342,22 @@ def test_bind_failure_is_a_bus_error(tmp_path):
         s.bind(str(stale))
     with Publisher(f"ipc://{stale}") as pub:
         assert pub.endpoint == f"ipc://{stale}"
+
+
+def test_a_closed_ipc_publisher_leaves_no_socket_file(tmp_path):
+    path = tmp_path / "fp.ipc"
+    with Publisher(f"ipc://{path}") as pub, Subscriber(pub.endpoint, ["fp/1"]) as sub:
+        assert pub.wait_for_subscribers(1, TIMEOUT) and sub.wait_connected(TIMEOUT)
+        assert path.is_socket()
+        pub.publish("fp/1", np.zeros((5, 3)), **FORCE)
+        assert sub.recv(TIMEOUT) is not None
+    assert not path.exists()
+    # a path taken over by another publisher after ours closed is not removed by our close
+    first = Publisher(f"ipc://{path}")
+    os.unlink(path)  # as if it had gone, and a second publisher had bound the same path
+    with Publisher(f"ipc://{path}"):
+        first.close()
+        assert path.is_socket()
 
 
 def test_one_subscriber_many_publishers(tmp_path):
