@@ -385,8 +385,12 @@ def combine(plates: Sequence[Plate], signals: Sequence[PlateSignals],
         if sig.force.shape != (n, 3) or sig.moment.shape != (n, 3):
             raise PlateError(f"plate {plate.name!r}: force and moment have shapes {sig.force.shape} "
                              f"and {sig.moment.shape}, expected ({n}, 3)")
-    w = np.hstack([a for sig in signals for a in (sig.force, sig.moment)])
-    return combine_wrenches(plates, w, threshold, pz)
+    # Σ_k [F_k, M_k] @ _to_origin_k plate by plate (no (N, 6 K) interleaved copy: slower).
+    total = np.zeros((n, 8))
+    for plate, sig in zip(plates, signals):
+        total += sig.force @ plate._to_origin[0:3]
+        total += sig.moment @ plate._to_origin[3:6]
+    return _combined(plates, total, threshold, pz)
 
 
 def combine_wrenches(plates: Sequence[Plate], wrenches, threshold: float = DEFAULT_THRESHOLD,
@@ -401,11 +405,16 @@ def combine_wrenches(plates: Sequence[Plate], wrenches, threshold: float = DEFAU
     if not plates or w.ndim != 2 or w.shape[1] != 6 * len(plates):
         raise PlateError(f"wrenches must have shape (N, {6 * len(plates)}) for {len(plates)} "
                          f"plate(s), got {w.shape}")
+    total = w @ (plates[0]._to_origin if len(plates) == 1 else np.vstack([p._to_origin for p in plates]))
+    return _combined(plates, total, threshold, pz)
+
+
+def _combined(plates: Sequence[Plate], total: np.ndarray, threshold: float, pz: float | None) -> Combined:
+    """Combined from total (N, 8) = ``[F, n, −n_y, n_x]`` about the lab origin (methods.md d.2)."""
     if pz is None:
         pz = sum(float(p.centre[2]) for p in plates) / len(plates)
-    total = w @ (plates[0]._to_origin if len(plates) == 1 else np.vstack([p._to_origin for p in plates]))
     valid = total[:, 2] > threshold
-    cop = np.empty((len(w), 3))
+    cop = np.empty((len(total), 3))
     # NaN where not valid, so no division by a small or zero F_z happens there.
     cop[:, 0:2] = (pz * total[:, 0:2] + total[:, 6:8]) * (1.0 / np.where(valid, total[:, 2], np.nan))[:, None]
     cop[:, 2] = np.where(valid, pz, np.nan)
