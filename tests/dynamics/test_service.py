@@ -145,6 +145,25 @@ def test_saturation_from_the_configured_amplifier_range_is_flagged_per_sample_an
         np.testing.assert_allclose(rows[:, 0:3], force, atol=1e-9)  # flagged, not altered
 
 
+def test_blocks_that_straddle_the_end_of_the_ring_are_combined_whole():
+    """7-sample blocks against a 2400-slot ring (not a multiple of 7): blocks and emitted chunks
+    wrap around its end; every total sample still equals the analytic sum."""
+    n = 7 * 1000
+    raws = [raw_of(0, n), raw_of(1, n)]
+    blocks = [frame(i, raws[i], 7 * b, seq=b, data=raws[i][7 * b:7 * b + 7]) for b in range(n // 7) for i in range(2)]
+    box, svc = serve(blocks, batch=3)
+    assert svc.capacity % 7 != 0 and n > 2 * svc.capacity
+    force, n_sum = np.zeros((n, 3)), np.zeros((n, 3))
+    for i in range(2):
+        f, c, tz = truth(i, n)
+        force += f
+        n_sum += np.cross(c, f) + tz[:, None] * [0, 0, 1]
+    total = box.rows(GRF_STREAM)
+    np.testing.assert_array_equal(box.times(GRF_STREAM), T0 + np.arange(n) * 1_000_000)
+    np.testing.assert_allclose(total[:, 0:3], force, atol=1e-9)
+    np.testing.assert_allclose(total[:, 3:6], n_sum, atol=1e-9)
+
+
 @pytest.mark.parametrize("batch", [1, 13])
 def test_contact_events_at_the_analytic_stance_boundaries_and_streaming_equals_batch(batch):
     n = 3000
