@@ -243,6 +243,24 @@ def test_markers_and_analogs_from_the_raw_words(shared_data):
     assert 0.03 < height[trial.markers.labels.index("RA")] < 0.2
 
 
+def test_saturation_at_the_16_bit_limits_of_an_integer_file(shared_data, tmp_path):
+    """TYPE-2.c3d with two analog words set to the int16 limits in the file's bytes (FZ1 at
+    32767 in analog sample 2003, MY1 at −32768 in sample 3101): exactly those samples are
+    flagged; the untouched file has none."""
+    data = bytearray((shared_data / "TYPE-2.c3d").read_bytes())
+    header = np.frombuffer(bytes(data[:24]), "<i2")
+    n_markers, n_analog_words, start, per_frame = (int(header[i]) for i in (1, 2, 8, 9))
+    n_ch = n_analog_words // per_frame
+    for sample, channel, word in ((2003, 2, 32767), (3101, 4, -32768)):
+        frame, sub = divmod(sample, per_frame)
+        k = frame * (4 * n_markers + n_analog_words) + 4 * n_markers + sub * n_ch + channel
+        data[(start - 1) * 512 + 2 * k:(start - 1) * 512 + 2 * k + 2] = np.int16(word).tobytes()
+    path = tmp_path / "saturated.c3d"
+    path.write_bytes(bytes(data))
+    assert not c3d.load(shared_data / "TYPE-2.c3d").plates[0].saturated.any()
+    np.testing.assert_array_equal(np.flatnonzero(c3d.load(path).plates[0].saturated), [2003, 3101])
+
+
 @pytest.mark.parametrize("name, plates", [
     ("gait-raw.c3d", [["FX1", "FY1", "FZ1", "MX1", "MY1", "MZ1"], ["FX2", "FY2", "FZ2", "MX2", "MY2", "MZ2"]]),
     ("Walk1.c3d", [["F1X", "F1Y", "F1Z", "M1X", "M1Y", "M1Z"], ["F2X", "F2Y", "F2Z", "M2X", "M2Y", "M2Z"]]),
