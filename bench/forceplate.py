@@ -77,6 +77,7 @@ def main() -> int:
     args = ap.parse_args()
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; python {sys.version.split()[0]}, numpy {np.__version__}")
     print(f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
+    print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     rng = np.random.default_rng(1)
     for n_plates in (2, 3, 4):
         plates = make_plates(n_plates)

@@ -209,6 +209,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"machine: {machine()}")
     print(f"command: python bench/service.py --duration {args.duration} --plates {args.plates}")
+    print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     counts = [int(x) for x in args.plates.split(",")]
     for n in counts:
         us = in_process(n) * 1e6
