@@ -11,8 +11,6 @@ tick of waiting, the pty, both Python processes' scheduling and the link's reade
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -24,23 +22,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.common import command, machine  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 from firmware_bridge import protocol as P  # noqa: E402
 from firmware_bridge.link import Link  # noqa: E402
-
-
-def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, load avg {os.getloadavg()[0]:.1f}"
 
 
 def pct(a, qs=(50, 99)) -> str:
@@ -144,7 +131,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0, help="round-trip run length (default 5)")
     ap.add_argument("--frames", type=int, default=50_000, help="frames per codec run (default 50000)")
     args = ap.parse_args()
-    print("command:", " ".join([Path(sys.executable).name] + sys.argv))
+    print("command:", command())
     print("machine:", machine())
     bench_codec(args.frames)
     bench_round_trip(args.seconds)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import struct
 import subprocess
 import sys
@@ -34,6 +33,7 @@ import numpy as np
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import command, machine  # noqa: E402
 from daq.bus import Publisher, Subscriber  # noqa: E402
 
 STREAMS = 10
@@ -152,19 +152,6 @@ def measure(scenario: str, impl: str, endpoint: str, args: argparse.Namespace) -
                 p50=np.percentile(arr, 50), p99=np.percentile(arr, 99), max=arr.max())
 
 
-def machine() -> str:
-    cpu = "unknown cpu"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}, pyzmq {zmq.__version__}, libzmq {zmq.zmq_version()}")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=5.0, help="seconds of 1 kHz blocked streams per run")
@@ -180,8 +167,8 @@ def main() -> None:
     if args.role == "pub":
         run_publisher(args)
         return
-    print(f"machine: {machine()}")
-    print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
+    print(f"machine: {machine(f'pyzmq {zmq.__version__}', f'libzmq {zmq.zmq_version()}')}")
+    print(f"command: {command()}")
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores: above 2 the runs compete)")
     print("latency = subscriber monotonic_ns at receive - publisher monotonic_ns at send; separate processes")
     print(f"{'scenario':<28}{'transport':<10}{'impl':<9}{'frames':>8}{'lost':>6}{'frames/s':>10}"

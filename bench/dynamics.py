@@ -21,8 +21,6 @@ which path ran.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -32,22 +30,11 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.common import command, machine  # noqa: E402
 
 import dynamics  # noqa: E402
 from dynamics.pinocchio_model import to_pinocchio  # noqa: E402
 from dynamics.samples import random_configuration  # noqa: E402
-
-
-def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, load avg {os.getloadavg()[0]:.1f}"
 
 
 def percentiles(times_s: list[float]) -> str:
@@ -65,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     import pinocchio as pin
 
     print(f"machine: {machine()}")
-    print(f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
+    print(f"command: {command()}")
     print(f"numpy {np.__version__}, pinocchio {pin.__version__}")
     toml_model = dynamics.load_model(args.model)
     with tempfile.TemporaryDirectory() as tmp:

@@ -8,7 +8,6 @@ types 2, 4, 3, 2 in that order. Peer: ezc3d's C++ platform module on the same fi
 """
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -18,19 +17,10 @@ import numpy as np
 # Run as a script, bench/ is sys.path[0] and bench/dynamics.py would shadow the package.
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.common import command, machine  # noqa: E402
 from dynamics import forceplate as fp  # noqa: E402
 
 RATE = 1000.0
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def make_plates(n):
@@ -75,9 +65,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=1.0, help="minimum timing time per case")
     args = ap.parse_args()
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; python {sys.version.split()[0]}, numpy {np.__version__}")
-    print(f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
-    print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"machine: {machine(f'numpy {np.__version__}')}")
+    print(f"command: {command()}")
     rng = np.random.default_rng(1)
     for n_plates in (2, 3, 4):
         plates = make_plates(n_plates)

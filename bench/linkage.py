@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 from scipy.interpolate import CubicSpline  # noqa: E402
 
-from bench.dynamics import machine  # noqa: E402  (bench/ is a namespace package)
+from bench.common import command, machine  # noqa: E402  (bench/ is a namespace package)
 from dynamics.linkage import inverse, kinematics, position, reduced  # noqa: E402
 from dynamics.linkage.model import read_linkage  # noqa: E402
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resolution", type=int, default=720)
     a = ap.parse_args(argv)
     print(f"# bench/linkage.py  machine: {machine()}")
-    print(f"# command: {' '.join([Path(sys.executable).name] + sys.argv)}")
+    print(f"# command: {command()}")
 
     model = read_linkage("jansen_leg")
     t = time.perf_counter()

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,39 +34,18 @@ import zmq
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.common import machine  # noqa: E402
 from controller.config import load  # noqa: E402
 from controller.supervisor import Supervisor  # noqa: E402
 from daq.bus import Subscriber  # noqa: E402
 from daq.frames import Frame  # noqa: E402
 from daq.simulated import Gait, SimulatedPlate  # noqa: E402
+from daq.ports import free_tcp_ports  # noqa: E402
 from dynamics.service import GrfService, Settings  # noqa: E402
 
 ZERO_S = 1.0
 BLOCK = 5  # samples per frame of the simulated plates (the config default)
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def machine() -> str:
-    cpu = "unknown cpu"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}, numpy {np.__version__}, libzmq {zmq.zmq_version()}")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def lab_text(n_plates: int, ports: list[int]) -> str:
@@ -111,7 +88,7 @@ def pct(values) -> str:
 
 
 def live(n_plates: int, duration: float) -> None:
-    ports = free_ports(3)
+    ports = free_tcp_ports(3)
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "lab.toml"
         config.write_text(lab_text(n_plates, ports))
@@ -207,9 +184,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=5.0, help="seconds measured per plate count")
     ap.add_argument("--plates", default="2,4", help="comma-separated plate counts")
     args = ap.parse_args()
-    print(f"machine: {machine()}")
+    print(f"machine: {machine(f'numpy {np.__version__}', f'libzmq {zmq.zmq_version()}')}")
     print(f"command: python bench/service.py --duration {args.duration} --plates {args.plates}")
-    print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     counts = [int(x) for x in args.plates.split(",")]
     for n in counts:
         us = in_process(n) * 1e6

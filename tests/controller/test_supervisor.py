@@ -16,6 +16,7 @@ import pytest
 
 from controller.supervisor import backoff_delay
 from daq.bus import Subscriber
+from daq.ports import free_tcp_ports
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,16 +33,6 @@ def run(ctx, args):
     ctx.sleep_until(end)
     return 3
 '''
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def alive(pid: int) -> bool:
@@ -103,7 +94,7 @@ def lab_of(tmp_path: Path, name: str, processes: list[tuple[str, str, str]],
            supervisor: str = "") -> tuple[Path, list[int]]:
     """A lab config NAME with `processes` as (name, module, extra TOML lines) and extra
     `supervisor` lines; returns its path and ports (the supervisor's, then one per process)."""
-    ports = free_ports(1 + len(processes))
+    ports = free_tcp_ports(1 + len(processes))
     text = f'[lab]\nname = "{name}"\n[supervisor]\nbind = "tcp://127.0.0.1:{ports[0]}"\n'
     text += textwrap.dedent(supervisor).strip() + "\n"
     for port, (proc_name, module, extra) in zip(ports[1:], processes):
@@ -151,7 +142,7 @@ def test_backoff_formula():
 def test_crashing_child_restarts_with_backoff_and_events(tmp_path):
     (tmp_path / "crasher.py").write_text(CRASHER)
     go = tmp_path / "go"
-    ports = free_ports(4)
+    ports = free_tcp_ports(4)
     config = sim_lab(tmp_path, ports, f"""
         [[processes]]
         name = "crasher"
@@ -200,7 +191,7 @@ def test_crashing_child_restarts_with_backoff_and_events(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_stop_leaves_no_process_and_no_socket(tmp_path, sig):
-    ports = free_ports(3)
+    ports = free_tcp_ports(3)
     proc = start(sim_lab(tmp_path, ports), tmp_path)
     try:
         with Subscriber([f"tcp://127.0.0.1:{p}" for p in ports], ["health/*"]) as sub:
@@ -219,7 +210,7 @@ def test_stop_leaves_no_process_and_no_socket(tmp_path, sig):
 
 
 def test_children_die_with_a_killed_supervisor(tmp_path):
-    ports = free_ports(3)
+    ports = free_tcp_ports(3)
     proc = start(sim_lab(tmp_path, ports), tmp_path)
     try:
         with Subscriber([f"tcp://127.0.0.1:{p}" for p in ports[1:]], ["health/*"]) as sub:
@@ -234,7 +225,7 @@ def test_children_die_with_a_killed_supervisor(tmp_path):
 
 
 def test_bus_monitor_shows_force_plate_streams_without_gaps(tmp_path):
-    ports = free_ports(3)
+    ports = free_tcp_ports(3)
     config = sim_lab(tmp_path, ports)
     proc = start(config, tmp_path)
     try:
@@ -265,7 +256,7 @@ def test_bus_monitor_shows_force_plate_streams_without_gaps(tmp_path):
 
 
 def test_bus_monitor_with_nothing_running_is_one_line_error(tmp_path):
-    (port,) = free_ports(1)
+    (port,) = free_tcp_ports(1)
     r = subprocess.run([sys.executable, "-m", "controller.cli", "bus", "monitor", "--connect",
                         f"tcp://127.0.0.1:{port}", "--duration", "0.5"],
                        capture_output=True, text=True, cwd=REPO, timeout=60)
@@ -286,7 +277,7 @@ def test_curve_secured_lab_serves_key_holders_only(tmp_path):
         assert cli.main(["keys", "--dir", str(keys), name]) == 0
     (keys / "authorized").mkdir()
     (keys / "client.key").rename(keys / "authorized" / "client.key")
-    ports = free_ports(3)
+    ports = free_tcp_ports(3)
     config = sim_lab(tmp_path, ports, """
         [bus.curve]
         server_key = "keys/server.key_secret"

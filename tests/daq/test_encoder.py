@@ -6,7 +6,6 @@ a mean over many samples, and sample accounting (published + counted lost = devi
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ from daq.bus import Publisher, Subscriber
 from daq.encoder import CommandError, command_setpoints, parse_args
 from daq.frames import Frame
 from daq.health import parse_health
+from daq.ports import free_tcp_ports
 from firmware_bridge import protocol as P
 from firmware_bridge.plant import MotorParams
 from firmware_bridge.virtual import VirtualMCU
@@ -28,16 +28,6 @@ from firmware_bridge.virtual import VirtualMCU
 REPO = Path(__file__).resolve().parents[2]
 RATE = 250  # Hz, STATE rate the daemon asks for
 PERIOD_NS = 1_000_000_000 // RATE
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def frame(channels, units, rows) -> Frame:
@@ -146,7 +136,7 @@ class Recorder:
 def scenario(tmp_path_factory):
     """One daemon run: default setpoint, a bus command, line noise, an unplug. Yields the record."""
     tmp = tmp_path_factory.mktemp("encoder")
-    ports = free_ports(3)
+    ports = free_tcp_ports(3)
     port = tmp / "mcu"  # appears once the MCU is up, like a USB device plugged in late
     cfg = write_lab(tmp, ports, port)
     proc, sub = start_encoder(cfg, ports)
@@ -249,7 +239,7 @@ def test_unplug_is_reported_and_the_session_restarts(scenario):
 
 
 def test_an_mcu_with_other_motors_is_a_one_line_error(tmp_path):
-    ports = free_ports(3)
+    ports = free_tcp_ports(3)
     with VirtualMCU(2, control_hz=500, stream_hz=500) as mcu:
         cfg = write_lab(tmp_path, ports, Path(mcu.port))
         proc, sub = start_encoder(cfg, ports)

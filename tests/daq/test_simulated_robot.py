@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import configs
 from controller.config import load
 from daq.bus import Subscriber
 from daq.health import parse_health
+from daq.ports import free_tcp_ports
 from daq.simulated_robot import crank_legs, link_port
 from firmware_bridge import protocol as P
 from firmware_bridge.plant import MotorParams
@@ -29,21 +29,11 @@ from firmware_bridge.plant import MotorParams
 REPO = Path(__file__).resolve().parents[2]
 
 
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def private_copy(tmp_path: Path, extra_args: dict[str, list[str]] | None = None) -> Path:
     """configs/sim_walker.toml with free ports and a pty path under tmp_path; `extra_args` are appended
     to the args of the named processes (argparse: a repeated option's last value wins)."""
     text = configs.path("sim_walker.toml").read_text()
-    for old, new in zip(sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text))), free_ports(8)):
+    for old, new in zip(sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text))), free_tcp_ports(8)):
         text = text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
     text = text.replace("/tmp/walklab-sim/walker-mcu", str(tmp_path / "run" / "walker-mcu"))
     for name, extra in (extra_args or {}).items():

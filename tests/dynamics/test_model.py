@@ -59,10 +59,10 @@ def test_shipped_model_by_name():
 
 
 def test_linkage_files_go_to_the_linkage_loader(tmp_path):
-    from dynamics.linkage import load_linkage  # noqa: F401  (the dispatch target exists)
+    from dynamics.linkage.model import Linkage
 
     obj = dynamics.load_model("jansen_leg")
-    assert not isinstance(obj, dynamics.Model)
+    assert isinstance(obj, Linkage) and len(obj.bodies) == 11   # the 11 bars of models.md 2.1
 
 
 def test_missing_file_and_unknown_name():

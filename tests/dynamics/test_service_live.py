@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import textwrap
 import time
@@ -27,6 +26,7 @@ from controller.config import load
 from controller.supervisor import Supervisor
 from daq.bus import Publisher, Subscriber
 from daq.health import parse_health
+from daq.ports import free_tcp_ports
 from daq.simulated import Gait, foot_wrench
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,16 +44,6 @@ UNITS = ("N", "N", "N", "N*m", "N*m", "N*m")
 MIRROR_FRAMES = 700          # FP3 blocks published (3.5 s of samples)
 BAD_CHANNELS_AT, BAD_RATE_AT, NAN_AT, SKIP_AT = 280, 300, 320, 340   # FP3 block indices
 NAN_ROWS = [1, 2]
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def lab_config(tmp_path: Path, ports: list[int]) -> Path:
@@ -109,7 +99,7 @@ def start(config: Path, name: str, tmp_path: Path) -> subprocess.Popen:
 def live(tmp_path_factory):
     """Run the lab, mirror FP1's blocks as FP3 with injected faults, collect everything."""
     tmp = tmp_path_factory.mktemp("service")
-    ports = free_ports(5)
+    ports = free_tcp_ports(5)
     config = lab_config(tmp, ports)
     ep = {k: f"tcp://127.0.0.1:{p}" for k, p in zip(("sup", "sim", "svc", "fp3", "junk"), ports)}
     rng = np.random.default_rng(7)
