@@ -40,18 +40,19 @@ so exact, consistent data give equal torques, and a plate error ΔW gives r = Δ
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from .forceplate import Plate, PlateSignals
-from .kinematics import check_state, lab_inertias, tree_state
+from .kinematics import check_state, tree_state
 from .model import Model
 from .rnea import rnea
 from .spatial import cross, matvec
-from .support import stability_margin, support_polygon
-from .zmp import zmp_of_wrench
+from .support import SupportPolygon, support_polygon, within
+from .zmp import com_of_state, zmp_of_wrench
 
 
 class PlateIDError(ValueError):
@@ -118,13 +119,11 @@ def assign_plates(plates: Sequence[PlateLoad], points, point_foot, n_feet: int,
     shared = np.zeros((n, n_p), bool)
     unassigned = np.zeros((n, n_p), bool)
     flat = pts.reshape(-1, 3)
-    seen = np.all(np.isfinite(flat), axis=1)
     for p, pl in enumerate(plates):
         _check_plate(pl, n, p)
-        surface = float(np.mean(pl.corners[:, 2]))
-        margin = np.full(flat.shape[0], -np.inf)
-        margin[seen] = stability_margin(flat[seen, :2], support_polygon(pl.corners))
-        inside = ((margin >= -edge_tol) & (flat[:, 2] - surface < height_tol)).reshape(n, k)
+        outline, surface = _outline(np.ascontiguousarray(pl.corners, dtype=float).tobytes())
+        # A NaN point (marker not seen) is in no outline: `within` is False there.
+        inside = (within(flat, outline, edge_tol) & (flat[:, 2] - surface < height_tol)).reshape(n, k)
         on[:, p] = (inside[:, :, None] & onehot[None]).any(axis=1)
         count = on[:, p].sum(axis=1)
         loaded = pl.loaded
@@ -141,10 +140,79 @@ def assign_plates(plates: Sequence[PlateLoad], points, point_foot, n_feet: int,
     return Assignment(weights, on, shared, unassigned, straddling)
 
 
+@functools.lru_cache(maxsize=64)
+def _outline(corners: bytes) -> tuple[SupportPolygon, float]:
+    """Outline polygon and surface height (m) of a plate from its corners' bytes ((4, 3) float64):
+    plates are fixed in the lab, so a live stream computes each outline once."""
+    c = np.frombuffer(corners, dtype=float).reshape(4, 3)
+    return support_polygon(c), float(np.mean(c[:, 2]))
+
+
 def _check_plate(pl: PlateLoad, n: int, p: int) -> None:
     for name, shape in (("force", (n, 3)), ("moment", (n, 3)), ("corners", (4, 3)), ("loaded", (n,))):
         if np.shape(getattr(pl, name)) != shape:
             raise PlateIDError(f"plate {p} ({pl.name!r}): {name} must have shape {shape}, got {np.shape(getattr(pl, name))}")
+
+
+@dataclass(frozen=True, eq=False)
+class PlateIDWorkspace:
+    """The model-constant part of :func:`plate_inverse_dynamics` for one model and foot set (Pinocchio's
+    Data idea): built and validated once by :func:`plate_id_workspace`, cached on the model.
+
+    feet (F,) foot segment names; point_segment (K,) int and point_local (K, 3) m: segment and local
+    position of each foot point; point_foot (K,) int its foot; below (nv, F) bool: foot f is in the
+    subtree of velocity coordinate k (below_weight: the same as floats).
+    """
+
+    feet: tuple[str, ...]
+    point_segment: np.ndarray
+    point_local: np.ndarray
+    point_foot: np.ndarray
+    below: np.ndarray
+    below_weight: np.ndarray
+
+
+def plate_id_workspace(model: Model, feet: Sequence[str] | Mapping[str, Sequence[str]]) -> PlateIDWorkspace:
+    """Validated :class:`PlateIDWorkspace` of model and feet (as in :func:`plate_inverse_dynamics`),
+    cached on the model per foot set so that a live stream validates and indexes once."""
+    if isinstance(feet, Mapping):
+        key = ("points", tuple((f, tuple(pts or ())) for f, pts in feet.items()))
+    else:
+        key = ("contacts", tuple(feet))
+    cache = model.__dict__.setdefault("_plate_id_workspaces", {})
+    ws = cache.get(key)
+    if ws is None:
+        names = dict(key[1]) if key[0] == "points" else {f: tuple(model.segment(f).contacts) for f in key[1]}
+        ws = cache[key] = _build_workspace(model, names)
+    return ws
+
+
+def _build_workspace(model: Model, names: dict[str, tuple[str, ...]]) -> PlateIDWorkspace:
+    roots = [s for s in model.segments if s.parent is None]
+    if len(roots) != 1 or roots[0].joint.type != "free_flyer":
+        raise PlateIDError(f"model {model.name!r}: needs one floating root (a free_flyer joint), got "
+                           f"{[(s.name, s.joint.type) for s in roots]}")
+    g = float(np.linalg.norm(model.gravity))
+    if not np.allclose(model.gravity, [0.0, 0.0, -g]):
+        raise PlateIDError(f"model {model.name!r}: plates lie on the lab floor z = const; gravity must be along -z, "
+                           f"got {model.gravity.tolist()}")
+    if not names:
+        raise PlateIDError("feet: give at least one foot segment")
+    foot_seg = []
+    for f, pts in names.items():
+        foot_seg.append(model.index[model.segment(f).name])
+        if not pts:
+            raise PlateIDError(f"foot {f!r} has no contact points: give its point names (markers) explicitly")
+    segs, local = zip(*(model.point(p) for pts in names.values() for p in pts))
+    below = model.supports[np.array(foot_seg)][:, model.dof_segment].T.astype(bool)
+    return PlateIDWorkspace(
+        feet=tuple(names),
+        point_segment=np.array(segs),
+        point_local=np.array(local, dtype=float),
+        point_foot=np.repeat(np.arange(len(names)), [len(p) for p in names.values()]),
+        below=below,
+        below_weight=below.astype(float),
+    )
 
 
 @dataclass(frozen=True)
@@ -190,32 +258,13 @@ def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], f
     (q, v, a), batched = check_state(model, q, v, a)
     if v is None or a is None:
         raise PlateIDError("plate_inverse_dynamics needs q, v and a")
-    roots = [s for s in model.segments if s.parent is None]
-    if len(roots) != 1 or roots[0].joint.type != "free_flyer":
-        raise PlateIDError(f"model {model.name!r}: needs one floating root (a free_flyer joint), got "
-                           f"{[(s.name, s.joint.type) for s in roots]}")
-    g = float(np.linalg.norm(model.gravity))
-    if not np.allclose(model.gravity, [0.0, 0.0, -g]):
-        raise PlateIDError(f"model {model.name!r}: plates lie on the lab floor z = const; gravity must be along -z, "
-                           f"got {model.gravity.tolist()}")
     if not plates:
         raise PlateIDError("plates: give at least one PlateLoad")
-    n = q.shape[0]
-    names = dict(feet) if isinstance(feet, Mapping) else {f: tuple(model.segment(f).contacts) for f in feet}
-    if not names:
-        raise PlateIDError("feet: give at least one foot segment")
-    foot_seg = []
-    for f, pts in names.items():
-        foot_seg.append(model.index[model.segment(f).name])
-        if not pts:
-            raise PlateIDError(f"foot {f!r} has no contact points: give its point names (markers) explicitly")
-    point_names = [p for pts in names.values() for p in pts]
-    point_foot = np.repeat(np.arange(len(names)), [len(p) for p in names.values()])
+    ws = plate_id_workspace(model, feet)
     # One position pass serves the foot points, the CoM, the root placement and the motion subspaces.
     st = tree_state(model, q)
-    segs, local = zip(*(model.point(p) for p in point_names))
-    positions = matvec(st.rotation[:, list(segs)], np.array(local)) + st.position[:, list(segs)]
-    asg = assign_plates(plates, positions, point_foot, len(names), height_tol, edge_tol)
+    positions = matvec(st.rotation[:, ws.point_segment], ws.point_local) + st.position[:, ws.point_segment]
+    asg = assign_plates(plates, positions, ws.point_foot, len(ws.feet), height_tol, edge_tol)
 
     # Plate wrenches (about the lab origin) per foot, and the total measured.
     w_plate = np.stack([np.concatenate([pl.force, pl.moment], axis=1) for pl in plates], axis=1)  # (N, P, 6)
@@ -230,15 +279,14 @@ def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], f
     R0, p0 = st.rotation[:, 0], st.position[:, 0]
     f_req = matvec(R0, tau_free[:, :3])
     w_req = np.concatenate([f_req, matvec(R0, tau_free[:, 3:6]) + cross(p0, f_req)], axis=1)
-    m, c_seg, _, _ = lab_inertias(model, st)
-    c = np.einsum("s,nsj->nj", m, c_seg) / model.total_mass
+    c = com_of_state(model, st)
 
     # Feet below each joint (foot segment in the joint's subtree) carrying a plate wrench.
-    below = model.supports[np.array(foot_seg)][:, model.dof_segment].T.astype(bool)  # (nv, F)
+    below = ws.below                                                                    # (nv, F)
     loaded_foot = asg.weights.sum(axis=1) > 0                                           # (N, F)
     plate_below = (loaded_foot[:, None, :] & below[None]).any(axis=2)
     plate_above = (loaded_foot[:, None, :] & ~below[None]).any(axis=2)
-    w_below = np.einsum("kf,nfj->nkj", below.astype(float), w_foot)                    # W(D_k)
+    w_below = np.einsum("kf,nfj->nkj", ws.below_weight, w_foot)                        # W(D_k)
     w_complement = w_applied[:, None, :] - w_below                                      # W(C_k)
     S = st.S                                                                            # (N, nv, 6)
     tau_bu = tau_free - np.einsum("nkj,nkj->nk", S, w_below)  # = rnea with the foot wrenches as f_ext
@@ -259,7 +307,7 @@ def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], f
         com=c,
         foot_wrench=w_foot,
         assignment=asg,
-        feet=tuple(names),
+        feet=ws.feet,
     )
 
 

@@ -130,9 +130,31 @@ def stability_margin(p, polygon: SupportPolygon) -> np.ndarray:
         return -_segment_distance(p, v[:1], v[1:])[:, 0]
     s = p @ polygon.normals.T - polygon.offsets
     smin = s.min(axis=1)
-    if (smin >= 0.0).all():  # the usual live case: no distance to the edges needed
-        return smin
-    return np.where(smin >= 0.0, smin, -_segment_distance(p, v, v + polygon.edges).min(axis=1))
+    out = ~(smin >= 0.0)
+    if out.any():  # edge distances for the outside points only (none in the usual live case)
+        smin[out] = -_segment_distance(p[out], v, v + polygon.edges).min(axis=1)
+    return smin
+
+
+def within(p, polygon: SupportPolygon, tol: float = 0.0) -> np.ndarray:
+    """(M,) bool: the points p (M, 2) (x, y in m, lab frame) lie in the polygon grown by tol ≥ 0 m,
+    i.e. stability_margin(p) ≥ −tol; False for NaN points and for an empty polygon.
+
+    For K ≥ 3 only the points with −tol ≤ min_k s_k < 0 need the edge distance: outside a convex
+    polygon dist(p, polygon) ≥ max_k(−s_k), so min_k s_k < −tol already means margin < −tol.
+    """
+    p = np.asarray(p, dtype=float)
+    if p.ndim != 2 or p.shape[1] < 2:
+        raise SupportError(f"p must have shape (M, 2) (x, y of the points), got {p.shape}")
+    if polygon.n_vertices < 3:
+        with np.errstate(invalid="ignore"):
+            return stability_margin(p, polygon) >= -tol
+    smin = (p[:, :2] @ polygon.normals.T - polygon.offsets).min(axis=1)
+    inside = smin >= 0.0
+    band = ~inside & (smin >= -tol)
+    if band.any():
+        inside[band] = stability_margin(p[band], polygon) >= -tol
+    return inside
 
 
 def support_margin(points, in_contact, p, tol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:

@@ -18,11 +18,12 @@ ground the COP is the ZMP. The ZMP is invalid (NaN + flag, never inf) where f_z 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from .spatial import cross
+from .spatial import cross, matvec
 
 G = 9.81  # m/s², methods.md section 0
 
@@ -192,6 +193,25 @@ def zmp_deviation(force, moment, nominal, min_fz: float = 0.0) -> ZMPDeviation:
     return ZMPDeviation(d, norm, float(np.max(norm[valid])) if valid.any() else float("nan"), valid)
 
 
+def com_of_state(model, st) -> np.ndarray:
+    """CoM c = Σ m_i (p_i + R_i c_i) / M (N, 3) m, lab frame, of a ``dynamics.Model`` from a
+    ``kinematics.TreeState`` (segment origins p_i, axes R_i; c_i the local segment CoMs): one
+    weighted sum, without the segment inertias that ``com.com`` also builds."""
+    return np.einsum("s,nsj->nj", model.masses / model.total_mass, st.position + matvec(st.rotation, model.coms))
+
+
+def _gravity_axis(gvec: np.ndarray) -> tuple[int, float]:
+    """(axis, g) with gravity g⃗ = −g e_axis (np.allclose's tolerances), axis −1 if along no −axis."""
+    comps = [float(x) for x in gvec]
+    g = math.sqrt(sum(x * x for x in comps))
+    for axis in (2, 1):
+        want = [0.0, 0.0, 0.0]
+        want[axis] = -g
+        if all(abs(x - w) <= 1e-8 + 1e-5 * abs(w) for x, w in zip(comps, want)):
+            return axis, g
+    return -1, g
+
+
 def zmp_model(model, q, v, a, ground: float = 0.0, min_fraction: float = 0.1) -> ZMP:
     """Kinematic ZMP of a tree model (``dynamics.Model``) from its CoM and centroidal momentum rate.
 
@@ -200,15 +220,15 @@ def zmp_model(model, q, v, a, ground: float = 0.0, min_fraction: float = 0.1) ->
     :func:`zmp_planar` on the line y = ground, point (N,) = x, with k̇_c = L̇_G,z.
     """
     from .centroidal import centroidal_momentum
-    from .com import com as com_of
+    from .kinematics import check_state, tree_state
 
-    c = np.atleast_2d(com_of(model, q))
+    axis, g = _gravity_axis(np.asarray(model.gravity, dtype=float))
+    if axis < 0:
+        raise ZMPError(f"model {model.name!r}: gravity {model.gravity.tolist()} is along neither −z (3-D) nor −y (planar)")
+    (qb, _, _), _ = check_state(model, q)
     _, dh = centroidal_momentum(model, q, v, a)
     dh = np.atleast_2d(dh)
-    gvec = np.asarray(model.gravity, dtype=float)
-    g = float(np.linalg.norm(gvec))
-    if np.allclose(gvec, [0.0, 0.0, -g]):
+    c = com_of_state(model, tree_state(model, qb))
+    if axis == 2:
         return zmp_centroidal(model.total_mass, c, dh[:, :3], dh[:, 3:], ground, g, min_fraction)
-    if np.allclose(gvec, [0.0, -g, 0.0]):
-        return zmp_planar(model.total_mass, c[:, :2], dh[:, :2], dh[:, 5], ground, g, min_fraction)
-    raise ZMPError(f"model {model.name!r}: gravity {gvec.tolist()} is along neither −z (3-D) nor −y (planar)")
+    return zmp_planar(model.total_mass, c[:, :2], dh[:, :2], dh[:, 5], ground, g, min_fraction)
