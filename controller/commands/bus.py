@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Subscribe to every publisher of a lab (or to given endpoints) and show, per "
                     "stream: measured sample rate and frame rate over the last 2 s, frames "
                     "received, sequence gaps and frames dropped inside them, frames published "
-                    "before the monitor joined (LATE, not a loss), malformed frames (BAD) and the "
+                    "before the monitor joined (BEFORE_JOIN, not a loss), malformed frames (BAD) and the "
                     "publish->receive latency p50/p99/max (local endpoints only). Runs until "
                     "Ctrl-C, or for --duration seconds and then prints the final table.")
     src = mon.add_mutually_exclusive_group()
@@ -43,7 +43,7 @@ def format_table(stats: dict[str, Any], kinds: dict[str, str], header: str) -> s
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{v * 1e3:.2f}"
 
-    cols = ("STREAM", "KIND", "RATE_HZ", "FRAMES/S", "RECEIVED", "GAPS", "DROPPED", "LATE", "BAD",
+    cols = ("STREAM", "KIND", "RATE_HZ", "FRAMES/S", "RECEIVED", "GAPS", "DROPPED", "BEFORE_JOIN", "BAD",
             "LAT_P50_MS", "LAT_P99_MS", "LAT_MAX_MS")
     rows = [cols]
     for name in sorted(stats):
@@ -74,7 +74,7 @@ def monitor_handler(args: argparse.Namespace) -> int:
         endpoints = list(lab.endpoints().values())
     if args.interval <= 0 or (args.duration is not None and args.duration <= 0):
         raise ValueError("--interval and --duration must be > 0 seconds")
-    # The table shows late joins (LATE) and malformed frames (BAD); no log line per stream.
+    # The table shows late joins (BEFORE_JOIN) and malformed frames (BAD); no log line per stream.
     logging.getLogger("walklab.bus").setLevel(logging.ERROR)
     duration = 2.5 if args.once else args.duration
     live = duration is None
