@@ -114,28 +114,29 @@ def assign_plates(plates: Sequence[PlateLoad], points, point_foot, n_feet: int,
     onehot = np.zeros((k, n_feet), bool)
     onehot[np.arange(k), pf] = True
     n_p = len(plates)
-    on = np.zeros((n, n_p, n_feet), bool)
-    weights = np.zeros((n, n_p, n_feet))
-    shared = np.zeros((n, n_p), bool)
-    unassigned = np.zeros((n, n_p), bool)
     flat = pts.reshape(-1, 3)
+    inside = np.empty((n, n_p, k), bool)
+    loaded = np.empty((n, n_p), bool)
+    surfaces = []
     for p, pl in enumerate(plates):
         _check_plate(pl, n, p)
         outline, surface = _outline(np.ascontiguousarray(pl.corners, dtype=float).tobytes())
+        surfaces.append(surface)
         # A NaN point (marker not seen) is in no outline: `within` is False there.
-        inside = (within(flat, outline, edge_tol) & (flat[:, 2] - surface < height_tol)).reshape(n, k)
-        on[:, p] = (inside[:, :, None] & onehot[None]).any(axis=1)
-        count = on[:, p].sum(axis=1)
-        loaded = pl.loaded
-        single = loaded & (count == 1)
-        weights[single, p] = on[single, p]
-        shared[:, p] = loaded & (count > 1)
-        unassigned[:, p] = loaded & (count == 0)
-        for t in np.flatnonzero(shared[:, p]):
-            cop = zmp_of_wrench(pl.force[t], pl.moment[t], surface).point[0]
-            d = np.linalg.norm(pts[t, :, :2] - cop[:2], axis=1)
-            d[~inside[t]] = np.inf
-            weights[t, p, pf[int(np.argmin(d))]] = 1.0
+        inside[:, p] = (within(flat, outline, edge_tol) & (flat[:, 2] - surface < height_tol)).reshape(n, k)
+        loaded[:, p] = pl.loaded
+    # All plates at once from here: a live call costs the same few array operations for any P.
+    on = (inside[..., None] & onehot).any(axis=2)                       # (N, P, F)
+    count = on.sum(axis=2)
+    weights = (on & (loaded & (count == 1))[..., None]).astype(float)
+    shared = loaded & (count > 1)
+    unassigned = loaded & (count == 0)
+    for t, p in np.argwhere(shared):
+        pl = plates[p]
+        cop = zmp_of_wrench(pl.force[t], pl.moment[t], surfaces[p]).point[0]
+        d = np.linalg.norm(pts[t, :, :2] - cop[:2], axis=1)
+        d[~inside[t, p]] = np.inf
+        weights[t, p, pf[int(np.argmin(d))]] = 1.0
     straddling = (weights > 0).sum(axis=1) > 1
     return Assignment(weights, on, shared, unassigned, straddling)
 

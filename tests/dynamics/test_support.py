@@ -11,9 +11,26 @@ from dynamics.support import (
     stability_margin,
     support_margin,
     support_polygon,
+    within,
 )
 
 SQUARE = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0], [0.5, 0.5], [1.0, 0.5]])  # interior + edge points
+
+
+def test_within_grown_square_analytic():
+    """Unit square grown by tol: a point off an edge is in iff its distance <= tol; off a corner the
+    Euclidean distance decides (|(0.06, 0.06)| = 0.0849 m), not min_k s_k = -0.06; NaN is never in."""
+    poly = support_polygon(SQUARE)
+    p = np.array([[0.5, 0.5], [1.05, 0.5], [1.06, 1.06], [np.nan, 0.5], [3.0, 0.5]])
+    assert within(p, poly).tolist() == [True, False, False, False, False]
+    assert within(p, poly, 0.1).tolist() == [True, True, True, False, False]
+    assert within(p, poly, 0.08).tolist() == [True, True, False, False, False]
+    assert within(p, poly, 0.09).tolist() == [True, True, True, False, False]
+    # degenerate polygons (a point, a segment) by the Euclidean distance as well
+    assert within([[0.0, 0.3]], support_polygon(np.zeros((1, 2))), 0.31).tolist() == [True]
+    assert within([[0.5, 0.3]], support_polygon([[0.0, 0.0], [1.0, 0.0]]), 0.29).tolist() == [False]
+    with pytest.raises(SupportError, match="p must have shape"):
+        within([0.5, 0.5], poly)
 
 
 def test_square_hull_and_analytic_margin():
