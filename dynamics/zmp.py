@@ -26,6 +26,7 @@ import numpy as np
 from .spatial import cross, matvec
 
 G = 9.81  # m/s², methods.md section 0
+_FLIP = np.array([-1.0, 1.0])  # (n_y, n_x) → (−n_y, n_x)
 
 
 class ZMPError(ValueError):
@@ -53,14 +54,14 @@ def _series(a, name: str, width: int | None) -> np.ndarray:
 
 
 def _check_n(**arrays: np.ndarray) -> int:
-    sizes = {k: v.shape[0] for k, v in arrays.items()}
-    if len(set(sizes.values())) != 1:
-        raise ZMPError(f"sample counts differ: {sizes}")
-    return next(iter(sizes.values()))
+    sizes = [v.shape[0] for v in arrays.values()]
+    if sizes.count(sizes[0]) != len(sizes):
+        raise ZMPError(f"sample counts differ: {dict(zip(arrays, sizes))}")
+    return sizes[0]
 
 
 def _mass(mass: float) -> float:
-    if not (np.isfinite(mass) and mass > 0):
+    if not (math.isfinite(mass) and mass > 0):
         raise ZMPError(f"mass must be finite and > 0 kg, got {mass}")
     return float(mass)
 
@@ -93,10 +94,11 @@ def zmp_of_wrench(force, moment, ground_z: float = 0.0, min_fz: float = 0.0) -> 
     """
     f, n = _series(force, "force", 3), _series(moment, "moment", 3)
     _check_n(force=f, moment=n)
-    valid = f[:, 2] > max(min_fz, 0.0)
+    fz = f[:, 2:]
+    valid = fz[:, 0] > max(min_fz, 0.0)
     p = np.full(f.shape, np.nan)
-    np.divide(ground_z * f[:, 0] - n[:, 1], f[:, 2], out=p[:, 0], where=valid)
-    np.divide(ground_z * f[:, 1] + n[:, 0], f[:, 2], out=p[:, 1], where=valid)
+    # (p_x, p_y) = (p_z (f_x, f_y) + (−n_y, n_x)) / f_z in one division, only where valid
+    np.divide(ground_z * f[:, :2] + n[:, 1::-1] * _FLIP, fz, out=p[:, :2], where=valid[:, None])
     p[valid, 2] = ground_z
     return ZMP(p, valid)
 
