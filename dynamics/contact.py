@@ -239,10 +239,10 @@ def friction_force(friction: Friction, f_normal: np.ndarray, v_t: np.ndarray) ->
     f_normal: F_N ≥ 0 in N, shape (…); v_t: tangential slip velocity in m/s, shape (…, d), lab frame.
     """
     v_t = np.asarray(v_t, dtype=float)
-    speed = np.linalg.norm(v_t, axis=-1)
+    speed = np.sqrt((v_t * v_t).sum(axis=-1))
     scale = friction.coefficient(speed) * np.asarray(f_normal, dtype=float)
-    safe = np.where(speed > 0.0, speed, 1.0)
-    return -(np.where(speed > 0.0, scale / safe, 0.0))[..., None] * v_t
+    # Where v_T = 0 the divisor is 1 and v_T itself makes F_T = 0 (μ(0) F_N is finite).
+    return -(scale / np.where(speed > 0.0, speed, 1.0))[..., None] * v_t
 
 
 # --------------------------------------------------------------------------------------------- ground
@@ -452,9 +452,12 @@ def contact_forces(
     lift = prev & ~in_c
 
     # Latch: the value at the last touch-down sample, else the carried-in value of an ongoing episode.
-    start = _ffill_index(touch)
-    has_start = start >= 0
-    at_start = (np.maximum(start, 0), np.arange(c))  # fancy index of each sample's episode start
+    if n == 1:  # a live step: an episode started at this sample or before the call
+        has_start, at_start = touch, 0
+    else:
+        start = _ffill_index(touch)
+        has_start = start >= 0
+        at_start = (np.maximum(start, 0), np.arange(c))  # fancy index of each sample's episode start
     v_lat = np.where(has_start, np.maximum(ddot, law.v_min)[at_start], state.v_latched)
     v_lat[~in_c] = np.nan
 
@@ -465,7 +468,7 @@ def contact_forces(
     # first sample after lift-off closes the loop back to (0, 0).
     dc = np.where(in_c, delta, 0.0)  # a NaN δ (marker gap) counts as no contact, never poisons the sums
     d_e = 0.5 * (f_n + _shift(f_n, state.last_force)) * (dc - _shift(dc, state.last_delta))
-    cum = np.cumsum(d_e, axis=0)
+    cum = d_e.cumsum(axis=0)
     energy = cum - np.where(has_start, (cum - d_e)[at_start], -state.energy)
 
     new_state = ContactState(

@@ -245,6 +245,8 @@ def test_friction_bounds_and_direction():
         mag = np.linalg.norm(f, axis=1)
         assert np.all(mag <= cap * (1 + 1e-12))
         assert np.all(np.einsum("ij,ij->i", f, v_t) <= 0)  # opposes slip
+        still = friction_force(fr, np.array([300.0, 0.0]), np.zeros((2, 3)))  # no slip: exactly no friction
+        assert np.array_equal(still, np.zeros((2, 3)))
     ramp = Friction(0.4, kind="ramp", v0=1e-3, v1=1e-2)
     assert ramp.coefficient(5e-4) == 0 and ramp.coefficient(0.02) == 0.4
     assert ramp.coefficient(5.5e-3) == pytest.approx(0.2)
