@@ -109,7 +109,7 @@ def assign_plates(plates: Sequence[PlateLoad], points, point_foot, n_feet: int,
     if pts.ndim != 3 or pts.shape[2] != 3:
         raise PlateIDError(f"points must be (N, K, 3) m, got {pts.shape}")
     n, k = pts.shape[:2]
-    if pf.shape != (k,) or not np.issubdtype(pf.dtype, np.integer) or np.any((pf < 0) | (pf >= n_feet)):
+    if pf.shape != (k,) or not np.issubdtype(pf.dtype, np.integer) or (k and (pf.min() < 0 or pf.max() >= n_feet)):
         raise PlateIDError(f"point_foot must be ({k},) integers in [0, {n_feet}), got {pf!r}")
     onehot = np.zeros((k, n_feet), bool)
     onehot[np.arange(k), pf] = True
@@ -131,7 +131,7 @@ def assign_plates(plates: Sequence[PlateLoad], points, point_foot, n_feet: int,
     weights = (on & (loaded & (count == 1))[..., None]).astype(float)
     shared = loaded & (count > 1)
     unassigned = loaded & (count == 0)
-    for t, p in np.argwhere(shared):
+    for t, p in np.argwhere(shared) if shared.any() else ():
         pl = plates[p]
         cop = zmp_of_wrench(pl.force[t], pl.moment[t], surfaces[p]).point[0]
         d = np.linalg.norm(pts[t, :, :2] - cop[:2], axis=1)
