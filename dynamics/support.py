@@ -130,9 +130,11 @@ def stability_margin(p, polygon: SupportPolygon) -> np.ndarray:
         return -_segment_distance(p, v[:1], v[1:])[:, 0]
     s = p @ polygon.normals.T - polygon.offsets
     smin = s.min(axis=1)
-    out = ~(smin >= 0.0)
-    if out.any():  # edge distances for the outside points only (none in the usual live case)
-        smin[out] = -_segment_distance(p[out], v, v + polygon.edges).min(axis=1)
+    inside = smin >= 0.0
+    if inside.all():  # the usual live case: no distance to the edges needed
+        return smin
+    out = ~inside  # edge distances for the outside (or NaN) points only
+    smin[out] = -_segment_distance(p[out], v, v + polygon.edges).min(axis=1)
     return smin
 
 
