@@ -178,6 +178,28 @@ def test_errors_named(human):
         plate_inverse_dynamics(model, q, v, a, [ok], ["foot_x"])
 
 
+def test_live_calls_equal_batch_and_workspace_per_foot_set(human):
+    """The per-model workspace (cached) changes nothing: 1-sample calls equal the batch rows, another foot
+    order or the explicit point mapping is its own workspace, and bad input is refused on every call."""
+    model, q, v, a, f, n, _ = human
+    corners = plate_under(model, q, ["heel_r", "toe_r"])
+    plate = PlateLoad(f, n, corners, f[:, 2] > 20, "FP1")
+    batch = plate_inverse_dynamics(model, q, v, a, [plate], ["foot_r", "foot_l"])
+    for t in (0, 17, N - 1):
+        one = PlateLoad(f[t:t + 1], n[t:t + 1], corners, plate.loaded[t:t + 1], "FP1")
+        live = plate_inverse_dynamics(model, q[t], v[t], a[t], [one], ["foot_r", "foot_l"])
+        np.testing.assert_allclose(live.tau_bottom_up[0], batch.tau_bottom_up[t], rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(live.tau_top_down[0], batch.tau_top_down[t], rtol=1e-12, atol=1e-9)
+    swapped = plate_inverse_dynamics(model, q, v, a, [plate], ["foot_l", "foot_r"])
+    assert swapped.feet == ("foot_l", "foot_r")
+    np.testing.assert_array_equal(swapped.foot_wrench, batch.foot_wrench[:, ::-1])
+    mapped = plate_inverse_dynamics(model, q, v, a, [plate], {"foot_r": ["heel_r", "toe_r"], "foot_l": ["heel_l", "toe_l"]})
+    np.testing.assert_array_equal(mapped.foot_wrench, batch.foot_wrench)
+    for _ in range(2):  # a refused foot set is not cached as valid
+        with pytest.raises(PlateIDError, match="no contact points"):
+            plate_inverse_dynamics(model, q, v, a, [plate], ["thigh_r"])
+
+
 @pytest.mark.parametrize(
     "name, markers",
     [
