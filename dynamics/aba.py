@@ -155,11 +155,8 @@ def aba(model: Model, q, v, tau, f_ext: Sequence[Wrench] | None = None) -> np.nd
     kernel = compiled(model, "aba", _generate)
     out = np.empty((N, model.nv))
     with np.errstate(divide="ignore", invalid="ignore"):
-        try:
-            for s in range(0, N, CHUNK):
-                out[s:s + CHUNK] = run(kernel, [q[s:s + CHUNK], v[s:s + CHUNK], t[s:s + CHUNK]], model.nv)
-        except ZeroDivisionError:
-            out[:] = np.nan
+        for s in range(0, N, CHUNK):
+            out[s:s + CHUNK] = run(kernel, [q[s:s + CHUNK], v[s:s + CHUNK], t[s:s + CHUNK]], model.nv)
     if not np.all(np.isfinite(out)):
         n = int(np.argwhere(~np.isfinite(out))[0, 0])
         raise ValueError(f"model {model.name!r}: singular articulated inertia at sample {n} (accelerations "

@@ -8,6 +8,7 @@ import pytest
 
 import dynamics
 from dynamics.aba import aba
+from dynamics.codegen import SCALAR_MAX_N
 from dynamics.model import Joint, Model, Segment
 from dynamics.pinocchio_model import to_pinocchio
 from dynamics.samples import random_configuration, random_model
@@ -113,4 +114,9 @@ def test_configuration_dependent_singularity_is_reported_with_the_sample():
     with pytest.raises(ValueError, match="singular articulated inertia at sample 0"):
         aba(model, [0.3, 0.0], [0.0, 0.0], [1.0, 0.0])                       # one sample: float path
     with pytest.raises(ValueError, match="singular articulated inertia at sample 1"):
-        aba(model, [[0.3, 0.5], [0.3, 0.0]], np.zeros((2, 2)), [[1.0, 0.0]] * 2)   # batch: array path
+        aba(model, [[0.3, 0.5], [0.3, 0.0]], np.zeros((2, 2)), [[1.0, 0.0]] * 2)   # few samples: float path
+    N = SCALAR_MAX_N + 8
+    q = np.tile([0.3, 0.5], (N, 1))
+    q[N - 3, 1] = 0.0
+    with pytest.raises(ValueError, match=f"singular articulated inertia at sample {N - 3}"):
+        aba(model, q, np.zeros((N, 2)), np.tile([1.0, 0.0], (N, 1)))          # batch: array path

@@ -8,6 +8,7 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import dynamics
+from dynamics.codegen import SCALAR_MAX_N
 from dynamics.kinematics import lab_inertias, tree_state
 from dynamics.model import Model
 from dynamics.samples import random_configuration, random_model
@@ -142,15 +143,32 @@ def test_external_wrenches_close_the_momentum_balance():
     assert np.abs(dynamics.rnea(model, q, v, a)[:, :6]).max() > 1.0
 
 
-def test_batched_equals_single_samples():
+@pytest.mark.parametrize("N", [7, SCALAR_MAX_N + 9], ids=["float kernels", "array kernels"])
+def test_batched_equals_single_samples(N):
+    """Few samples run the generated kernels on floats, more on numpy columns (codegen.run): both
+    must equal one-sample calls, which the Pinocchio tests compare against pinocchio."""
     model, rng = _model(2)
-    q = random_configuration(model, rng, 7)
-    v, a = rng.normal(size=(2, 7, model.nv))
-    tau = dynamics.rnea(model, q, v, a)
-    M = dynamics.crba(model, q)
-    for k in range(7):
-        np.testing.assert_allclose(dynamics.rnea(model, q[k], v[k], a[k]), tau[k], rtol=1e-13, atol=1e-12)
-        np.testing.assert_allclose(dynamics.crba(model, q[k]), M[k], rtol=1e-13, atol=1e-12)
+    q = random_configuration(model, rng, N)
+    v, a = rng.normal(size=(2, N, model.nv))
+    batch = {
+        "rnea": dynamics.rnea(model, q, v, a),
+        "crba": dynamics.crba(model, q),
+        "aba": dynamics.aba(model, q, v, a),
+        "placements": dynamics.forward_kinematics(model, q).translation,
+        "com": np.concatenate(dynamics.com(model, q, v, a), axis=-1),
+        "centroidal": np.concatenate(dynamics.centroidal_momentum(model, q, v, a), axis=-1),
+    }
+    for k in range(N):
+        one = {
+            "rnea": dynamics.rnea(model, q[k], v[k], a[k]),
+            "crba": dynamics.crba(model, q[k]),
+            "aba": dynamics.aba(model, q[k], v[k], a[k]),
+            "placements": dynamics.forward_kinematics(model, q[k]).translation,
+            "com": np.concatenate(dynamics.com(model, q[k], v[k], a[k]), axis=-1),
+            "centroidal": np.concatenate(dynamics.centroidal_momentum(model, q[k], v[k], a[k]), axis=-1),
+        }
+        for name, x in one.items():
+            np.testing.assert_allclose(x, batch[name][k], rtol=1e-12, atol=1e-10, err_msg=f"{name}, sample {k}")
 
 
 def test_chunked_batch_equals_unchunked(monkeypatch):
