@@ -19,8 +19,6 @@ Last: plate inverse dynamics (dynamics.plate_id) and the kinematic ZMP (zmp_mode
 two plates, in blocks of 1, 10 and 1000 samples.
 """
 import argparse
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -30,6 +28,7 @@ from scipy.spatial import ConvexHull
 
 # The repository root first: a bench/<name>.py named like a package would otherwise shadow it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import command, machine  # noqa: E402
 
 from dynamics import forceplate as fp  # noqa: E402
 from dynamics.contact import Friction, NormalLaw, Plane, contact_forces, contact_wrench, penetration  # noqa: E402
@@ -42,16 +41,6 @@ from dynamics.zmp import zmp_centroidal, zmp_of_wrench  # noqa: E402
 RATE = 1000.0
 N_FEET = 16
 MASS = 2.0 + 16 * 0.6  # kg: chassis + legs (order of magnitude; the cost does not depend on it)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def walker_feet(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -150,9 +139,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=1.0, help="approximate timing time per live case")
     ap.add_argument("--batch", type=int, default=10000, help="samples in the offline batch")
     args = ap.parse_args()
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
-          f"python {sys.version.split()[0]}, numpy {np.__version__}")
-    print(f"command: {' '.join([os.path.basename(sys.executable)] + sys.argv)}")
+    print(f"machine: {machine(f'numpy {np.__version__}')}")
+    print(f"command: {command()}")
     rng = np.random.default_rng(0)
     n = args.batch
     pos, vel = walker_feet(n)
