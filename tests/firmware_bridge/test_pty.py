@@ -164,10 +164,13 @@ def test_watchdog_cuts_torque_and_config_does_not_feed_it():
                 last_cmd = link.send(torque_cmd(0.05))
                 assert mcu.wait_rx()
                 mcu.step()
-            # Tick until a STATE shows the last COMMAND handled (the pty may hold it for a tick).
+            # Tick until a STATE shows the last COMMAND handled (the pty may hold it for a tick),
+            # reading each tick's STATE before the next tick: a host starved by the scheduler must
+            # not let the MCU run on towards the watchdog before the CONFIGs are sent.
             for _ in range(100):
+                n_states = len(states(frames))
                 mcu.step()
-                frames += link.drain()
+                collect_until(link, frames, lambda fr: len(states(fr)) > n_states)
                 if any(covers(f.ack, last_cmd) for f in states(frames)):
                     break
             configs = []
