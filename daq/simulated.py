@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dynamics.forceplate import plate_axes
+from dynamics.forceplate import Plate
 
 G = 9.80665  # m/s^2, standard gravity
 
@@ -79,17 +79,17 @@ def raw_channels(plate_type: int, corners: np.ndarray, origin: np.ndarray, cal_m
     """Amplifier channels (N, 6) of a plate loaded by `force` (N, 3) N at `cop_offset` (N, 3) m.
 
     Lab frame inputs (`foot_wrench`); plate geometry as in the config (corners (4, 3) m lab frame,
-    origin (3,) m plate axes). With R the plate axes and o the origin normalised to o_z <= 0:
+    origin (3,) m plate axes). With R the plate axes and o the origin as `Plate` normalises them:
     ``F_p = Rᵀ F``, ``c_p = Rᵀ c``, ``M_s = c_p × F_p + Rᵀ (0, 0, T_z)``,
     ``M_o = M_s − F_p × o`` (so that ``M_s = M_o + F_p × o``); type 2 → ``(F_p, M_o)``, type 4 →
     ``CAL⁻¹ (F_p, M_o)``, type 1 → ``(F_p, c_p,x, c_p,y, (Rᵀ T)_z)``.
     """
     if plate_type not in (1, 2, 4):
         raise ValueError(f"simulated plates support C3D types 1, 2 and 4, not type {plate_type}")
-    rot = plate_axes(np.asarray(corners, dtype=float))
-    o = np.asarray(origin, dtype=float)
-    if o[2] > 0:
-        o = -o
+    # The plate's own normalisation of axes and ORIGIN sign, so the simulator writes what
+    # dynamics.forceplate reads back, whichever way the plate's z axis points.
+    plate = Plate(type=plate_type, corners=corners, origin=origin, cal_matrix=cal_matrix)
+    rot, o = plate.rotation, plate.origin
     f_p = force @ rot
     c_p = cop_offset @ rot
     t_p = np.column_stack([np.zeros_like(tz), np.zeros_like(tz), tz]) @ rot

@@ -92,3 +92,24 @@ def test_steady_walking_momentum_balance():
 def test_unsupported_plate_type_is_a_clear_error():
     with pytest.raises(ValueError, match="types 1, 2 and 4, not type 3"):
         raw_channels(3, CORNERS[0], ORIGIN, None, np.zeros((1, 3)), np.zeros((1, 3)), np.zeros(1))
+
+
+@pytest.mark.parametrize("z_up", [False, True], ids=["plate z down", "plate z up"])
+@pytest.mark.parametrize("origin_z", [-0.04, 0.04])
+def test_simulator_and_reader_share_the_origin_rule(z_up, origin_z):
+    """Whichever way the plate axes point and whichever sign ORIGIN z is stored with, the raw
+    channels the simulator writes for a known load (horizontal force included, so F × o matters)
+    read back through dynamics.forceplate as that load: force and COP of the analytic input."""
+    from dynamics import forceplate as fp
+
+    corners = CORNERS[0][::-1] if z_up else CORNERS[0]      # reversed order flips the plate normal
+    origin = np.array([0.002, -0.001, origin_z])
+    n = 50
+    rng = np.random.default_rng(3)
+    force = np.column_stack([rng.uniform(-80, 80, n), rng.uniform(-80, 80, n), rng.uniform(300, 900, n)])
+    centre = corners.mean(axis=0)
+    cop = centre + np.column_stack([rng.uniform(-0.2, 0.2, n), rng.uniform(-0.1, 0.1, n), np.zeros(n)])
+    raw = raw_channels(2, corners, origin, None, force, cop - centre, np.zeros(n))
+    got = fp.process(fp.Plate(type=2, corners=corners, origin=origin), raw)
+    np.testing.assert_allclose(got.force, force, atol=1e-9)
+    np.testing.assert_allclose(got.cop, cop, atol=1e-9)
