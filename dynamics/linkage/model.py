@@ -238,7 +238,8 @@ def load_linkage(data: dict, source: str) -> Linkage:
     if not isinstance(data, dict):
         raise LinkageError(f"{source}: expected a TOML table")
     if data.get("kind") != "linkage":
-        raise _err(source, "kind", f"expected \"linkage\", got {data.get('kind')!r}")
+        what = "a tree model (no kind key)" if data.get("kind") is None else f"kind {data.get('kind')!r}"
+        raise _err(source, "kind", f"expected \"linkage\" (a closed-chain leg or walker), this file is {what}")
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise _err(source, sorted(unknown)[0], f"unknown key (allowed: {sorted(_TOP_KEYS)})")
