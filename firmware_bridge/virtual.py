@@ -189,6 +189,12 @@ class VirtualMCU:
         self.port = os.path.join(self._dir, "ttyWALKLAB0")
         self._unplugged_until: int | None = None
         self._plug()
+        # The UART transmitter drains the output buffer on its own, as a real board's DMA-driven UART
+        # does while the firmware loop runs or waits: bytes the host was too slow to take at a tick
+        # must not wait for the next tick (in lockstep use there may be none).
+        self._tx_pending = threading.Event()
+        self._uart = threading.Thread(target=self._uart_tx, name="virtual-mcu-uart", daemon=True)
+        self._uart.start()
 
     # ----------------------------------------------------------------- lifetime
 
@@ -205,6 +211,8 @@ class VirtualMCU:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._tx_pending.set()
+        self._uart.join(timeout=5)
         self._unplug_io()
         try:
             os.rmdir(self._dir)
@@ -552,16 +560,34 @@ class VirtualMCU:
             self._stats.tx_frames += 1
             self._stats.tx_bytes += len(wire)
         del self._txq[:due]
+        if not self._write_out():
+            self._tx_pending.set()
+
+    def _write_out(self) -> bool:
+        """Write what the pty takes now, without blocking; True when nothing is left to send."""
         with self._io_lock:
             if self._master < 0 or not self._outbuf:
-                return
+                return True
             try:
                 n = os.write(self._master, self._outbuf)
             except BlockingIOError:
-                return
+                return False
             except OSError:  # the pty went away under us (unplug in progress)
-                return
+                return True
             del self._outbuf[:n]
+            return not self._outbuf
+
+    def _uart_tx(self) -> None:
+        """Transmitter thread: whenever bytes are left over, wait until the pty has room and write them."""
+        while not self._stop.is_set():
+            self._tx_pending.wait()
+            self._tx_pending.clear()
+            while not self._stop.is_set() and not self._write_out():
+                fd = self._master
+                try:
+                    select.select([], [fd], [], 0.05) if fd >= 0 else self._stop.wait(0.05)
+                except (OSError, ValueError):  # closed by an unplug between the read of fd and select
+                    self._stop.wait(0.05)
 
 
 def main(argv: list[str] | None = None) -> int:
