@@ -15,6 +15,12 @@ Edge conversions done here (and nowhere else):
 * markers whose residual is negative (invalid) or at exactly (0, 0, 0) (a gap) are NaN;
 * only the first FORCE_PLATFORM:USED plates are read, their channels through FORCE_PLATFORM:CHANNEL
   (1-based, possibly interleaved with other channels).
+
+A file holding fewer frames than its header declares (a copy cut short, a crashed writer) is a
+C3DError naming both counts: ezc3d reads such a file without complaint and rewrites its own header
+to the frames it found, so the declared count is read here from the file's header words.
+``load(..., allow_truncated=True)`` returns the frames that are there and records the declared
+count in ``Trial.truncated_from``.
 """
 from __future__ import annotations
 
@@ -31,6 +37,8 @@ MODEL_OUTPUT_GROUPS = ("ANGLES", "FORCES", "MOMENTS", "POWERS", "SCALARS", "REAC
 # FPCOPPOLY coefficient k multiplies x^i y^j with 1 - i - j = these exponents of the length unit.
 _COPPOLY_LENGTH_EXPONENT = np.array([-6, -4, -2, -4, -2, 0] * 2, dtype=float)
 ZERO_WINDOW_S = 0.1  # s, length of the least-loaded window used by zero=True
+# Processor type byte of the first parameter block: 84 Intel, 85 DEC (little-endian words), 86 MIPS.
+_BIG_ENDIAN_PROCESSOR = 86
 
 
 class C3DError(ValueError):
@@ -91,7 +99,10 @@ class Trial:
     """A C3D trial: markers, analogs, plates; body_mass kg from PROCESSING:Bodymass or None;
     first_frame: 0-based index of the first point frame (the file stores it 1-based), so point
     frame i is at time (first_frame + i) / markers.rate and analog sample j at
-    first_frame / markers.rate + j / analogs.rate, s."""
+    first_frame / markers.rate + j / analogs.rate, s.
+    truncated_from: the point frames the file's header declares when the file holds fewer (read
+    with ``allow_truncated=True``; the trial then has ``len(markers.positions)`` of them), None
+    for a complete file."""
 
     path: Path
     markers: Markers
@@ -99,6 +110,26 @@ class Trial:
     plates: tuple[TrialPlate, ...]
     body_mass: float | None
     first_frame: int
+    truncated_from: int | None = None
+
+
+def _declared_frames(path: Path) -> int | None:
+    """Point frames the C3D header declares (words 4 and 5: first and last frame, 1-based,
+    inclusive), or None when it cannot say: last frame 65535 (a long trial whose true count lives
+    in TRIAL parameters) or a header too short to hold them (ezc3d has refused such files already).
+    Word order from the processor type byte of the first parameter block (MIPS: big-endian)."""
+    with open(path, "rb") as f:
+        head = f.read(512)
+        block = head[0] if head else 0
+        f.seek(max(block - 1, 0) * 512 + 3)
+        proc = f.read(1)
+    if len(head) < 10 or not proc:
+        return None
+    order = "big" if proc[0] == _BIG_ENDIAN_PROCESSOR else "little"
+    first, last = (int.from_bytes(head[k:k + 2], order) for k in (6, 8))
+    if last == 0xFFFF:
+        return None
+    return max(last - first + 1, 0)
 
 
 def _param(c, path: Path, group: str, name: str, default=None):
@@ -285,7 +316,8 @@ def _read_plates(c, path: Path, length: float, analogs: Analogs, zero: bool | st
     return tuple(plates)
 
 
-def load(path, zero: bool | str = False, threshold: float = fp.DEFAULT_THRESHOLD) -> Trial:
+def load(path, zero: bool | str = False, threshold: float = fp.DEFAULT_THRESHOLD,
+         allow_truncated: bool = False) -> Trial:
     """Read a C3D trial: markers (m, NaN gaps), analogs, and force plates computed from raw channels.
 
     path: the .c3d file. zero: remove each plate's offset, the mean of its raw channels over a
@@ -293,7 +325,11 @@ def load(path, zero: bool | str = False, threshold: float = fp.DEFAULT_THRESHOLD
     ``dynamics.forceplate.least_loaded_window``); ``"file"``, the analog samples the file names
     in FORCE_PLATFORM:ZERO (see ``_zero_param_window``); False, none.
     threshold: N, vertical force below which a plate's COP is NaN (``valid`` False).
-    Raises FileNotFoundError for a missing file, C3DError (a ValueError) for an unreadable file,
+    allow_truncated: a file holding fewer frames than its header declares is read as far as it
+    goes (at least one frame) and ``Trial.truncated_from`` says how many were declared; False
+    (the default) refuses it.
+    Raises FileNotFoundError for a missing file, C3DError (a ValueError) for an unreadable or
+    (without allow_truncated) truncated file,
     a plate type other than 1-4, inconsistent FORCE_PLATFORM parameters, or zero="file" without
     a usable FORCE_PLATFORM:ZERO range; ValueError for another `zero`.
     """
@@ -309,6 +345,13 @@ def load(path, zero: bool | str = False, threshold: float = fp.DEFAULT_THRESHOLD
         c = ezc3d.c3d(str(p))
     except (OSError, RuntimeError, ValueError, IndexError) as e:
         raise C3DError(f"{p}: not a readable C3D file ({e})") from None
+    present = int(c["data"]["points"].shape[2])
+    declared = _declared_frames(p)
+    truncated_from = declared if declared is not None and present < declared else None
+    if truncated_from is not None and (not allow_truncated or present == 0):
+        hint = "" if present == 0 else "; allow_truncated=True reads the frames that are there"
+        raise C3DError(f"{p}: truncated C3D file: the header declares {declared} frames, the file holds "
+                       f"{present}{hint}")
     length = _length_unit(c, p)
     analogs = _read_analogs(c, p)
     try:
@@ -318,4 +361,4 @@ def load(path, zero: bool | str = False, threshold: float = fp.DEFAULT_THRESHOLD
     mass = c["parameters"].get("PROCESSING", {}).get("Bodymass", {}).get("value", [])
     return Trial(path=p, markers=_read_markers(c, p, length), analogs=analogs, plates=plates,
                  body_mass=float(mass[0]) if len(mass) else None,
-                 first_frame=int(c["header"]["points"]["first_frame"]))
+                 first_frame=int(c["header"]["points"]["first_frame"]), truncated_from=truncated_from)

@@ -4,13 +4,12 @@ Oracles: ezc3d's own force-platform module (``extract_forceplat_data=True``) for
 COP; the raw 16-bit words of an integer file decoded here for the unit conversions; the foot
 markers and the gait events Vicon recorded; the body mass recorded in the file.
 """
+import ezc3d  # a runtime dependency of walklab (pyproject.toml): absent is a failure, not a skip
 import numpy as np
 import pytest
 
 from daq.formats import c3d
 from dynamics import forceplate as fp
-
-ezc3d = pytest.importorskip("ezc3d")
 
 FILES = [
     "Eb015pi.c3d", "TYPE-2.c3d", "TYPE-3.c3d", "TYPE-4.c3d", "Walk1.c3d",
