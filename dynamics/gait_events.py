@@ -1,0 +1,169 @@
+"""Gait events and spatio-temporal metrics.
+
+* ``plate_events`` — foot strike / foot off from a plate's vertical force (hysteresis thresholds,
+  ``dynamics.forceplate.contact_events``).
+* ``zeni_events`` — the kinematic method of Zeni, Richards & Higginson 2008 (Gait & Posture
+  27:710–714): along the walking direction, foot strike is a maximum of (heel − sacrum) and foot
+  off a minimum of (toe − sacrum).
+* ``match_events`` — pairs detected events with reference ones (e.g. those stored in a C3D).
+* ``gait_metrics`` — stride time and length, cadence, speed, stance and double-support %,
+  left/right symmetry.
+
+Times are s, positions (N, 3) m in the lab frame (z up); sides are "L" and "R".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import signal
+
+from .forceplate import contact_events
+
+
+class GaitEventError(ValueError):
+    """Inputs from which no events can be found (names the problem)."""
+
+
+@dataclass(frozen=True)
+class Events:
+    """Foot strikes and foot offs per side, s, sorted: {"L": array, "R": array}; source names
+    where they came from per side ("plate", "zeni", "file")."""
+
+    strike: dict[str, np.ndarray]
+    off: dict[str, np.ndarray]
+    source: dict[str, str] = field(default_factory=dict)
+
+
+def plate_events(fz, rate: float, t0: float = 0.0, on: float = 50.0, off: float = 20.0) -> tuple[np.ndarray, np.ndarray]:
+    """(strike times, off times) s from one plate's vertical force fz (N,) N at rate Hz; t0 the
+    time of sample 0. A contact already running at the first sample has no strike (and one
+    running at the end no off): only true transitions are events."""
+    c = contact_events(np.asarray(fz, float), on=on, off=off)
+    return t0 + c.touchdown / rate, t0 + c.liftoff / rate
+
+
+def progression_axis(sacrum) -> np.ndarray:
+    """Unit horizontal walking direction (3,) from the sacrum's net displacement (N, 3) m."""
+    p = np.asarray(sacrum, float)
+    ok = np.flatnonzero(np.all(np.isfinite(p), axis=1))
+    if ok.size < 2:
+        raise GaitEventError("the sacrum (SACR or PSIS markers) is never visible twice: no walking direction")
+    d = p[ok[-1]] - p[ok[0]]
+    d[2] = 0.0
+    if np.linalg.norm(d) < 0.1:
+        raise GaitEventError(f"the pelvis moves {np.linalg.norm(d):.2f} m: not a walking trial")
+    return d / np.linalg.norm(d)
+
+
+def zeni_events(heel, toe, sacrum, rate: float, t0: float = 0.0,
+                min_stride: float = 0.6) -> tuple[np.ndarray, np.ndarray]:
+    """Zeni's coordinate-based events for one foot: (strike times, off times) s.
+
+    heel, toe, sacrum (N, 3) m at rate Hz (t0 = time of frame 0). Strike at the maxima of
+    (heel − sacrum)·e, off at the minima of (toe − sacrum)·e, e the walking direction; peaks at
+    least ``min_stride`` s apart, refined to sub-frame by a parabola through the peak's 3 samples.
+    """
+    e = progression_axis(sacrum)
+    out = []
+    for x, sign in ((heel, 1.0), (toe, -1.0)):
+        s = sign * np.einsum("ni,i->n", np.asarray(x, float) - np.asarray(sacrum, float), e)
+        good = np.isfinite(s)
+        s_f = np.where(good, s, -np.inf)
+        prominence = 0.1 * (np.nanmax(s) - np.nanmin(s)) if good.any() else 1.0
+        peaks, _ = signal.find_peaks(s_f, distance=max(1, int(min_stride * rate)), prominence=prominence)
+        peaks = peaks[(peaks > 0) & (peaks < len(s) - 1)]
+        peaks = peaks[np.isfinite(s[peaks - 1]) & np.isfinite(s[peaks + 1])]
+        y0, y1, y2 = s[peaks - 1], s[peaks], s[peaks + 1]
+        den = y0 - 2 * y1 + y2
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frac = np.where(den != 0, 0.5 * (y0 - y2) / den, 0.0)
+        out.append(t0 + (peaks + frac) / rate)
+    return out[0], out[1]
+
+
+def match_events(found, reference, tolerance: float = 0.1) -> np.ndarray:
+    """found − reference (s) for each reference event with a found event within tolerance s
+    (nearest), as an array (only the matched ones)."""
+    f = np.asarray(found, float)
+    d = []
+    for r in np.asarray(reference, float):
+        if f.size:
+            k = int(np.argmin(np.abs(f - r)))
+            if abs(f[k] - r) <= tolerance:
+                d.append(f[k] - r)
+    return np.asarray(d)
+
+
+def _stance(strikes: np.ndarray, offs: np.ndarray, t: float) -> bool | None:
+    """Is the foot on the ground at t? From the last event before t; None if no event before."""
+    last_s = strikes[strikes <= t].max(initial=-np.inf)
+    last_o = offs[offs <= t].max(initial=-np.inf)
+    if not np.isfinite(max(last_s, last_o)):
+        return None
+    return bool(last_s > last_o)
+
+
+def stance_mask(events: Events, side: str, times) -> np.ndarray:
+    """(N,) float: 1 where the foot is in stance at times (s), 0 in swing, NaN before the first
+    event when the next event does not tell (a strike next means swing, an off next stance)."""
+    st, of = events.strike[side], events.off[side]
+    out = np.full(len(times), np.nan)
+    for i, t in enumerate(times):
+        s = _stance(st, of, t)
+        if s is None:
+            nxt_s = st[st > t].min(initial=np.inf)
+            nxt_o = of[of > t].min(initial=np.inf)
+            if np.isfinite(min(nxt_s, nxt_o)):
+                s = nxt_o < nxt_s
+        if s is not None:
+            out[i] = float(s)
+    return out
+
+
+def gait_metrics(events: Events, heel: dict[str, np.ndarray], rate: float, t0: float,
+                 axis) -> dict[str, float]:
+    """Spatio-temporal metrics from events and heel trajectories (N, 3) m at rate Hz.
+
+    Per side: stride time (s) between consecutive strikes; stride length (m): the heel's
+    displacement along the walking axis between them; stance % of the stride (strike → next off);
+    double support % (both feet in stance). Overall: cadence (steps/min) = 120/mean stride time,
+    speed (m/s) = stride length / stride time; symmetry index % = 200 |L − R|/(L + R) of the stride
+    times and stance %. Metrics without a full stride are NaN.
+    """
+    e = np.asarray(axis, float)
+    out: dict[str, float] = {}
+    for side in ("L", "R"):
+        st = np.sort(events.strike[side])
+        of = np.sort(events.off[side])
+        other = "R" if side == "L" else "L"
+        times, lengths, stance, double = [], [], [], []
+        for a, b in zip(st[:-1], st[1:]):
+            times.append(b - a)
+            ia, ib = int(round((a - t0) * rate)), int(round((b - t0) * rate))
+            h = heel[side]
+            if 0 <= ia < len(h) and 0 <= ib < len(h):
+                lengths.append(abs(float((h[ib] - h[ia]) @ e)))
+            offs = of[(of > a) & (of < b)]
+            if offs.size:
+                stance.append(100 * (offs[0] - a) / (b - a))
+            grid = np.linspace(a, b, 201)[:-1]
+            both = stance_mask(events, side, grid) * stance_mask(events, other, grid)
+            if np.all(np.isfinite(both)):
+                double.append(100 * float(np.mean(both)))
+        mean = lambda v: float(np.mean(v)) if len(v) else float("nan")  # noqa: E731
+        out[f"{side}_stride_time_s"] = mean(times)
+        out[f"{side}_stride_length_m"] = mean(lengths)
+        out[f"{side}_stance_pct"] = mean(stance)
+        out[f"{side}_double_support_pct"] = mean(double)
+        out[f"{side}_strides"] = float(len(times))
+    st_time = np.nanmean([out["L_stride_time_s"], out["R_stride_time_s"]]) if any(
+        np.isfinite([out["L_stride_time_s"], out["R_stride_time_s"]])) else float("nan")
+    st_len = np.nanmean([out["L_stride_length_m"], out["R_stride_length_m"]]) if any(
+        np.isfinite([out["L_stride_length_m"], out["R_stride_length_m"]])) else float("nan")
+    out["cadence_steps_per_min"] = 120.0 / st_time if np.isfinite(st_time) else float("nan")
+    out["speed_m_s"] = st_len / st_time if np.isfinite(st_len) and np.isfinite(st_time) else float("nan")
+    for key in ("stride_time_s", "stance_pct"):
+        a, b = out[f"L_{key}"], out[f"R_{key}"]
+        out[f"symmetry_{key}_pct"] = 200 * abs(a - b) / (a + b) if np.isfinite(a + b) and a + b else float("nan")
+    return out
