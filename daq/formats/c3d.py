@@ -24,7 +24,7 @@ count in ``Trial.truncated_from``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +111,42 @@ class Trial:
     body_mass: float | None
     first_frame: int
     truncated_from: int | None = None
+    processing: dict[str, float] = field(default_factory=dict)
+    events: tuple[Event, ...] = ()
+
+
+@dataclass(frozen=True)
+class Event:
+    """An EVENT of the file: context ("Left", "Right", "General"), label ("Foot Strike"...),
+    time s on the file's clock (the same as the point frames' times)."""
+
+    context: str
+    label: str
+    time: float
+
+
+def _processing(c) -> dict[str, float]:
+    """PROCESSING parameters holding one number (Vicon subject measurements), as stored: lengths
+    in mm, angles in rad, Bodymass in kg (cgm.md §2)."""
+    out = {}
+    for name, v in c["parameters"].get("PROCESSING", {}).items():
+        val = np.asarray(v.get("value", [])) if isinstance(v, dict) else np.asarray([])
+        if val.size == 1 and np.issubdtype(val.dtype, np.number):
+            out[name] = float(val.ravel()[0])
+    return out
+
+
+def _events(c) -> tuple[Event, ...]:
+    ev = c["parameters"].get("EVENT", {})
+    times = np.asarray(ev.get("TIMES", {}).get("value", []), float)
+    if times.ndim != 2 or times.shape[0] != 2:
+        return ()
+    labels = list(ev.get("LABELS", {}).get("value", []))
+    contexts = list(ev.get("CONTEXTS", {}).get("value", []))
+    n = min(times.shape[1], len(labels), len(contexts))
+    # TIMES holds (minutes, seconds) per event
+    return tuple(Event(contexts[i].strip(), labels[i].strip(), float(60 * times[0, i] + times[1, i]))
+                 for i in range(n))
 
 
 def _declared_frames(path: Path) -> int | None:
@@ -361,4 +397,5 @@ def load(path, zero: bool | str = False, threshold: float = fp.DEFAULT_THRESHOLD
     mass = c["parameters"].get("PROCESSING", {}).get("Bodymass", {}).get("value", [])
     return Trial(path=p, markers=_read_markers(c, p, length), analogs=analogs, plates=plates,
                  body_mass=float(mass[0]) if len(mass) else None,
-                 first_frame=int(c["header"]["points"]["first_frame"]), truncated_from=truncated_from)
+                 first_frame=int(c["header"]["points"]["first_frame"]), truncated_from=truncated_from,
+                 processing=_processing(c), events=_events(c))

