@@ -15,10 +15,10 @@ and zero during swing, plus Gaussian channel noise. k makes the stride average o
 vertical reaction exactly W (mean of sin πs + 0.3 sin 3πs over a stance is 2.2/π): in steady
 walking the centre of mass does not accelerate on average; the braking/propulsion and the
 left/right medio-lateral forces cancel over a stride for the same reason. With β = 0.62 the
-peaks are 1.06 W and the mid-stance dip 0.81 W. `raw_channels` turns that wrench into what
-the plate's amplifier sends: C3D type 2 ``(Fx, Fy, Fz, Mx, My, Mz)`` in plate axes with moments
-about the transducer origin (the inverse of `dynamics.forceplate.plate_wrench`), type 4 the same
-through the inverse calibration matrix, type 1 ``(Fx, Fy, Fz, COPx, COPy, Tz)``.
+peaks are 1.06 W and the mid-stance dip 0.81 W. The plate's own inverse mechanics
+(`dynamics.forceplate.Plate.raw_channels`) turns that load into what its amplifier sends: C3D
+type 2 ``(Fx, Fy, Fz, Mx, My, Mz)`` in plate axes with moments about the transducer origin, type 4
+the same through the inverse calibration matrix, type 1 ``(Fx, Fy, Fz, COPx, COPy, Tz)``.
 
 Frames: stream ``forceplate/NAME`` (or the device's ``stream``), kind ``"force"``, blocks of
 ``block`` samples x channels, float64, units N and N*m (m for COP channels); ``t_device`` counts
@@ -37,10 +37,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dynamics.forceplate import Plate
+from dynamics.forceplate import Plate, load_moment
 
 G = 9.80665  # m/s^2, standard gravity
-
+SIMULATED_TYPES = (1, 2, 4)  # C3D plate types the simulator writes (a noise model for 6 channels)
 
 
 @dataclass(frozen=True)
@@ -74,34 +74,6 @@ def foot_wrench(t_s: np.ndarray, gait: Gait, phase: float, side: float
     return force, cop, tz
 
 
-def raw_channels(plate_type: int, corners: np.ndarray, origin: np.ndarray, cal_matrix: np.ndarray | None,
-                 force: np.ndarray, cop_offset: np.ndarray, tz: np.ndarray) -> np.ndarray:
-    """Amplifier channels (N, 6) of a plate loaded by `force` (N, 3) N at `cop_offset` (N, 3) m.
-
-    Lab frame inputs (`foot_wrench`); plate geometry as in the config (corners (4, 3) m lab frame,
-    origin (3,) m plate axes). With R the plate axes and o the origin as `Plate` normalises them:
-    ``F_p = Rᵀ F``, ``c_p = Rᵀ c``, ``M_s = c_p × F_p + Rᵀ (0, 0, T_z)``,
-    ``M_o = M_s − F_p × o`` (so that ``M_s = M_o + F_p × o``); type 2 → ``(F_p, M_o)``, type 4 →
-    ``CAL⁻¹ (F_p, M_o)``, type 1 → ``(F_p, c_p,x, c_p,y, (Rᵀ T)_z)``.
-    """
-    if plate_type not in (1, 2, 4):
-        raise ValueError(f"simulated plates support C3D types 1, 2 and 4, not type {plate_type}")
-    # The plate's own normalisation of axes and ORIGIN sign, so the simulator writes what
-    # dynamics.forceplate reads back, whichever way the plate's z axis points.
-    plate = Plate(type=plate_type, corners=corners, origin=origin, cal_matrix=cal_matrix)
-    rot, o = plate.rotation, plate.origin
-    f_p = force @ rot
-    c_p = cop_offset @ rot
-    t_p = np.column_stack([np.zeros_like(tz), np.zeros_like(tz), tz]) @ rot
-    m_s = np.cross(c_p, f_p) + t_p
-    if plate_type == 1:
-        return np.column_stack([f_p, c_p[:, :2], t_p[:, 2]])
-    raw = np.column_stack([f_p, m_s - np.cross(f_p, o)])
-    if plate_type == 4:
-        raw = np.linalg.solve(np.asarray(cal_matrix, dtype=float), raw.T).T
-    return raw
-
-
 class SimulatedPlate:
     """One simulated plate: produces its next block of raw samples on demand."""
 
@@ -119,8 +91,11 @@ class SimulatedPlate:
                                                 if device.type == 1 else [noise_n * 0.05] * 3))
         self.rng = rng
         self.next_sample = 0
-        raw_channels(device.type, device.corners, device.origin, device.cal_matrix,
-                     np.zeros((1, 3)), np.zeros((1, 3)), np.zeros(1))  # reject unsupported types now
+        if device.type not in SIMULATED_TYPES:
+            raise ValueError(f"simulated plates support C3D types 1, 2 and 4, not type {device.type} "
+                             f"({device.name})")
+        self.plate = Plate(type=device.type, corners=device.corners, origin=device.origin,
+                           cal_matrix=device.cal_matrix, name=device.name)
 
     def due_ns(self, t0_ns: int) -> int:
         """Host time at which the block after the last published one is complete."""
@@ -131,8 +106,7 @@ class SimulatedPlate:
         n0 = self.next_sample
         t = (n0 + np.arange(self.block)) / self.rate_hz
         force, cop, tz = foot_wrench(t, self.gait, self.phase, self.side)
-        d = self.device
-        raw = raw_channels(d.type, d.corners, d.origin, d.cal_matrix, force, cop, tz)
+        raw = self.plate.raw_channels(force, load_moment(force, cop, tz))
         raw += self.rng.normal(0.0, 1.0, raw.shape) * self.noise
         self.next_sample += self.block
         return n0, raw

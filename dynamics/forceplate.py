@@ -110,6 +110,9 @@ class Plate:
     _cop_axes: np.ndarray = field(init=False, repr=False, compare=False)   # (2, 3) = R[:, :2].T
     # [F, M] (N, 6) @ _to_origin (6, 8) = [F, n, −n_y, n_x], n = centre × F + M (about the lab origin)
     _to_origin: np.ndarray = field(init=False, repr=False, compare=False)
+    # Lab [F, M_s] (N, 6) @ _raw_lab (6, n) = raw channels (the inverse of _wrench_lab's first
+    # columns, least-norm for type 3's 8 channels); None for type 1 (see raw_channels).
+    _raw_lab: np.ndarray | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.type not in SUPPORTED_TYPES:
@@ -152,6 +155,7 @@ class Plate:
         set_(self, "_wrench_lab", None if wrench is None else np.hstack([
             wrench, wrench @ rot2, -wrench[:, 4:5], wrench[:, 3:4], wrench[:, 1:2], -wrench[:, 0:1]]))
         set_(self, "_cop_axes", np.ascontiguousarray(rotation[:, :2].T))
+        set_(self, "_raw_lab", None if wrench is None else rot2.T @ np.linalg.pinv(wrench))
         to_origin = np.zeros((6, 8))
         to_origin[0:3, 0:3] = to_origin[3:6, 3:6] = np.eye(3)
         to_origin[0:3, 3:6] = np.cross(self.centre, np.eye(3))   # row i: centre × e_i
@@ -161,6 +165,35 @@ class Plate:
     @property
     def n_channels(self) -> int:
         return N_CHANNELS[self.type]
+
+    def raw_channels(self, force, moment) -> np.ndarray:
+        """The raw channels (N, n_channels), SI, that :func:`process` reads as the lab-frame force
+        `force` (N, 3) N and moment `moment` (N, 3) N·m about the surface centre, lab axes: the
+        plate's inverse mechanics (what its amplifier sends under that load; simulators and tests).
+
+        Plate axes ``F_p = Rᵀ F``, ``M_p = Rᵀ M``. Types 2-4: ``r = [F_p, M_p] A⁺`` with A the
+        linear map ``[F_p, M_s] = r A`` of the module doc (``M_o = M_s − F_p × o``; type 4 through
+        ``CAL⁻¹``; type 3's 8 channels: the least-norm set, its FPCOPPOLY is not inverted, so a
+        plate with one is refused). Type 1: ``r = (F_p, COP_x, COP_y, T_z)`` with
+        ``COP = (−M_p,y / F_p,z, M_p,x / F_p,z)`` and ``T_z = M_p,z − (COP_x F_p,y − COP_y F_p,x)``
+        (COP 0 where ``F_p,z = 0``: no load, no centre of pressure).
+        """
+        f = np.asarray(force, dtype=float)
+        m = np.asarray(moment, dtype=float)
+        if f.ndim != 2 or f.shape[1:] != (3,) or m.shape != f.shape:
+            raise PlateError(f"plate {self.name!r}: force and moment must both have shape (N, 3), "
+                             f"got {f.shape} and {m.shape}")
+        if self.cop_poly is not None:
+            raise PlateError(f"plate {self.name!r}: raw channels of a plate with FPCOPPOLY are not "
+                             "computed (the COP correction has no closed-form inverse)")
+        if self._raw_lab is not None:
+            return np.concatenate([f, m], axis=1) @ self._raw_lab
+        f_p, m_p = f @ self.rotation, m @ self.rotation
+        fz = f_p[:, 2]
+        loaded = fz != 0.0
+        inv = np.divide(1.0, fz, out=np.zeros_like(fz), where=loaded)
+        cx, cy = -m_p[:, 1] * inv, m_p[:, 0] * inv
+        return np.column_stack([f_p, cx, cy, m_p[:, 2] - (cx * f_p[:, 1] - cy * f_p[:, 0])])
 
     @property
     def zeroable(self) -> np.ndarray:
@@ -213,6 +246,16 @@ class PlateSignals:
     free_moment: np.ndarray
     valid: np.ndarray
     saturated: np.ndarray
+
+
+def load_moment(force, cop_offset, tz) -> np.ndarray:
+    """Moment (N, 3) N·m about a plate's surface centre of forces `force` (N, 3) N applied at
+    `cop_offset` (N, 3) m from that centre plus a free moment `tz` (N,) N·m about lab z:
+    ``M = c × F + (0, 0, T_z)``, lab axes (the form :meth:`Plate.raw_channels` takes)."""
+    f = np.asarray(force, dtype=float)
+    m = np.cross(np.asarray(cop_offset, dtype=float), f)
+    m[:, 2] += np.asarray(tz, dtype=float)
+    return m
 
 
 def _check_raw(plate: Plate, raw) -> np.ndarray:

@@ -69,7 +69,10 @@ TOTAL_UNITS = ("N", "N", "N", "N*m", "N*m", "N*m", "m", "m", "m", "1")
 GRF_STREAM = "dynamics/grf"
 ZERO_STREAM = "dynamics/zero"
 EVENTS_STREAM = "events/contact"
+CLOCK_STREAM = "events/clock"
 _LOG_FIRST, _LOG_EVERY = 10, 1000
+#: Consecutive frames on a new time base (and none on the old one between) that make a clock reset.
+RESET_FRAMES = 5
 #: Most input frames computed together (what is waiting after a stall, up to this many).
 MAX_BATCH = 64
 
@@ -78,9 +81,10 @@ MAX_BATCH = 64
 class Settings:
     """Service parameters (SI): COP validity threshold [N], contact hysteresis on/off [N],
     zeroing record and window lengths [s] (zero_s = 0: no zeroing), how long [s] the
-    combination waits for a lagging plate before reporting its samples as missing, and the
-    amplifier's range of the raw force [N] and moment [N·m] channels (inf: not configured; a
-    raw value at or beyond ± the range is saturated)."""
+    combination waits for a lagging plate before reporting its samples as missing (also the most
+    NaN it fills in for them), the amplifier's range of the raw force [N] and moment [N·m]
+    channels (inf: not configured; a raw value at or beyond ± the range is saturated), and how far
+    [s] a stamp may run ahead of the host clock before it is a clock fault."""
     threshold_n: float = fp.DEFAULT_THRESHOLD
     on_n: float = 50.0
     off_n: float = fp.DEFAULT_THRESHOLD
@@ -89,6 +93,7 @@ class Settings:
     max_lag_s: float = 0.1
     force_range_n: float = math.inf
     moment_range_nm: float = math.inf
+    clock_slack_s: float = 0.25
 
     def __post_init__(self) -> None:
         ranges = (self.force_range_n, self.moment_range_nm)
@@ -101,6 +106,8 @@ class Settings:
         if not self.off_n < self.on_n:
             raise ValueError(f"dynamics service: contact hysteresis needs --off-n < --on-n, "
                              f"got {self.off_n} and {self.on_n}")
+        if not self.clock_slack_s > 0:
+            raise ValueError(f"dynamics service: --clock-slack-s must be > 0, got {self.clock_slack_s}")
         if self.zero_s < 0 or self.max_lag_s <= 0 or (self.zero_s > 0 and not
                                                        0 < self.zero_window_s <= self.zero_s):
             raise ValueError("dynamics service: need --zero-s >= 0, 0 < --zero-window-s <= --zero-s "
@@ -181,6 +188,15 @@ class _PlateStream:
         self.columns = slice(6 * column, 6 * column + 6)   # its [F, M] in the combination's ring
         self.rejected = 0
         self.meta: dict[str, Any] = {}
+        # Time base: slot = round((t - anchor t) / period) + shift (re-anchored on a clock reset);
+        # floor: least lead (host receipt − stamp of the block's end, ns) of its accepted frames.
+        self.shift = 0
+        self.floor: float | None = None
+        # Frames that did not fit the time base, consecutive on a base of their own: a device
+        # clock reset once RESET_FRAMES of them have come with nothing on the old base between.
+        self.candidate: list[tuple[Any, int, float]] = []   # (frame, slot, lead) on the old shift
+        self.faulted = False          # the clock_fault event of this episode is out
+        self.fault_k = 0              # the plate's next slot at its last clock fault
 
     def check(self, frame: Any) -> str | None:
         """Why `frame` cannot be this plate's raw block, or None."""
@@ -228,12 +244,16 @@ class GrfService:
         capacity = self.zero_n + 4 * self.lag + round(2.0 * self.rate_hz)
         self.plates = [_PlateStream(d, i, settings) for i, d in enumerate(devices)]
         self.by_stream = {p.stream: p for p in self.plates}
+        self.slack_ns = settings.clock_slack_s * 1e9
+        self.floor: float | None = None   # least lead of any plate's accepted frames [ns]
         if len(self.by_stream) != len(self.plates):
             raise ValueError("dynamics service: two plates share one stream name")
         self.capacity = capacity
         # Lab wrenches [F, M] of every plate side by side per sample slot (slot k at row
         # k % capacity), waiting for the combination; NaN: not delivered (yet).
         self.ring = np.full((capacity, 6 * len(self.plates)), np.nan)
+        self.filled = np.zeros(capacity, bool)   # slot delivered by some plate (a NaN row too)
+        self.empty_run = 0       # slots no plate delivered at the end of what was published
         self.plate_models = [p.plate for p in self.plates]
         self.publish = publish
         self.count = count
@@ -263,9 +283,9 @@ class GrfService:
         for frame in frames:
             p = self.by_stream.get(frame.stream)
             if p is not None:
-                item = self._accept(p, frame)
-                if item is not None:
-                    pending.setdefault(p.name, []).append(item)
+                items = self._accept(p, frame)
+                if items:
+                    pending.setdefault(p.name, []).extend(items)
         for p in self.plates:
             items = pending.get(p.name)
             if not items:
@@ -279,23 +299,48 @@ class GrfService:
                 self._finish_zeroing(p)
         self._combine()
 
-    def _accept(self, p: _PlateStream, frame: Any) -> tuple[Any, int, np.ndarray] | None:
-        """Check `frame` and place it on the sample grid: (frame, first slot, raw SI) or None."""
+    def _accept(self, p: _PlateStream, frame: Any) -> list[tuple[Any, int, np.ndarray]]:
+        """Check `frame` and place it on the sample grid: [(frame, first slot, raw SI)]; empty when
+        it is rejected or held as the possible start of a clock reset, several when that reset
+        is confirmed (the held frames come with it)."""
         reason = p.check(frame)
-        if reason is None:
-            if self.anchor is None:
-                self.anchor = (frame.t, frame.t_host, frame.t_device)
-            k0 = round((frame.t - self.anchor[0]) / self.period_ns)
-            if p.next_k is not None and k0 < p.next_k:
-                reason = (f"starts at sample slot {k0}, before the next expected slot {p.next_k} "
-                          "(a repeated or out-of-order block)")
         if reason is not None:
-            p.rejected += 1
-            self.count(f"{p.name}:rejected", 1)
-            if p.rejected <= _LOG_FIRST or p.rejected % _LOG_EVERY == 0:
-                log.warning("%s: rejected frame #%d of %s (seq %d): %s", p.name, p.rejected,
-                            frame.stream, frame.seq, reason)
-            return None
+            self._reject(p, frame, reason)
+            return []
+        if self.anchor is None:
+            self.anchor = (frame.t, frame.t_host, frame.t_device)
+        # Stamps are not trusted alone: a block must continue the plate's samples (sample count x
+        # rate), or jump forward no further than the host clock allows.
+        k0 = round((frame.t - self.anchor[0]) / self.period_ns) + p.shift
+        host = frame.t_recv if frame.t_recv is not None else frame.t_pub
+        lead = host - self.anchor[0] - (k0 + frame.samples) * self.period_ns
+        if p.next_k is None:
+            # A plate's first block: against the other plates' floor (they share the lab clock).
+            fault = self.floor is not None and lead < self.floor - self.slack_ns
+        elif k0 < p.next_k:
+            if (p.next_k - k0) * self.period_ns <= self.slack_ns:
+                self._reject(p, frame, f"starts at sample slot {k0}, before the next expected slot "
+                                       f"{p.next_k} (a repeated or out-of-order block)")
+                return []
+            fault = True
+        else:
+            fault = k0 > p.next_k and lead < p.floor - self.slack_ns
+        if fault:
+            return self._clock_fault(p, frame, k0, lead)
+        if p.candidate:   # the old time base goes on: what did not fit it had bad stamps
+            self._drop_candidate(p)
+        return [self._take(p, frame, k0, lead)]
+
+    def _reject(self, p: _PlateStream, frame: Any, reason: str) -> None:
+        p.rejected += 1
+        self.count(f"{p.name}:rejected", 1)
+        if p.rejected <= _LOG_FIRST or p.rejected % _LOG_EVERY == 0:
+            log.warning("%s: rejected frame #%d of %s (seq %d): %s", p.name, p.rejected,
+                        frame.stream, frame.seq, reason)
+
+    def _take(self, p: _PlateStream, frame: Any, k0: int, lead: float) -> tuple[Any, int, np.ndarray]:
+        """Accept `frame` at slot `k0` (its lead [ns]: host receipt − lab time of its last sample's
+        end): raw SI values, continuity counters, the plate's and the service's lead floor."""
         raw = np.array(frame.data, dtype=float)
         if not np.isfinite(raw).all():
             bad = ~np.isfinite(raw).all(axis=1)
@@ -307,8 +352,68 @@ class GrfService:
             self.count(f"{p.name}:missing_samples", k0 - p.next_k)
             log.warning("%s: %d sample(s) missing before t=%d ns", p.name, k0 - p.next_k, frame.t)
         p.next_k = k0 + len(raw)
+        if p.faulted and p.next_k - p.fault_k >= self.rate_hz:
+            p.faulted = False   # 1 s on the time base since the last fault: the episode is over
+        # A sample is never received before it is measured: on one time base the lead only
+        # dips below its least value by clock jitter (`clock_slack_s`).
+        p.floor = lead if p.floor is None else min(p.floor, lead)
+        self.floor = lead if self.floor is None else min(self.floor, lead)
         self.k_max = max(self.k_max, p.next_k)
         return frame, k0, raw
+
+    # -- time base ------------------------------------------------------------------------
+
+    def _clock_fault(self, p: _PlateStream, frame: Any, k0: int, lead: float) -> list:
+        """A block whose stamp the plate's history and the host clock rule out: held as the
+        possible start of a new time base (a device clock reset); counted as a clock fault when
+        the old base goes on, or the held run is broken."""
+        c = p.candidate
+        if c and k0 == c[-1][1] + c[-1][0].samples and lead >= min(x[2] for x in c) - self.slack_ns:
+            c.append((frame, k0, lead))
+        else:
+            self._drop_candidate(p)
+            p.candidate = [(frame, k0, lead)]
+        p.fault_k = p.next_k if p.next_k is not None else k0
+        if not p.faulted:
+            p.faulted = True
+            floor = p.floor if p.floor is not None else self.floor
+            ahead_s = (floor - lead) * 1e-9
+            log.warning("%s: clock fault: a block of %s stamped t=%d ns is %.6g s %s the plate's time base "
+                        "(held: %d consistent blocks on a new base make a clock reset)", p.name, p.stream,
+                        frame.t, abs(ahead_s), "ahead of" if ahead_s > 0 else "behind", RESET_FRAMES)
+            self._clock_event(p, frame, "clock_fault", ahead_s)
+        if len(p.candidate) < RESET_FRAMES:
+            return []
+        return self._reset(p)
+
+    def _drop_candidate(self, p: _PlateStream) -> None:
+        if p.candidate:
+            self.count(f"{p.name}:clock_faults", len(p.candidate))
+            log.warning("%s: %d block(s) with bad stamps rejected (clock faults)", p.name, len(p.candidate))
+            p.candidate = []
+
+    def _reset(self, p: _PlateStream) -> list[tuple[Any, int, np.ndarray]]:
+        """Re-anchor the plate on the held run's time base: shift its slots so that the run's
+        least lead equals the plate's (the host clock says where the run lies); within
+        `clock_slack_s` of the plate's next slot it continues there (no sample lost)."""
+        c, p.candidate = p.candidate, []
+        floor = p.floor if p.floor is not None else self.floor
+        shift = round((min(x[2] for x in c) - floor) / self.period_ns)
+        if p.next_k is not None and abs(c[0][1] + shift - p.next_k) * self.period_ns <= self.slack_ns:
+            shift = p.next_k - c[0][1]
+        p.shift += shift
+        p.faulted = False
+        self.count(f"{p.name}:clock_resets", 1)
+        log.warning("%s: clock reset: %d consistent blocks on a time base %.6g s from the old one; "
+                    "re-anchored", p.name, len(c), -shift / self.rate_hz)
+        self._clock_event(p, c[0][0], "clock_reset", -shift / self.rate_hz)
+        return [self._take(p, f, k + shift, lead - shift * self.period_ns) for f, k, lead in c]
+
+    def _clock_event(self, p: _PlateStream, frame: Any, event: str, jump_s: float) -> None:
+        host = frame.t_recv if frame.t_recv is not None else frame.t_pub
+        self.publish(CLOCK_STREAM, np.zeros((1, 0)), kind="event", rate_hz=0.0, channels=(), units=(),
+                     t_device=None, t_host=host, t=host,
+                     meta={"plate": p.name, "stream": p.stream, "event": event, "jump_s": float(jump_s)})
 
     def _finish_zeroing(self, p: _PlateStream) -> None:
         s = self.settings
@@ -384,6 +489,7 @@ class GrfService:
             rows = out[lo - k0:, 0:6]
             for ring_rows, part in self._slots(lo, k0 + n):
                 self.ring[ring_rows, p.columns] = rows[part]
+                self.filled[ring_rows] = True
         if lo > k0:
             self.count("combine:late_samples", min(lo - k0, n))
         p.processed_end = k0 + n
@@ -425,10 +531,28 @@ class GrfService:
         self._emit(min(ready))
 
     def _emit(self, until: int) -> None:
-        """Publish the total for slots [k_emit, until), at most one ring's worth per frame (the
-        ring holds nothing beyond that: after a long jump the rest is NaN, and read as such)."""
-        while self.k_emit < until:
-            self._emit_chunk(min(until, self.k_emit + self.capacity))
+        """Publish the total for slots [k_emit, until). Slots that no plate delivered are NaN, at
+        most `lag` of them in a row: the rest of such a run is left out (the next frame's stamps
+        jump over it) and counted as ``combine:skipped_samples``. Bounded work whatever `until`:
+        the ring holds nothing beyond one ring's worth of slots from `k_emit`."""
+        if self.k_emit >= until:
+            return
+        a = self.k_emit
+        b = min(until, a + self.capacity)
+        w = np.empty((b - a, self.ring.shape[1]))
+        filled = np.empty(b - a, bool)
+        for ring_rows, part in self._slots(a, b):
+            w[part] = self.ring[ring_rows]
+            filled[part] = self.filled[ring_rows]
+            self.ring[ring_rows] = np.nan
+            self.filled[ring_rows] = False
+        self._emit_rows(a, w, filled)
+        if b < until:   # slots never written: one run of empty ones
+            n = min(until - b, max(0, self.lag - self.empty_run))
+            self._emit_rows(b, np.full((n, w.shape[1]), np.nan), np.zeros(n, bool))
+            self.empty_run += until - b - n
+            self.count("combine:skipped_samples", until - b - n)
+        self.k_emit = until
 
     def _slots(self, a: int, b: int) -> list[tuple[slice, slice]]:
         """Slots [a, b) (b - a <= capacity) as (ring rows, block rows) slice pairs: one, or two
@@ -439,12 +563,26 @@ class GrfService:
         m = self.capacity - i
         return [(slice(i, self.capacity), slice(0, m)), (slice(0, n - m), slice(m, n))]
 
-    def _emit_chunk(self, until: int) -> None:
-        a = self.k_emit
-        w = np.empty((until - a, self.ring.shape[1]))
-        for ring_rows, part in self._slots(a, until):
-            w[part] = self.ring[ring_rows]
-            self.ring[ring_rows] = np.nan
+    def _emit_rows(self, a: int, w: np.ndarray, filled: np.ndarray) -> None:
+        """Publish wrench rows `w` of slots a.. (`filled`: some plate delivered the slot), leaving
+        out the empty slots of a run beyond its first `lag`."""
+        if filled.all() or not len(w):
+            if len(w):
+                self.empty_run = 0
+                self._publish_total(a, w)
+            return
+        idx = np.arange(len(w))
+        last = np.maximum.accumulate(np.where(filled, idx, -1))
+        run = np.where(last < 0, idx + self.empty_run, idx - last - 1)   # place in its empty run
+        keep = filled | (run < self.lag)
+        self.empty_run = 0 if filled[-1] else int(run[-1]) + 1
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], keep.astype(np.int8), [0]])))
+        for i, j in zip(edges[0::2], edges[1::2]):
+            self._publish_total(a + int(i), w[i:j])
+        if not keep.all():
+            self.count("combine:skipped_samples", int((~keep).sum()))
+
+    def _publish_total(self, a: int, w: np.ndarray) -> None:
         total = fp.combine_wrenches(self.plate_models, w, threshold=self.settings.threshold_n, pz=self.pz)
         out = np.concatenate([total.force, total.moment, total.cop, total.valid[:, None]], axis=1,
                              dtype=float)
@@ -453,7 +591,6 @@ class GrfService:
         self.publish(GRF_STREAM, out, kind="grf", rate_hz=self.rate_hz, channels=TOTAL_CHANNELS,
                      units=TOTAL_UNITS, t_device=None if td0 is None else td0 + dt, t_host=th0 + dt,
                      t=t0 + dt)
-        self.k_emit = until
 
 
 # -------------------------------------------------------------------------------- process ----
@@ -473,6 +610,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="amplifier range of the raw force channels, +- [N]; at or beyond: saturated (default: none)")
     p.add_argument("--moment-range-nm", type=float, default=d.moment_range_nm,
                    help="amplifier range of the raw moment channels, +- [N*m] (default: none)")
+    p.add_argument("--clock-slack-s", type=float, default=d.clock_slack_s,
+                   help="how far [s] a block's stamp may run ahead of the host clock before it is a clock fault")
     return p
 
 
@@ -480,7 +619,7 @@ def run(ctx: Any, args: Sequence[str]) -> int:
     """Serve the force plates of process `ctx` until asked to stop (see module doc)."""
     opts = _parser().parse_args(list(args))
     settings = Settings(opts.threshold_n, opts.on_n, opts.off_n, opts.zero_s, opts.zero_window_s,
-                        opts.max_lag_s, opts.force_range_n, opts.moment_range_nm)
+                        opts.max_lag_s, opts.force_range_n, opts.moment_range_nm, opts.clock_slack_s)
     others = [name for name, d in ctx.devices.items() if d.kind != "forceplate"]
     if others:
         raise ValueError(f"process {ctx.name!r}: dynamics.service serves force plates only, not "

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from ezc3d import ezc3d as ezc3d_swig
 
-from daq.simulated import G, Gait, foot_wrench, raw_channels
+from controller.config import ForcePlate
+from daq.simulated import G, Gait, SimulatedPlate, foot_wrench
+from dynamics import forceplate as fp
 
 RATE = 1000.0
 # Two plates as in configs/sim.toml (C3D corner order, plate z down), the second yawed by 30 deg
@@ -41,7 +43,8 @@ def test_raw_channels_read_back_by_ezc3d(tmp_path, plate_type):
     for i, (phase, side) in enumerate([(0.0, 1.0), (0.5, -1.0)]):
         force, cop, tz = foot_wrench(t, Gait(), phase, side)
         truth.append((force, CORNERS[i].mean(axis=0) + cop, tz))
-        analogs.append(raw_channels(plate_type, CORNERS[i], ORIGIN, cal, force, cop, tz).T)
+        plate = fp.Plate(type=plate_type, corners=CORNERS[i], origin=ORIGIN, cal_matrix=cal)
+        analogs.append(plate.raw_channels(force, fp.load_moment(force, cop, tz)).T)
     c = ezc3d.c3d()
     c["parameters"]["POINT"]["RATE"]["value"] = [RATE / 10]
     c["parameters"]["POINT"]["UNITS"]["value"] = ["m"]
@@ -90,8 +93,9 @@ def test_steady_walking_momentum_balance():
 
 
 def test_unsupported_plate_type_is_a_clear_error():
+    device = ForcePlate(kind="forceplate", name="FP9", type=3, corners=tuple(map(tuple, CORNERS[0])))
     with pytest.raises(ValueError, match="types 1, 2 and 4, not type 3"):
-        raw_channels(3, CORNERS[0], ORIGIN, None, np.zeros((1, 3)), np.zeros((1, 3)), np.zeros(1))
+        SimulatedPlate(device, Gait(), 0.0, 1.0, 1.0, np.random.default_rng(0))
 
 
 @pytest.mark.parametrize("z_up", [False, True], ids=["plate z down", "plate z up"])
@@ -100,8 +104,6 @@ def test_simulator_and_reader_share_the_origin_rule(z_up, origin_z):
     """Whichever way the plate axes point and whichever sign ORIGIN z is stored with, the raw
     channels the simulator writes for a known load (horizontal force included, so F × o matters)
     read back through dynamics.forceplate as that load: force and COP of the analytic input."""
-    from dynamics import forceplate as fp
-
     corners = CORNERS[0][::-1] if z_up else CORNERS[0]      # reversed order flips the plate normal
     origin = np.array([0.002, -0.001, origin_z])
     n = 50
@@ -109,7 +111,8 @@ def test_simulator_and_reader_share_the_origin_rule(z_up, origin_z):
     force = np.column_stack([rng.uniform(-80, 80, n), rng.uniform(-80, 80, n), rng.uniform(300, 900, n)])
     centre = corners.mean(axis=0)
     cop = centre + np.column_stack([rng.uniform(-0.2, 0.2, n), rng.uniform(-0.1, 0.1, n), np.zeros(n)])
-    raw = raw_channels(2, corners, origin, None, force, cop - centre, np.zeros(n))
+    plate = fp.Plate(type=2, corners=corners, origin=origin)
+    raw = plate.raw_channels(force, fp.load_moment(force, cop - centre, np.zeros(n)))
     got = fp.process(fp.Plate(type=2, corners=corners, origin=origin), raw)
     np.testing.assert_allclose(got.force, force, atol=1e-9)
     np.testing.assert_allclose(got.cop, cop, atol=1e-9)

@@ -10,13 +10,14 @@ import pytest
 
 from controller.config import ForcePlate
 from daq.frames import Frame
-from daq.simulated import Gait, foot_wrench, raw_channels
+from daq.simulated import Gait, foot_wrench
 from dynamics.service import (EVENTS_STREAM, GRF_STREAM, PLATE_CHANNELS, GrfService, Settings,
                               zero_from_record)
 from dynamics import forceplate as fp
 
 GAIT = Gait(body_mass_kg=70.0, stride_s=1.0, stance_fraction=0.62)
 T0 = 5_000_000_000_000     # lab time of sample 0 [ns]
+RECV_DELAY_NS = 300_000    # host receipt of a block after its last sample (same clock as T0)
 YAW = np.deg2rad(20.0)
 ROT = np.array([[np.cos(YAW), np.sin(YAW), 0.0], [np.sin(YAW), -np.cos(YAW), 0.0], [0.0, 0.0, -1.0]])
 DEVICES = [
@@ -43,7 +44,8 @@ def raw_of(i: int, n: int, offset=None, noise: float = 0.0, seed: int = 0) -> np
     d = DEVICES[i]
     t = np.arange(n) / 1000.0
     force, cop, tz = foot_wrench(t, GAIT, *FOOT[i])
-    raw = raw_channels(d.type, d.corners, d.origin, d.cal_matrix, force, cop, tz)
+    plate = fp.Plate(type=d.type, corners=d.corners, origin=d.origin, cal_matrix=d.cal_matrix)
+    raw = plate.raw_channels(force, fp.load_moment(force, cop, tz))
     raw += np.random.default_rng(seed).normal(0.0, 1.0, raw.shape) * noise * np.array([1, 1, 1, 0.05, 0.05, 0.05])
     return raw if offset is None else raw + offset
 
@@ -52,7 +54,8 @@ def frame(i: int, raw: np.ndarray, k0: int, seq: int = 0, **changes) -> Frame:
     d = DEVICES[i]
     f = Frame(stream=d.stream_name, kind="force", seq=seq, t_device=k0 * 1_000_000, t_host=T0 + k0 * 1_000_000 + 7,
               t=T0 + k0 * 1_000_000, rate_hz=1000.0, channels=d.channels,
-              units=("N", "N", "N", "N*m", "N*m", "N*m"), data=raw[k0:k0 + 5])
+              units=("N", "N", "N", "N*m", "N*m", "N*m"), data=raw[k0:k0 + 5],
+              t_recv=T0 + (k0 + 5) * 1_000_000 + RECV_DELAY_NS)
     for k, v in changes.items():
         setattr(f, k, v)
     return f
@@ -318,9 +321,10 @@ def test_bad_settings_and_plate_sets_are_clear_errors():
         GrfService([], Settings(), lambda *a, **k: None)
 
 
-def test_a_long_jump_in_time_gives_a_nan_total_over_it_never_stale_rows():
-    """Both plates resume 30 s later (more than the combination's ring): the total covers the
-    jump with NaN, then the analytic load again."""
+def test_a_long_pause_gives_at_most_max_lag_s_of_nan_total_never_stale_rows():
+    """Both plates pause 30 s (more than the combination's ring; the host clock says so too) and
+    resume: the total fills the first max_lag_s (100 samples) of the gap with NaN, leaves out the
+    rest (its stamps jump over it), then the analytic load again."""
     n = 500
     raws = [raw_of(0, n), raw_of(1, n)]
     blocks = lockstep(raws, 50)
@@ -330,14 +334,16 @@ def test_a_long_jump_in_time_gives_a_nan_total_over_it_never_stale_rows():
         f.t += jump * 1_000_000
         f.t_host += jump * 1_000_000
         f.t_device += jump * 1_000_000
+        f.t_recv += jump * 1_000_000
     box, svc = serve(blocks + later, batch=4)
-    assert svc.capacity < jump
+    assert svc.capacity < jump and svc.lag == 100
     total = box.rows(GRF_STREAM)
     t = box.times(GRF_STREAM) - T0
-    np.testing.assert_array_equal(t, np.arange(len(t)) * 1_000_000)
-    assert len(t) == n + jump
+    np.testing.assert_array_equal(t // 1_000_000, np.r_[np.arange(350), 250 + jump + np.arange(250)])
     force = truth(0, n)[0] + truth(1, n)[0]
     np.testing.assert_allclose(total[:250, 0:3], force[:250], atol=1e-9)
-    assert np.isnan(total[250:250 + jump, :9]).all() and (total[250:250 + jump, 9] == 0).all()
-    np.testing.assert_allclose(total[250 + jump:, 0:3], force[250:], atol=1e-9)
+    assert np.isnan(total[250:350, :9]).all() and (total[250:350, 9] == 0).all()
+    np.testing.assert_allclose(total[350:, 0:3], force[250:], atol=1e-9)
     assert box.counts["FP1:missing_samples"] == box.counts["FP2:missing_samples"] == jump
+    assert box.counts["combine:skipped_samples"] == jump - 100
+    assert not [k for k in box.counts if "clock" in k] and "events/clock" not in box.frames

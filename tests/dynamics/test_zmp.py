@@ -78,14 +78,11 @@ def test_centroidal_zmp_equals_rnea_base_wrench_zmp(humanoid):
     assert np.all(np.isnan(kin.point[~kin.valid]))
 
 
-def plate_raw_type2(plate: Plate, f_lab: np.ndarray, n_origin: np.ndarray) -> np.ndarray:
-    """Raw type-2 channels (Fx Fy Fz Mx My Mz about the transducer) of a plate carrying the ground
-    reaction wrench (f_lab, n about the lab origin), inverting the C3D convention (ezc3d/Visual3D):
-    F_lab = R F, M_centre,lab = R (M_o + F × o)."""
-    R = plate.rotation
-    F = f_lab @ R
-    Ms = (n_origin - np.cross(plate.centre, f_lab)) @ R
-    return np.column_stack([F, Ms - np.cross(F, plate.origin)])
+def plate_raw(plate: Plate, f_lab: np.ndarray, n_origin: np.ndarray) -> np.ndarray:
+    """Raw channels of a plate carrying the ground reaction wrench (f_lab, n about the lab origin):
+    the plate's inverse mechanics (`Plate.raw_channels`, checked against ezc3d's reader in
+    tests/controller/test_simulated_plates.py) of the moment about its surface centre."""
+    return plate.raw_channels(f_lab, n_origin - np.cross(plate.centre, f_lab))
 
 
 def test_plate_cop_equals_kinematic_zmp_single_support(humanoid):
@@ -105,7 +102,7 @@ def test_plate_cop_equals_kinematic_zmp_single_support(humanoid):
         pin.computeCentroidalMomentumTimeVariation(model, data, q, v, a)
         rows.append((f, n, data.com[0].copy(), data.dhg.linear.copy(), data.dhg.angular.copy()))
     f, n, com, pdot, ldot = (np.array(x) for x in zip(*rows))
-    sig = process(plate, plate_raw_type2(plate, f, n), threshold=20.0)
+    sig = process(plate, plate_raw(plate, f, n), threshold=20.0)
     kin = zmp_centroidal(mass, com, pdot, ldot, ground_z=0.0, min_fraction=20.0 / (mass * 9.81))
     np.testing.assert_array_equal(sig.valid, kin.valid)
     assert sig.valid.sum() >= 20
@@ -196,7 +193,7 @@ def test_model_zmp_static_and_plate_cop_with_walklab_dynamics():
     nO = np.einsum("nij,nj->ni", R, tau[:, 3:6]) + np.cross(p, f)
     corners = np.array([[0.3, 0.2, 0.0], [-0.3, 0.2, 0.0], [-0.3, -0.2, 0.0], [0.3, -0.2, 0.0]])
     plate = Plate(type=2, corners=corners, origin=np.array([0.0, 0.0, -0.035]))
-    sig = process(plate, plate_raw_type2(plate, f, nO))
+    sig = process(plate, plate_raw(plate, f, nO))
     kin = zmp_model(model, q, v, a, min_fraction=20.0 / (model.total_mass * 9.81))
     np.testing.assert_array_equal(sig.valid, kin.valid)
     assert sig.valid.sum() >= 20
