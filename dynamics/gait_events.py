@@ -40,7 +40,8 @@ def plate_events(fz, rate: float, t0: float = 0.0, on: float = 50.0, off: float 
     time of sample 0. A contact already running at the first sample has no strike (and one
     running at the end no off): only true transitions are events."""
     c = contact_events(np.asarray(fz, float), on=on, off=off)
-    return t0 + c.touchdown / rate, t0 + c.liftoff / rate
+    strikes = c.touchdown[c.touchdown > 0]  # loaded at sample 0: the strike was before the trial
+    return t0 + strikes / rate, t0 + c.liftoff / rate
 
 
 def progression_axis(sacrum) -> np.ndarray:

@@ -43,10 +43,10 @@ def test_grf_mot_gives_the_readme_peaks_and_stances(shared_data):
     assert left.force[:, 2].max() == pytest.approx(811, abs=1)
     np.testing.assert_allclose(right.cop[:, 2], -0.0075)  # README: COP height -0.0075 m (OpenSim Y = our z)
     rate = 1 / np.median(np.diff(table.time))
-    s, o = ge.plate_events(right.force[:, 2], rate)
-    assert (s[0], o[0]) == pytest.approx((0.62, 1.41), abs=0.02)
-    s, o = ge.plate_events(left.force[:, 2], rate)
-    assert (s[0], o[0]) == pytest.approx((1.25, 2.02), abs=0.02)
+    for foot, stance in ((right, (0.62, 1.41)), (left, (1.25, 2.02))):
+        s, o = ge.plate_events(foot.force[:, 2], rate)
+        assert len(s) == 1  # the partial stance at the start has an off but no strike
+        assert (s[0], o[o > s[0]][0]) == pytest.approx(stance, abs=0.02)
 
 
 def test_mot_round_trip_and_bad_files(tmp_path):
