@@ -62,10 +62,21 @@ BIND_RETRY_S = 1.0
 #: Topics starting with this prefix are bus control messages, never frames.
 CONTROL_PREFIX = b"\x00walklab/"
 _SUB_TOKEN_PREFIX = CONTROL_PREFIX + b"sub/"
+_REPLAY_FLAG = b"r"  # first byte after the token prefix: this subscriber wants the replay
 _SNDMORE, _NOBLOCK = int(zmq.SNDMORE), int(zmq.NOBLOCK)
 _IPC_PATH_MAX = 107  # sockaddr_un.sun_path minus the terminating NUL
 #: Sliding window for the measured rates [ns].
 RATE_WINDOW_NS = 2_000_000_000
+#: A new publisher keeps the frames of its first REPLAY_S seconds for subscribers that join late [s] ...
+REPLAY_S = 10.0
+#: ... at most this many per stream and this many bytes in all (beyond: the replay window ends).
+REPLAY_FRAMES = 4096
+REPLAY_BYTES = 64 << 20
+#: How long a subscriber holds a late-joined stream's first frames waiting for its publisher's welcome [ns].
+HOLD_NS = 1_000_000_000
+#: No publisher sends frames faster than one per microsecond: a seq jump larger than the time
+#: between two frames allows is not a loss but a foreign seq value (a second publisher, a corrupt seq).
+MIN_FRAME_NS = 1_000
 
 
 class EndpointError(ValueError):
@@ -169,6 +180,9 @@ class Publisher:
             ``curve.authorized_clients`` the publisher gets its own context running a ZAP
             authenticator that admits only those client keys.
         context: ZeroMQ context (default: the process-wide ``zmq.Context.instance()``).
+        replay_s: keep the frames of the first ``replay_s`` seconds (at most `REPLAY_FRAMES` per
+            stream, `REPLAY_BYTES` in all) and send them with the welcome to a subscriber that asks
+            for them, so a process started with the lab misses none (0: keep nothing).
 
     Attributes:
         endpoint: the bound endpoint, with the actual port when ``*`` was asked.
@@ -176,10 +190,12 @@ class Publisher:
     """
 
     def __init__(self, endpoint: str, *, sndhwm: int = DEFAULT_SNDHWM, curve: CurveServer | None = None,
-                 context: zmq.Context | None = None):
+                 context: zmq.Context | None = None, replay_s: float = REPLAY_S):
         check_endpoint(endpoint, secured=curve is not None, action="bind")
         if not isinstance(sndhwm, int) or sndhwm < 0:
             raise ValueError(f"sndhwm must be an integer >= 0 (0 = unlimited), got {sndhwm!r}")
+        if not (isinstance(replay_s, (int, float)) and 0 <= replay_s < math.inf):
+            raise ValueError(f"replay_s must be a number of seconds >= 0, got {replay_s!r}")
         self._own_context = curve is not None and curve.authorized_clients is not None
         if self._own_context and context is not None:
             raise ValueError("a publisher that authorizes client keys needs its own context: do not pass context=")
@@ -223,6 +239,10 @@ class Publisher:
         self._id = uuid.uuid4().hex
         self._subscribers: set[bytes] = set()
         self._next_sub_check = 0
+        # The replay buffer: encoded frames of the first replay_s seconds, by stream (None: window over).
+        self._retained: dict[str, deque[list[bytes | memoryview]]] | None = {} if replay_s > 0 else None
+        self._retained_bytes = 0
+        self._replay_until = time.monotonic_ns() + int(replay_s * 1e9)
 
     # -- subscriptions and the handshake
 
@@ -249,11 +269,46 @@ class Publisher:
             token = msg[1:]
             if msg[0] == 1:
                 self._subscribers.add(token)
-                welcome = {"publisher": self._id, "endpoint": self.endpoint, "next_seq": dict(self._seq)}
-                sock.send_multipart([token, msgpack.packb(welcome)])
+                self._welcome(token)
             else:
                 self._subscribers.discard(token)
         return len(self._subscribers)
+
+    def _welcome(self, token: bytes) -> None:
+        """Answer a new subscriber: ``[token, welcome, *replayed frames' parts]``, one message.
+
+        One multipart message is delivered whole or not at all, and before any frame published
+        after it, so the subscriber can put the replayed frames ahead of the live ones.
+        """
+        welcome: dict[str, Any] = {"publisher": self._id, "endpoint": self.endpoint, "next_seq": dict(self._seq)}
+        parts: list[bytes | memoryview] = []
+        if self._retained is not None and token[len(_SUB_TOKEN_PREFIX):].startswith(_REPLAY_FLAG):
+            counts = []
+            for frames in self._retained.values():
+                for frame_parts in frames:
+                    counts.append(len(frame_parts))
+                    parts.extend(frame_parts)
+            welcome["replay"] = counts
+        self._sock.send_multipart([token, msgpack.packb(welcome), *parts])
+
+    def _retain(self, stream: str, parts: list[bytes | memoryview], now: int) -> None:
+        """Keep a sent frame for the replay while the window lasts (small buffers copied: callers reuse them)."""
+        if now > self._replay_until:
+            self._retained = None
+            return
+        kept = [p if len(p) >= zmq.COPY_THRESHOLD else bytes(p) for p in parts]
+        self._retained_bytes += sum(len(p) for p in kept)
+        if self._retained_bytes > REPLAY_BYTES:
+            log.info("replay buffer over %d MiB: the replay window ends (late subscribers count what "
+                     "they missed)", REPLAY_BYTES >> 20)
+            self._retained = None
+            return
+        frames = self._retained.get(stream)
+        if frames is None:
+            frames = self._retained[stream] = deque(maxlen=REPLAY_FRAMES)
+        elif len(frames) == REPLAY_FRAMES:
+            self._retained_bytes -= sum(len(p) for p in frames[0])
+        frames.append(kept)
 
     def wait_for_subscribers(self, n: int, timeout_s: float) -> bool:
         """Block until at least ``n`` Subscribers are connected and subscribed, or ``timeout_s`` passes.
@@ -324,6 +379,8 @@ class Publisher:
             send(part, 0 if i == last else _SNDMORE, copy=len(part) < zmq.COPY_THRESHOLD)
         self._seq[frame.stream] = frame.seq + 1
         self.sent[frame.stream] = self.sent.get(frame.stream, 0) + 1
+        if self._retained is not None:
+            self._retain(frame.stream, parts, frame.t_pub)
 
     def close(self) -> None:
         """Close the socket (queued frames get PUBLISHER_LINGER_MS to leave); idempotent."""
@@ -358,23 +415,29 @@ class Publisher:
 
 @dataclass
 class StreamStats:
-    """Counters of one stream as seen by a Subscriber.
+    """Counters of one stream as seen by a Subscriber (docs/bus.md, "What the counters mean").
 
     Attributes:
         stream: stream name.
-        received: frames received and decoded.
+        received: frames received and decoded (replayed ones included).
         samples: samples received (sum of the frames' rows).
-        gaps: number of jumps in ``seq`` after the first frame.
-        dropped: frames missing inside those jumps (published but never received).
-        missed_at_join: frames published before this subscriber joined (``first_seq``, or less when
-            the publisher's welcome says so); 0 when the subscriber saw the stream from its start.
-        restarts: times ``seq`` went backwards (the publisher restarted); frames of the new
-            incarnation published before we reconnected are added to ``missed_at_join``.
-        out_of_order: frames repeating the last ``seq`` (two publishers using one stream name).
+        gaps: jumps in ``seq`` inside one run of the publisher (frames lost on the way).
+        dropped: frames published but never received: those inside the gaps, and those a restarted
+            publisher sent before this subscriber was connected to it again.
+        lost_samples: samples missing from the stream's sample times, across the gaps and the
+            restarts: ``round((t_next - t_expected) * rate_hz)`` with ``t_expected`` the time of the
+            sample after the last one received (0 for streams with ``rate_hz`` 0: see ``dropped``).
+        missed_at_join: frames published before this subscriber first joined (BEFORE_JOIN: not a
+            loss; 0 when it saw the stream from its start, e.g. through the publisher's replay).
+        restarts: times the publisher started a new run: its connection dropped, and the next
+            frame's ``seq`` did not continue the last one.
+        out_of_order: frames whose ``seq`` does not continue the stream and no restart explains:
+            repeated, backwards, or a jump larger than the time between the frames allows (a
+            second publisher on the name, a corrupt ``seq``). Delivered, never turned into a loss.
         malformed: messages on this topic rejected by `daq.frames.decode` (counted per stream once
             the stream is known: expected, or a valid frame seen; always in `Subscriber.malformed`).
-        first_seq, last_seq: first and latest ``seq`` received (None before the first frame).
-        rate_hz: measured sample rate over the last 2 s [Hz].
+        first_seq, last_seq: first and latest ``seq`` of the current run (None before the first frame).
+        rate_hz: measured sample rate over the last 2 s [Hz] (replayed frames not included).
         frames_per_s: measured frame rate over the last 2 s [1/s].
         latency_p50_s, latency_p99_s, latency_max_s: publish->receive latency over the last frames
             [s] (None without frames, or when an endpoint is remote and the clocks differ).
@@ -385,6 +448,7 @@ class StreamStats:
     samples: int = 0
     gaps: int = 0
     dropped: int = 0
+    lost_samples: int = 0
     missed_at_join: int = 0
     restarts: int = 0
     out_of_order: int = 0
@@ -399,9 +463,12 @@ class StreamStats:
 
 
 class _Tracker:
-    """Mutable per-stream state behind a StreamStats."""
+    """Mutable per-stream state behind a StreamStats.
 
-    __slots__ = ("stats", "lat", "lat_n", "arrivals", "join_seq", "t_first")
+    ``prev``: the last frame of the current run; ``held``: frames held until the publisher's welcome.
+    """
+
+    __slots__ = ("stats", "lat", "lat_n", "arrivals", "join_seq", "t_first", "prev", "held", "held_until")
 
     def __init__(self, stream: str, history: int):
         self.stats = StreamStats(stream)
@@ -410,6 +477,17 @@ class _Tracker:
         self.arrivals: deque[tuple[int, int]] = deque()
         self.join_seq: int | None = None
         self.t_first: int | None = None
+        self.prev: Frame | None = None
+        self.held: list[Frame] | None = None
+        self.held_until = 0
+
+
+def _samples_between(prev: Frame, nxt: Frame) -> int:
+    """Samples missing between ``prev`` and ``nxt`` by their sample times at ``prev``'s rate (0 if unknown)."""
+    if not prev.rate_hz > 0:
+        return 0
+    expected = prev.t + round(prev.samples * 1e9 / prev.rate_hz)
+    return max(0, round((nxt.t - expected) * prev.rate_hz * 1e-9))
 
 
 class Subscriber:
@@ -426,11 +504,15 @@ class Subscriber:
         expect: streams that must arrive (default: the exact names in ``streams``); they appear in
             `stats` from the start, and `missing` lists those not yet seen.
         history: number of recent frames per stream kept for the latency percentiles.
+        replay: ask each publisher for the frames it kept from its start (`Publisher` ``replay_s``)
+            and deliver those this subscriber missed ahead of the live ones, in ``seq`` order: a
+            process started with the lab misses nothing. False for a consumer that wants only
+            fresh data (it then counts what it missed in ``missed_at_join``).
     """
 
     def __init__(self, endpoints: str | Sequence[str], streams: Iterable[str] = (), *, rcvhwm: int = DEFAULT_RCVHWM,
                  curve: CurveClient | None = None, context: zmq.Context | None = None,
-                 expect: Iterable[str] | None = None, history: int = 1000):
+                 expect: Iterable[str] | None = None, history: int = 1000, replay: bool = True):
         self.endpoints = [endpoints] if isinstance(endpoints, str) else list(endpoints)
         if not self.endpoints:
             raise EndpointError("a subscriber needs at least one endpoint")
@@ -452,14 +534,18 @@ class Subscriber:
         self._history = history
         self._trackers: dict[str, _Tracker] = {}
         self.malformed = 0
+        self.seq_faults = 0  # out_of_order over all streams (for the log's rate limit)
         self.last_error: str | None = None
         self._welcomed: set[str] = set()
         self._join_seq: dict[str, int] = {}
         self._pending: deque[Frame] = deque()
-        self._token = _SUB_TOKEN_PREFIX + uuid.uuid4().hex.encode()
+        self._replay = bool(replay)
+        self._holding: set[str] = set()  # streams whose first frames wait for their publisher's welcome
+        self._token = _SUB_TOKEN_PREFIX + (_REPLAY_FLAG if replay else b"-") + uuid.uuid4().hex.encode()
         self._closed = False
         self._monitor: zmq.Socket | None = None
         self._lost: set[str] = set()  # endpoints to reconnect once nothing is queued
+        self._disconnected_ns = 0  # when a connection drop was last noticed
         self._since_check = 0
         self._sock = (context or zmq.Context.instance()).socket(zmq.SUB)
         try:
@@ -506,11 +592,13 @@ class Subscriber:
         Malformed messages are counted (`malformed`, per-stream ``malformed``), logged with their
         reason and skipped; control messages are handled internally. ``frame.t_recv`` is set.
         """
-        if self._pending:
-            return self._pending.popleft()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         sock = self._sock
         while True:
+            if self._holding:
+                self._release_due()
+            if self._pending:
+                return self._pending.popleft()
             try:
                 part = sock.recv(_NOBLOCK, copy=False)
                 parts = [part]
@@ -526,6 +614,8 @@ class Subscriber:
                     if remaining <= 0:
                         return None
                     wait_ms = max(1, min(100, int(math.ceil(remaining * 1000))))
+                if self._holding:  # wake up in time to release held frames whose publisher never answers
+                    wait_ms = min(wait_ms, 50)
                 sock.poll(wait_ms)
                 continue
             self._since_check += 1
@@ -545,12 +635,7 @@ class Subscriber:
         socket has nothing queued (ZMQ_EVENTS processes pending commands, unlike a failed recv).
         """
         self._since_check = 0
-        mon = self._monitor
-        if mon is None:
-            return
-        while mon.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            e = zmq.utils.monitor.recv_monitor_message(mon)["endpoint"].decode(errors="replace")
-            self._lost.update([e] if e in self.endpoints else self.endpoints)
+        self._read_monitor()
         if not self._lost or self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             return
         for e in sorted(self._lost):
@@ -559,12 +644,28 @@ class Subscriber:
             self._sock.connect(e)
         self._lost.clear()
 
+    def _read_monitor(self) -> None:
+        """Note the endpoints whose connection dropped, and when we learnt it (`_disconnected_ns`)."""
+        mon = self._monitor
+        if mon is None:
+            return
+        while mon.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            e = zmq.utils.monitor.recv_monitor_message(mon)["endpoint"].decode(errors="replace")
+            self._lost.update([e] if e in self.endpoints else self.endpoints)
+            self._disconnected_ns = time.monotonic_ns()
+
+    def _disconnected_since(self, t_ns: int) -> bool:
+        """True if a publisher's connection dropped after ``t_ns`` (the evidence of a restart)."""
+        self._read_monitor()
+        return self._disconnected_ns > t_ns
+
     def _handle(self, parts: list[Any]) -> Frame | None:
+        """Decode and account one message; returns the frame to deliver now, or None."""
         t_recv = time.monotonic_ns()
         topic_bytes = parts[0].bytes
         if topic_bytes.startswith(CONTROL_PREFIX):
-            if topic_bytes == self._token and len(parts) == 2:
-                self._welcome(parts[1].bytes)
+            if topic_bytes == self._token and len(parts) >= 2:
+                self._welcome(parts, t_recv)
             return None
         try:
             topic = topic_bytes.decode("utf-8")
@@ -572,8 +673,19 @@ class Subscriber:
             topic = None
         if topic is not None and not self._wanted(topic):
             return None  # a longer name sharing a subscribed prefix (FP1 vs FP10)
+        frame = self._decode(parts, topic)
+        if frame is None:
+            return None
+        frame.t_recv = t_recv
+        tr = self._tracker(frame.stream)
+        if tr.prev is None or tr.held is not None:
+            return self._first_frames(tr, frame)
+        self._account(tr, frame)
+        return frame
+
+    def _decode(self, parts: list[Any], topic: str | None) -> Frame | None:
         try:
-            frame = decode(parts)
+            return decode(parts)
         except FrameError as exc:
             self.malformed += 1
             self.last_error = str(exc)
@@ -583,16 +695,60 @@ class Subscriber:
             if self.malformed <= 10 or self.malformed % 1000 == 0:
                 log.warning("dropped malformed frame #%d: %s", self.malformed, exc)
             return None
-        frame.t_recv = t_recv
-        self._account(frame)
+
+    def _first_frames(self, tr: _Tracker, frame: Frame) -> Frame | None:
+        """A stream's first frames: hold them while its publisher's welcome (and replay) may still come.
+
+        A first frame with ``seq > 0`` from a publisher that has not welcomed us yet means frames
+        were published before our subscription arrived; the welcome, at most a few ms behind, may
+        bring them. Held at most HOLD_NS (a publisher that never welcomes: a raw ZeroMQ one).
+        """
+        if tr.held is not None:
+            tr.held.append(frame)
+            return None
+        if (self._replay and frame.seq > 0 and frame.stream not in self._join_seq
+                and len(self._welcomed) < len(self.endpoints)):
+            tr.held = [frame]
+            tr.held_until = frame.t_recv + HOLD_NS
+            self._holding.add(frame.stream)
+            return None
+        self._account(tr, frame)
         return frame
 
-    def _welcome(self, payload: bytes) -> None:
+    def _release(self, tr: _Tracker, replayed: list[Frame]) -> None:
+        """Queue for `recv`, in seq order, the replayed frames missed before the held ones, then those."""
+        held = tr.held or []
+        first = held[0].seq if held else None
+        if tr.prev is None:
+            for f in replayed:
+                if first is None or f.seq < first:
+                    self._account(tr, f, replayed=True)
+                    self._pending.append(f)
+        for f in held:
+            self._account(tr, f)
+            self._pending.append(f)
+        tr.held = None
+        self._holding.discard(tr.stats.stream)
+
+    def _release_due(self) -> None:
+        """Release held streams whose wait is over: every endpoint welcomed us, or HOLD_NS passed."""
+        everyone = len(self._welcomed) >= len(self.endpoints)
+        now = time.monotonic_ns()
+        for stream in sorted(self._holding):
+            tr = self._trackers[stream]
+            if everyone or now >= tr.held_until:
+                self._release(tr, [])
+
+    def _welcome(self, parts: list[Any], t_recv: int) -> None:
+        """A publisher's answer to our token: its next seq per stream, and the frames it replays."""
         try:
-            w = msgpack.unpackb(payload, raw=False, max_str_len=65536, max_map_len=10000, max_array_len=0)
-            pub, next_seq = w["publisher"], w["next_seq"]
-            if not isinstance(pub, str) or not isinstance(next_seq, dict):
+            w = msgpack.unpackb(parts[1].bytes, raw=False, max_str_len=65536, max_map_len=10000,
+                                max_array_len=len(parts))
+            pub, next_seq, counts = w["publisher"], w["next_seq"], w.get("replay", [])
+            if not isinstance(pub, str) or not isinstance(next_seq, dict) or not isinstance(counts, list):
                 raise TypeError("bad field types")
+            if not all(type(n) is int and n >= 3 for n in counts) or sum(counts) != len(parts) - 2:
+                raise ValueError(f"replay part counts do not add up to the {len(parts) - 2} parts sent")
         except Exception as exc:  # a bad control message is counted like a malformed frame
             self.malformed += 1
             self.last_error = f"malformed welcome: {exc}"
@@ -605,37 +761,37 @@ class Subscriber:
                 tr = self._trackers.get(stream)
                 if tr is not None and tr.join_seq is None:
                     tr.join_seq = seq
+        replayed: dict[str, list[Frame]] = {}
+        at = 2
+        for n in counts:
+            topic = parts[at].bytes.decode("utf-8", "replace")
+            if self._wanted(topic):
+                tr = self._trackers.get(topic)
+                if tr is None or tr.prev is None:  # nothing of it delivered yet: the replay fills the start
+                    frame = self._decode(parts[at:at + n], topic)
+                    if frame is not None:
+                        frame.t_recv = t_recv
+                        replayed.setdefault(frame.stream, []).append(frame)
+            at += n
+        for stream in sorted(replayed.keys() | (self._holding & next_seq.keys())):
+            self._release(self._tracker(stream), replayed.get(stream, []))
 
-    def _account(self, frame: Frame) -> None:
-        tr = self._tracker(frame.stream)
+    def _account(self, tr: _Tracker, frame: Frame, replayed: bool = False) -> None:
+        """Update the stream's counters with ``frame`` (see `StreamStats`)."""
         st = tr.stats
-        seq = frame.seq
-        if st.last_seq is None:
-            st.first_seq = seq
-            late = seq if tr.join_seq is None else min(seq, tr.join_seq)
-            st.missed_at_join = late
-            if seq > late:  # published after we joined, lost before reaching us
-                st.gaps += 1
-                st.dropped += seq - late
-            if late:  # expected streams warn; for others (a monitor joining a running lab) it is normal
-                log.log(logging.WARNING if frame.stream in self.expected else logging.INFO,
-                        "joined stream %r late: first seq %d, missed %d frame(s) published before joining",
-                        frame.stream, seq, late)
-        elif seq == st.last_seq + 1:
-            pass
-        elif seq > st.last_seq:
-            st.gaps += 1
-            st.dropped += seq - st.last_seq - 1
-        elif seq < st.last_seq:  # a new publisher incarnation; seq 0..seq-1 of it never reached us
-            st.restarts += 1
-            st.missed_at_join += seq
-            log.warning("stream %r restarted (seq %d after %d)", frame.stream, seq, st.last_seq)
+        prev = tr.prev
+        if prev is not None and frame.seq == prev.seq + 1:  # the usual case first
+            tr.prev = frame
+        elif prev is None:
+            self._start(tr, frame)
         else:
-            st.out_of_order += 1  # the same seq twice: two publishers of one stream name?
-        st.last_seq = seq
+            self._discontinuity(tr, frame)
+        st.last_seq = tr.prev.seq if tr.prev is not None else None
         st.received += 1
         samples = frame.data.shape[0]
         st.samples += samples
+        if replayed:
+            return  # arrived in one burst, published long ago: not a rate or latency measurement
         t_recv = frame.t_recv
         if self._latency_ok:
             tr.lat[tr.lat_n % self._history] = t_recv - frame.t_pub
@@ -646,6 +802,73 @@ class Subscriber:
         limit = t_recv - RATE_WINDOW_NS
         while tr.arrivals[0][0] < limit:
             tr.arrivals.popleft()
+
+    def _discontinuity(self, tr: _Tracker, frame: Frame) -> None:
+        """A seq that does not follow the last one: a restart, a gap, or a foreign seq value.
+
+        - Restart: a publisher's connection dropped since the run's last frame, and the seq does
+          not continue it. The new run's frames before this one are ``dropped``; the samples
+          between the two runs' sample times are ``lost_samples``.
+        - Gap: a jump forward no larger than the time since the last frame allows
+          (``MIN_FRAME_NS`` per frame): ``dropped`` frames, ``lost_samples`` from the sample times.
+        - Anything else (repeated, backwards, impossibly far ahead: a second publisher on the
+          name, a corrupt seq) is ``out_of_order`` and leaves the run's state alone.
+        """
+        st = tr.stats
+        prev = tr.prev
+        seq = frame.seq
+        if self._disconnected_since(prev.t_recv):
+            lost = _samples_between(prev, frame)
+            st.restarts += 1
+            st.dropped += seq
+            st.lost_samples += lost
+            st.first_seq = seq
+            log.warning("stream %r restarted (seq %d after %d): %d frame(s) of the new run and %d sample(s) "
+                        "lost across the restart", frame.stream, seq, prev.seq, seq, lost)
+            tr.prev = frame
+            return
+        # Frames inside a jump were published between prev and this frame's arrival (or
+        # publication, for a remote publisher whose clock is not ours).
+        elapsed = (frame.t_recv if self._latency_ok else frame.t_pub) - prev.t_pub
+        missing = seq - prev.seq - 1
+        if 0 < missing <= max(elapsed, 0) // MIN_FRAME_NS + 1:
+            st.gaps += 1
+            st.dropped += missing
+            st.lost_samples += _samples_between(prev, frame)
+            tr.prev = frame
+            return
+        st.out_of_order += 1
+        why = (f"seq {seq} repeated" if missing == -1 else f"seq {seq} after {prev.seq}, no restart"
+               if missing < 0 else f"seq {seq} after {prev.seq}: a jump of {missing} frames in {elapsed * 1e-9:.6f} s")
+        self._seq_fault(frame, why)
+
+    def _start(self, tr: _Tracker, frame: Frame) -> None:
+        """The first frame of a stream: what was published before we joined, and what was lost since."""
+        st = tr.stats
+        seq = frame.seq
+        # frames 0..seq-1 were published before this one, each taking >= MIN_FRAME_NS since the
+        # publisher's host booted (monotonic clock)
+        if seq > max(frame.t_pub, 0) // MIN_FRAME_NS + 1:
+            st.out_of_order += 1
+            self._seq_fault(frame, f"first seq {seq} is more frames than its host can have published")
+            return
+        tr.prev = frame
+        st.first_seq = seq
+        late = seq if tr.join_seq is None else min(seq, tr.join_seq)
+        st.missed_at_join = late
+        if seq > late:  # published after we joined, lost before reaching us
+            st.gaps += 1
+            st.dropped += seq - late
+        if late:  # expected streams warn; for others (a monitor joining a running lab) it is normal
+            log.log(logging.WARNING if frame.stream in self.expected else logging.INFO,
+                    "joined stream %r late: first seq %d, missed %d frame(s) published before joining",
+                    frame.stream, seq, late)
+
+    def _seq_fault(self, frame: Frame, why: str) -> None:
+        self.seq_faults += 1
+        if self.seq_faults <= 10 or self.seq_faults % 1000 == 0:
+            log.warning("stream %r: %s: counted out of order, not as a loss (a second publisher on this "
+                        "name?)", frame.stream, why)
 
     def wait_connected(self, timeout_s: float) -> bool:
         """Block until every endpoint's publisher has welcomed this subscriber (see module docstring).
@@ -663,6 +886,8 @@ class Subscriber:
                 frame = self._handle(self._sock.recv_multipart(copy=False))
                 if frame is not None:
                     self._pending.append(frame)
+        if self._holding:
+            self._release_due()
         return True
 
     # -- counters
