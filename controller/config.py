@@ -6,6 +6,9 @@ file with `tomllib` and checks every key against the dataclasses below: the type
 schema, the field metadata holds the documentation and the range checks. Any problem raises a
 `ConfigError` whose message is one line: ``FILE: dotted.key = value: what was expected``; unknown
 keys are errors with a "did you mean" suggestion. Every key is documented in ``docs/config.md``.
+`load` never imports the process modules (so ``walklab bus monitor --config`` works whatever
+state they are in); `check_processes` does (``walklab config check`` and ``walklab run``), and a
+module that cannot be imported is one line too (module file, line, error).
 
 Units are SI (m, N, s, Hz); corner and origin coordinates are in metres, corners in the lab frame
 (z up, x the walking direction), origins in the plate frame as in C3D ``FORCE_PLATFORM:ORIGIN``.
@@ -14,21 +17,22 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib.util
+import importlib
 import math
 import re
 import tomllib
+import traceback
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Callable, Literal, Union
 
 from daq.bus import DEFAULT_RCVHWM, DEFAULT_SNDHWM, is_local_endpoint
 
 __all__ = [
     "ConfigError", "Lab", "LabInfo", "Bus", "Curve", "Supervisor", "Process",
-    "ForcePlate", "Mcu", "Mocap", "Device", "load", "parse_endpoint",
+    "ForcePlate", "Mcu", "Mocap", "Device", "load", "parse_endpoint", "process_entry", "check_processes",
 ]
 
 
@@ -43,6 +47,7 @@ def _doc(text: str, **checks: Any) -> dict[str, Any]:
 
 
 NAME_PATTERN = r"[A-Za-z][A-Za-z0-9_\-]*"
+_MODULE_NAME = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 
 
 # ----------------------------------------------------------------------------------- schema ----
@@ -121,6 +126,11 @@ class Process:
     max_restarts: int = field(default=0, metadata=_doc(
         "give up after this many restarts (0 = never give up)", min=0))
     enabled: bool = field(default=True, metadata=_doc("false = listed but not started"))
+    liveness_s: float = field(default=5.0, metadata=_doc(
+        "the supervisor restarts the process when its health frames (``health/NAME``) stop for this "
+        "long, s (0 = never)", min=0.0))
+    startup_s: float = field(default=30.0, metadata=_doc(
+        "time allowed from a start to the first health frame, s, before ``liveness_s`` applies", gt=0.0))
 
     @property
     def endpoint(self) -> str:
@@ -155,6 +165,11 @@ class ForcePlate:
         return self.stream or f"forceplate/{self.name}"
 
     @property
+    def streams(self) -> tuple[str, ...]:
+        """The bus streams of this device."""
+        return (self.stream_name,)
+
+    @property
     def channels(self) -> tuple[str, ...]:
         """Raw channel names of this plate type (Visual3D FP_Type pages, ecosystem.md section 2)."""
         if self.type == 1:
@@ -173,6 +188,13 @@ class Mcu:
     baud: int = field(default=1_000_000, metadata=_doc("serial baud rate", gt=0))
     watchdog_ms: int = field(default=100, metadata=_doc(
         "MCU watchdog: torque off when commands and heartbeats stop this long", gt=0))
+    motors: tuple[str, ...] = field(default=("crank",), metadata=_doc(
+        "motor names in MCU order; each is the stream ``encoder/NAME``"))
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """The bus streams of this device."""
+        return tuple(f"encoder/{m}" for m in self.motors)
 
 
 @dataclass(frozen=True)
@@ -182,6 +204,11 @@ class Mocap:
     endpoint: str = field(metadata=_doc("endpoint of the mocap PC's stream", endpoint=True))
     name: str = field(default="", metadata=_doc("", from_key=True))
     rate_hz: float = field(default=100.0, metadata=_doc("marker frame rate in Hz", gt=0.0))
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """The bus streams of this device (none declared yet)."""
+        return ()
 
 
 Device = Union[ForcePlate, Mcu, Mocap]
@@ -395,14 +422,8 @@ def _check(value: Any, key: str, ctx: _Ctx, meta: dict[str, Any]) -> None:
             parse_endpoint(value)
         except ValueError:
             raise ctx.error(key, "expected tcp://HOST:PORT (port 1-65535) or ipc://PATH", value) from None
-    if meta.get("module"):
-        try:
-            found = importlib.util.find_spec(value) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            raise ctx.error(key, "expected an importable module (python -m MODULE): module not found",
-                            value)
+    if meta.get("module") and not re.fullmatch(_MODULE_NAME, value):
+        raise ctx.error(key, "expected a dotted module name, e.g. \"daq.simulated\"", value)
     if meta.get("exists") and not value.exists():
         raise ctx.error(key, f"no such file or folder {str(value)!r} (make keys with `walklab keys`)")
 
@@ -454,6 +475,12 @@ def _cross_checks(lab: Lab, ctx: _Ctx) -> None:
     for name, d in lab.devices.items():
         if isinstance(d, ForcePlate) and d.type == 4 and d.cal_matrix is None:
             raise ctx.error(f"devices.{name}.cal_matrix", "missing: a type-4 plate needs a 6x6 calibration matrix")
+        if isinstance(d, Mcu):
+            for j, m in enumerate(d.motors):
+                if not re.fullmatch(NAME_PATTERN, m) or d.motors.index(m) != j:
+                    raise ctx.error(f"devices.{name}.motors[{j}]", "expected distinct names of letters, digits, "
+                                    "'_' or '-' starting with a letter", m)
+    _unique_streams(lab, ctx)
     owners = [("supervisor", lab.supervisor)] + [(f"processes[{i}]", p) for i, p in enumerate(lab.processes)]
     for key, owner in owners:
         for ep_key in ("bind", "connect"):
@@ -465,6 +492,64 @@ def _cross_checks(lab: Lab, ctx: _Ctx) -> None:
         if transport == "tcp" and host in ("*", "0.0.0.0", "::") and not owner.connect:
             raise ctx.error(f"{key}.connect", f"missing: {key}.bind = {_show(owner.bind)} binds every "
                             "interface, so subscribers need an address to connect to")
+
+
+def _unique_streams(lab: Lab, ctx: _Ctx) -> None:
+    """Every stream has one publisher: no two devices (nor a device and a health or supervisor
+    stream) share a name, or a subscriber would see two interleaved streams as one."""
+    owner: dict[str, str] = {"events/supervisor": "the supervisor", "health/supervisor": "the supervisor"}
+    owner.update({f"health/{p.name}": f"processes[{i}] (its health)" for i, p in enumerate(lab.processes)})
+    for name, d in lab.devices.items():
+        key = f"devices.{name}.stream" if isinstance(d, ForcePlate) and d.stream else f"devices.{name}"
+        for stream in d.streams:
+            if stream in owner:
+                raise ctx.error(key, f"stream {stream!r} is already published by {owner[stream]}: "
+                                "stream names must be unique")
+            owner[stream] = f"devices.{name}"
+
+
+def process_entry(lab: Lab, spec: Process) -> Callable[..., int]:
+    """Import the module of process `spec` and return its ``run(ctx, args)``.
+
+    ConfigError (one line: the key, the module file, the line and the error) when the module is
+    not found, cannot be imported (syntax error, missing import, any exception at import time) or
+    defines no ``run``.
+    """
+    index = lab.processes.index(spec)
+    key = f"processes[{index}].module"
+    ctx = _Ctx(lab.source)
+    try:
+        module = importlib.import_module(spec.module)
+    except Exception as exc:  # noqa: BLE001 - whatever the import raised, one line for the user
+        if isinstance(exc, ModuleNotFoundError) and exc.name and \
+                (spec.module == exc.name or spec.module.startswith(exc.name + ".")):
+            raise ctx.error(key, "expected an importable module (python -m MODULE): module not found",
+                            spec.module) from None
+        raise ctx.error(key, f"cannot import it: {_import_failure(exc)}", spec.module) from None
+    run = getattr(module, "run", None)
+    if not callable(run):
+        raise ctx.error(key, "expected a module defining run(ctx, args) (see controller/proc.py)", spec.module)
+    return run
+
+
+def _import_failure(exc: BaseException) -> str:
+    """``FILE line N: Type: message`` of an exception raised while importing a module."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where, message = f"{exc.filename} line {exc.lineno}", exc.msg
+    else:
+        # The innermost frame outside the import machinery: where the module (or what it
+        # imports) failed, e.g. the line of a missing `import`.
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
+        where = f"{frames[-1].filename} line {frames[-1].lineno}" if frames else "?"
+        message = str(exc)
+    first = (message.strip().splitlines() or [""])[0]
+    return f"{where}: {type(exc).__name__}: {first}"
+
+
+def check_processes(lab: Lab) -> None:
+    """`process_entry` of every process of `lab` (``walklab config check`` and ``walklab run``)."""
+    for spec in lab.processes:
+        process_entry(lab, spec)
 
 
 def load(path: str | Path) -> Lab:

@@ -6,16 +6,18 @@ The supervisor starts each ``[[processes]]`` entry as::
 
 which, before anything else, asks the kernel to send it SIGTERM when the supervisor dies
 (``PR_SET_PDEATHSIG``; it exits at once if the supervisor is already gone), turns SIGTERM and
-SIGINT into a stop request, loads the lab config, binds the process's `Publisher` on its
-``bind`` endpoint, creates its `Health` (``health/NAME``), imports ``MODULE``, moves every object
-created so far out of the garbage collector's reach (``gc.freeze()``) and calls::
+SIGINT into a stop request, loads the lab config, imports ``MODULE`` (an import that fails is
+one line naming the module file, the line and the error), builds the process's
+`daq.context.ProcessContext` (`make_context`: publisher bound on ``bind``, ``health/NAME``,
+devices, subscriber factory), moves every object created so far out of the garbage collector's
+reach (``gc.freeze()``) and calls::
 
     MODULE.run(ctx: ProcessContext, args: list[str]) -> int     # exit status
 
 ``run`` loops while ``not ctx.stopping``, sleeping with `ProcessContext.sleep_until` (which also
 publishes the health frame once a second) and returns when asked to stop; the runtime then closes
-the sockets (no hanging ``zmq.Context.term``). A config or argument error exits with status 2 and
-one log line.
+the sockets (no hanging ``zmq.Context.term``). A config, argument or import error exits with
+status 2 (`daq.context.CONFIG_ERROR`) and one log line; the supervisor does not restart it.
 
 `publisher_for` and `subscriber_for` map a lab config onto `daq.bus` (high-water marks, CurveZMQ
 keys); the supervisor and `walklab bus monitor` use them too.
@@ -25,15 +27,14 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import importlib
 import logging
 import os
 import signal
 import sys
-import time
 from typing import Any, Iterable, Sequence
 
-from controller.config import Device, Lab, Process
+from controller.config import Lab, Process
+from daq.context import CONFIG_ERROR, ProcessContext
 
 log = logging.getLogger("walklab.proc")
 
@@ -88,65 +89,20 @@ def subscriber_for(lab: Lab | None, endpoints: Sequence[str], streams: Iterable[
     return Subscriber(list(endpoints), streams, rcvhwm=lab.bus.rcvhwm, curve=client, expect=expect)
 
 
-class ProcessContext:
-    """What a process's ``run(ctx, args)`` gets: its config, its publisher and health, a stop flag.
+def make_context(lab: Lab, spec: Process) -> ProcessContext:
+    """The `daq.context.ProcessContext` of process `spec`: its publisher bound at ``spec.bind``, its
+    ``health/NAME``, its devices, and a subscriber factory connected to every publisher of `lab`."""
+    from daq.health import Health
 
-    Attributes:
-        lab: the whole lab config; spec: this process's entry; name: ``spec.name``.
-        devices: the ``[devices.NAME]`` sections listed in ``spec.devices``, by name.
-        publisher: bound at ``spec.bind``; health: publishes ``health/NAME`` (`tick` it).
-        stopping: True once SIGTERM/SIGINT arrived (or `request_stop` was called).
-    """
+    publisher = publisher_for(lab, spec.bind)
+    endpoints = list(lab.endpoints().values())
 
-    def __init__(self, lab: Lab, spec: Process) -> None:
-        from daq.health import Health
+    def subscribe(streams: Iterable[str], expect: Iterable[str] | None) -> Any:
+        return subscriber_for(lab, endpoints, streams, expect=expect)
 
-        self.lab = lab
-        self.spec = spec
-        self.name = spec.name
-        self.devices: dict[str, Device] = {d: lab.devices[d] for d in spec.devices}
-        self.stopping = False
-        self.publisher = publisher_for(lab, spec.bind)
-        self.health = Health(spec.name, self.publisher)
-        self._subscribers: list[Any] = []
-
-    def request_stop(self, *_: Any) -> None:
-        self.stopping = True
-
-    def subscriber(self, streams: Iterable[str] = (), *, expect: Iterable[str] | None = None):
-        """A Subscriber to every publisher of the lab (this one included), watched by `health`."""
-        sub = subscriber_for(self.lab, list(self.lab.endpoints().values()), streams, expect=expect)
-        self.health.watch(sub)
-        self._subscribers.append(sub)
-        return sub
-
-    def sleep_until(self, deadline_ns: int) -> bool:
-        """Sleep until ``time.monotonic_ns() >= deadline_ns``, publishing health when due.
-
-        Returns False as soon as a stop is requested (check it and return from ``run``).
-        """
-        while not self.stopping:
-            self.health.tick()
-            self.publisher.poll_subscriptions()
-            remaining = deadline_ns - time.monotonic_ns()
-            if remaining <= 0:
-                return True
-            # Short slices keep the stop latency and the health period bounded.
-            time.sleep(min(remaining, 50_000_000) * 1e-9)
-        return False
-
-    def close(self) -> None:
-        """Publish a last health frame (state "stopped") and close every socket."""
-        import zmq
-
-        self.health.state = "stopped"
-        try:
-            self.health.publish()
-        finally:
-            for sub in self._subscribers:
-                sub.close()
-            self.publisher.close()
-            zmq.Context.instance().term()
+    return ProcessContext(name=spec.name, config=spec, lab=lab,
+                          devices={d: lab.devices[d] for d in spec.devices}, publisher=publisher,
+                          health=Health(spec.name, publisher), subscribe=subscribe)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -158,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def on_signal(signum: int, frame: Any) -> None:
         if ctx is not None:
-            ctx.request_stop()
+            ctx.on_signal()
         stop_early["flag"] = True
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -170,30 +126,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", required=True, help="the [[processes]] entry to run")
     opts, rest = parser.parse_known_args(argv)
     logging_setup(opts.name)
-    from controller.config import load
+    from controller.config import load, process_entry
     try:
         lab = load(opts.config)
         spec = lab.process(opts.name)
-        module = importlib.import_module(spec.module)
-        run = getattr(module, "run", None)
-        if not callable(run):
-            raise LookupError(f"{opts.config}: module {spec.module!r} of process {spec.name!r} "
-                              "defines no run(ctx, args) function")
-        ctx = ProcessContext(lab, spec)
+        run = process_entry(lab, spec)  # one line (module, line, message) if it cannot be imported
+        ctx = make_context(lab, spec)
     except (ValueError, OSError, LookupError) as exc:
         log.error("%s", exc)
-        return 2
+        return CONFIG_ERROR
     # What exists now (modules, config, sockets) lives as long as the process: keep it out of the
     # cyclic collector's scans, so collections during the loop stay short (ecosystem.md section 9).
     gc.freeze()
     try:
-        ctx.stopping = stop_early["flag"]
+        if stop_early["flag"]:
+            ctx.request_stop()
         status = int(run(ctx, list(rest)) or 0)
     except SystemExit as exc:  # argparse inside run() on bad ARGS
-        status = exc.code if isinstance(exc.code, int) else 2
+        status = exc.code if isinstance(exc.code, int) else CONFIG_ERROR
     except (ValueError, OSError, LookupError) as exc:
         log.error("%s", exc)
-        status = 2
+        status = CONFIG_ERROR
     finally:
         ctx.close()
     return status

@@ -18,6 +18,17 @@ line and a frame on ``events/supervisor`` stamped (``t_host``) with the time the
 detected the exit or started the restart, so a restart frame's stamp minus its crash frame's is the
 delay actually waited (never less than the backoff delay).
 
+Exit status 2 (`daq.context.CONFIG_ERROR`: a config, argument or import mistake) is never
+restarted, whatever the policy: restarting cannot fix it. The process is marked ``failed``, and
+the event ``failed`` carries the child's last stderr line (its one-line error), which the
+supervisor also logs. The supervisor relays every child's stderr line by line to its own.
+
+Liveness: every process publishes ``health/NAME`` once a second. The supervisor subscribes to
+them; a process whose frames stop for its ``liveness_s`` (or that sends none within
+``startup_s`` of its start) is wedged: event ``silent``, SIGTERM to its group, SIGKILL after
+``stop_grace_s``, and its exit counts as a failure (restarted unless the policy is ``never``).
+Frames are matched by the pid in their meta, so an old instance's frames never vouch for a new one.
+
 Stopping (SIGINT, SIGTERM, SIGHUP or `Supervisor.stop`): SIGTERM to every child's process group,
 up to ``stop_grace_s`` for them to exit, SIGKILL to those left, then reap them all.
 """
@@ -29,12 +40,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from controller.config import Lab, Process
 from controller.proc import SUPERVISOR_PID_ENV
+from daq.context import CONFIG_ERROR
 
 log = logging.getLogger("walklab.supervisor")
 
@@ -47,12 +60,17 @@ class Child:
     """Runtime state of one supervised process."""
     spec: Process
     popen: subprocess.Popen | None = None
-    state: str = "pending"       # pending | running | backoff | exited | failed | stopped
+    state: str = "pending"       # pending | running | silent | backoff | exited | failed | stopped
     started: float = 0.0         # time.monotonic() of the last start
     restarts: int = 0            # restarts done so far
     streak: int = 0              # consecutive quick crashes: sets the backoff exponent
     next_start: float = 0.0      # time.monotonic() of the scheduled restart (state backoff)
     last_status: int | None = None  # last exit status (negative: killed by that signal)
+    heard: float | None = None   # time of the last health frame of this instance (None: none yet)
+    kill_at: float = 0.0         # state silent: when SIGTERM turns into SIGKILL
+    note: str = ""               # why the process failed, for the status line
+    relay: threading.Thread | None = None  # copies the child's stderr, keeps its last line
+    last_line: str = ""
 
 
 def backoff_delay(k: int, initial_s: float, max_s: float) -> float:
@@ -77,11 +95,12 @@ class Supervisor:
     """
 
     def __init__(self, lab: Lab, *, events: EventSink | None = None,
-                 now: Callable[[], float] = time.monotonic) -> None:
+                 now: Callable[[], float] = time.monotonic, stderr: IO[str] | None = None) -> None:
         self.lab = lab
         self.children = [Child(p) for p in lab.processes if p.enabled]
         self._events = events or (lambda event, fields, at: None)
         self._now = now
+        self._stderr = stderr or sys.stderr
         self._stopped = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -91,14 +110,28 @@ class Supervisor:
         for child in self.children:
             self._spawn(child)
 
+    def heard(self, process: Any, pid: Any, at: float | None = None) -> None:
+        """A health frame of `process` (name) from `pid` arrived at `at` (default now)."""
+        for child in self.children:
+            if child.spec.name == process and child.state == "running" and child.popen.pid == pid:
+                child.heard = self._now() if at is None else at
+
     def poll(self) -> None:
-        """Reap exited children, apply restart policies and start the restarts that are due."""
+        """Reap exited children, stop silent ones, apply restart policies and start the restarts
+        that are due."""
         if self._stopped:
             return
         now = self._now()
         for child in self.children:
-            if child.state == "running" and child.popen.poll() is not None:
+            if child.state in ("running", "silent") and child.popen.poll() is not None:
                 self._on_exit(child, child.popen.returncode, now)
+            elif child.state == "running" and self._silent_for(child, now) is not None:
+                self._on_silence(child, now)
+            elif child.state == "silent" and now >= child.kill_at:
+                log.warning("%s (pid %d) ignored SIGTERM for %.1f s: SIGKILL", child.spec.name, child.popen.pid,
+                            self.lab.supervisor.stop_grace_s)
+                _signal_group(child.popen.pid, signal.SIGKILL)
+                child.kill_at = float("inf")
             if child.state == "backoff" and now >= child.next_start:
                 child.restarts += 1
                 self._spawn(child)
@@ -109,7 +142,7 @@ class Supervisor:
         if self._stopped:
             return
         self._stopped = True
-        live = [c for c in self.children if c.state == "running"]
+        live = [c for c in self.children if c.state in ("running", "silent")]
         for c in live:
             _signal_group(c.popen.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.lab.supervisor.stop_grace_s
@@ -124,6 +157,8 @@ class Supervisor:
             c.popen.wait()
             c.last_status = c.popen.returncode
         for c in self.children:
+            if c.relay is not None:
+                c.relay.join(timeout=1.0)  # the last lines of a stopped child, before we return
             c.state = "stopped"
 
     @property
@@ -142,8 +177,10 @@ class Supervisor:
                 s = f"{c.spec.name} up {now - c.started:.0f}s pid {c.popen.pid}"
             elif c.state == "backoff":
                 s = f"{c.spec.name} restarting in {max(c.next_start - now, 0):.1f}s"
+            elif c.state == "silent":
+                s = f"{c.spec.name} silent, stopping pid {c.popen.pid}"
             else:
-                s = f"{c.spec.name} {c.state}"
+                s = f"{c.spec.name} {c.state}" + (f" ({c.note})" if c.note else "")
             if c.restarts:
                 s += f" ({c.restarts} restarts)"
             parts.append(s)
@@ -161,18 +198,61 @@ class Supervisor:
         # start_new_session: own process group, so terminal Ctrl-C hits only the supervisor and
         # a stop can signal the child together with anything it spawned.
         child.popen = subprocess.Popen(self.command(child.spec), env=env, start_new_session=True,
-                                       stdin=subprocess.DEVNULL, close_fds=True)
+                                       stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True)
         child.started = self._now()
         child.state = "running"
+        child.heard = None
+        child.last_line = ""
+        child.relay = threading.Thread(target=self._relay, args=(child, child.popen.stderr),
+                                       name=f"stderr-{child.spec.name}", daemon=True)
+        child.relay.start()
         log.info("started %s (pid %d): %s.run", child.spec.name, child.popen.pid, child.spec.module)
+
+    def _relay(self, child: Child, pipe: IO[bytes]) -> None:
+        """Copy the child's stderr to ours line by line, keeping the last non-empty line."""
+        with pipe:
+            for raw in pipe:
+                line = raw.decode("utf-8", "replace")
+                if line.strip():
+                    child.last_line = line.strip()
+                try:
+                    self._stderr.write(line)
+                    self._stderr.flush()
+                except (OSError, ValueError):  # our stderr is gone: keep draining the child's
+                    pass
+
+    def _silent_for(self, child: Child, now: float) -> float | None:
+        """Seconds `child` has been silent past its limit, or None while it is alive (or unchecked)."""
+        spec = child.spec
+        if spec.liveness_s <= 0:
+            return None
+        if child.heard is None:
+            return now - child.started if now - child.started > spec.startup_s else None
+        return now - child.heard if now - child.heard > spec.liveness_s else None
+
+    def _on_silence(self, child: Child, now: float) -> None:
+        silent_s = self._silent_for(child, now)
+        child.state = "silent"
+        child.kill_at = now + self.lab.supervisor.stop_grace_s
+        self._event("silent", child, now, pid=child.popen.pid, silent_s=round(silent_s, 3),
+                    liveness_s=child.spec.liveness_s, first=child.heard is None)
+        _signal_group(child.popen.pid, signal.SIGTERM)
 
     def _on_exit(self, child: Child, status: int, now: float) -> None:
         spec, sup = child.spec, self.lab.supervisor
+        silenced = child.state == "silent"
         child.last_status = status
         ran = now - child.started
         # Reap anything the child left in its group (it was the group leader).
         _signal_group(child.popen.pid, signal.SIGKILL)
-        wants = spec.restart == "always" or (spec.restart == "on-failure" and status != 0)
+        if status == CONFIG_ERROR and not silenced:
+            child.relay.join(timeout=2.0)  # its last line is its one-line error
+            child.state = "failed"
+            child.note = "config error"
+            self._event("failed", child, now, status=status, ran_s=round(ran, 3), error=child.last_line)
+            return
+        failed = status != 0 or silenced  # a wedged process that obeyed SIGTERM still failed
+        wants = spec.restart == "always" or (spec.restart == "on-failure" and failed)
         if not wants:
             child.state = "exited" if status == 0 else "failed"
             self._event("exit", child, now, status=status, ran_s=round(ran, 3))
@@ -185,7 +265,7 @@ class Supervisor:
         delay = backoff_delay(child.streak, sup.backoff_initial_s, sup.backoff_max_s)
         child.state = "backoff"
         child.next_start = now + delay
-        self._event("crash" if status else "exit", child, now, status=status, ran_s=round(ran, 3),
+        self._event("crash" if failed else "exit", child, now, status=status, ran_s=round(ran, 3),
                     restart_in_s=delay)
 
     def _event(self, event: str, child: Child, at: float, **fields: Any) -> None:
@@ -199,6 +279,13 @@ class Supervisor:
         elif event == "gave-up":
             log.error("%s %s; gave up after %d restarts (max_restarts)", child.spec.name, how,
                       fields["restarts"])
+        elif event == "failed":
+            log.error("%s %s (a config, argument or import error): failed, not restarted: %s",
+                      child.spec.name, how, fields["error"] or "(no message)")
+        elif event == "silent":
+            what = "no health frame since its start" if fields["first"] else "its health frames stopped"
+            log.warning("%s (pid %d) silent for %.1f s (%s; liveness_s %.1f): SIGTERM", child.spec.name,
+                        fields["pid"], fields["silent_s"], what, fields["liveness_s"])
         else:
             log.info("%s %s; restart policy %r: not restarted", child.spec.name, how, child.spec.restart)
         self._events(event, fields, at)
@@ -220,13 +307,14 @@ def run_lab(lab: Lab, *, out: Any = None) -> int:
 
     Publishes ``events/supervisor`` (kind ``"event"``, no samples; ``meta`` holds the event name
     and its fields) and ``health/supervisor`` on ``[supervisor] bind``; prints `status_line`
-    every ``status_interval_s`` on `out` (stdout).
+    every ``status_interval_s`` on `out` (stdout); subscribes to the processes' ``health/*``
+    for the liveness check.
     """
     import numpy as np
     import zmq
 
-    from controller.proc import logging_setup, publisher_for
-    from daq.health import Health
+    from controller.proc import logging_setup, publisher_for, subscriber_for
+    from daq.health import HEALTH_KIND, Health
 
     out = out or sys.stdout
     logging_setup("supervisor")
@@ -248,6 +336,9 @@ def run_lab(lab: Lab, *, out: Any = None) -> int:
 
     sup = Supervisor(lab, events=publish_event)
     interval = lab.supervisor.status_interval_s
+    # Restarted publishers and late joins are normal on this subscription: no log line for them.
+    logging.getLogger("walklab.bus").setLevel(logging.ERROR)
+    health_sub = subscriber_for(lab, [p.endpoint for p in lab.processes if p.enabled], ["health/*"])
     try:
         log.info("lab %r: supervisor on %s; watch the streams with `walklab bus monitor --config %s`",
                  lab.lab.name, lab.supervisor.bind, lab.source)
@@ -255,6 +346,11 @@ def run_lab(lab: Lab, *, out: Any = None) -> int:
         gc.freeze()  # start-up objects live until the end: out of the collector's scans (ecosystem.md 9)
         next_status = time.monotonic() + min(interval, 2.0)  # a first line soon after start
         while stop["signal"] is None:
+            # Every health frame that arrived, before judging silence: a stalled supervisor must
+            # not take its own delay for its children's.
+            while (f := health_sub.recv(timeout_s=0)) is not None:
+                if f.kind == HEALTH_KIND and isinstance(f.meta, dict):
+                    sup.heard(f.meta.get("process"), f.meta.get("pid"))
             sup.poll()
             if sup.finished:
                 log.warning("no process left to run (all exited or gave up): stopping")
@@ -274,6 +370,7 @@ def run_lab(lab: Lab, *, out: Any = None) -> int:
             publish_event("stopped", {"process": "supervisor"})
             health.publish()
         finally:
+            health_sub.close()
             pub.close()
             zmq.Context.instance().term()
             for s, handler in previous.items():

@@ -1,12 +1,14 @@
 """Encoder daemon: the MCU's serial link on one side, ``encoder/<motor>`` streams and commands on the bus.
 
-The process (``run(ctx, args)``, see `controller.proc`) opens the MCU port with the host link
-(`firmware_bridge.link.Link`: reader thread, heartbeats, requests with retry, reconnection), and
-for every connection (a *session*):
+The process (``run(ctx, args)``, see `daq.context`) serves the one ``kind = "mcu"`` device in
+its ``devices`` (`controller.config.Mcu`: ``port``, ``baud``, ``watchdog_ms``, ``motors``). It
+opens that port with the host link (`firmware_bridge.link.Link`: reader thread, heartbeats,
+requests with retry, reconnection), and for every connection (a *session*):
 
-1. HELLO -> CAPS; the MCU's motor count must equal the ``--motors`` names;
-2. CONFIG (gains, limits, watchdog, STATE rate ``--stream-hz``) to every motor, then RESET (the
-   watchdog of a device that lost its host is latched: docs/protocol.md, Reconnection);
+1. HELLO -> CAPS; the MCU's motor count must equal the device's ``motors``;
+2. CONFIG (gains, limits, the device's ``watchdog_ms``, STATE rate ``--stream-hz``) to every
+   motor, then RESET (the watchdog of a device that lost its host is latched: docs/protocol.md,
+   Reconnection);
 3. COMMAND at ``--command-hz`` with the current setpoints (default: ``--mode``/``--setpoint`` on
    every motor, e.g. hold the crank at 2π rad/s so a walker walks with no controller running),
    which feeds the MCU watchdog.
@@ -37,11 +39,10 @@ tx_failed, queue_overflow), ``link/sessions``, ``link/open_failures``, ``command
 disconnect without continuing the old session's sample clock); the health state is
 ``connecting``, ``running`` or ``disconnected``.
 
-``args``: ``--port PATH|URL`` (required), ``--baud`` (1000000), ``--motors crank`` (comma
-separated names, in MCU order), ``--stream-hz`` (500), ``--block`` (10), ``--mode`` (velocity),
-``--setpoint`` (6.283185 rad/s), ``--kp`` (2.0), ``--ki`` (20.0), ``--kd`` (0.0),
-``--max-current`` (5.0 A), ``--max-velocity`` (50 rad/s), ``--watchdog-ms`` (100),
-``--command-hz`` (50), ``--clock-bin-s`` (1.0), ``--reset-on-latch`` (off: RESET an MCU whose
+``args`` (the daemon's own settings; what the device is comes from its config section):
+``--stream-hz`` (500), ``--block`` (10), ``--mode`` (velocity), ``--setpoint`` (6.283185 rad/s),
+``--kp`` (2.0), ``--ki`` (20.0), ``--kd`` (0.0), ``--max-current`` (5.0 A), ``--max-velocity``
+(50 rad/s), ``--command-hz`` (50), ``--clock-bin-s`` (1.0), ``--reset-on-latch`` (off: RESET an MCU whose
 watchdog latched while connected, at most once a second, never an e-stop; for simulated robots,
 whose Python firmware loop can stall on a loaded machine; counted in ``mcu/resets``).
 """
@@ -51,14 +52,18 @@ import argparse
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from daq.clock import ClockSync
+from daq.context import ProcessContext
 from firmware_bridge import protocol as P
 from firmware_bridge.link import Link, LinkError, NackError
 from firmware_bridge.telemetry import StateUnwrapper
+
+if TYPE_CHECKING:  # typing only: daq never imports controller at run time
+    from controller.config import Mcu
 
 log = logging.getLogger("walklab.encoder")
 
@@ -108,10 +113,11 @@ class Block:
 class EncoderDaemon:
     """State of the daemon between loop iterations (one per process; the link lives across sessions)."""
 
-    def __init__(self, ctx: Any, opts: argparse.Namespace) -> None:
+    def __init__(self, ctx: ProcessContext, opts: argparse.Namespace, mcu: Mcu) -> None:
         self.ctx = ctx
         self.opts = opts
-        self.motors = [m.strip() for m in opts.motors.split(",") if m.strip()]
+        self.mcu = mcu
+        self.motors = list(mcu.motors)
         self.period_ns = round(1e9 / opts.stream_hz)
         self.modes = [MODES[opts.mode]] * len(self.motors)
         self.setpoints = [float(opts.setpoint)] * len(self.motors)
@@ -149,7 +155,7 @@ class EncoderDaemon:
 
     def connect(self) -> bool:
         """Open the port once (the link reconnects by itself afterwards); False if it is not there yet."""
-        link = Link(self.opts.port, baudrate=self.opts.baud, heartbeat_hz=20.0, liveness_s=0.2)
+        link = Link(self.mcu.port, baudrate=self.mcu.baud, heartbeat_hz=20.0, liveness_s=0.2)
         try:
             link.open()
         except LinkError as exc:
@@ -166,15 +172,15 @@ class EncoderDaemon:
         link = self.link
         self.flush_all()
         self.accepting = False
-        caps = link.hello(timeout_s=0.3, retries=5)
+        caps = link.wait_caps(timeout_s=2.0)  # after a reconnect the link has sent HELLO itself
         if caps.n_motors != len(self.motors):
-            raise ValueError(f"{self.opts.port}: the MCU {caps.name!r} has {caps.n_motors} motor(s), "
-                             f"--motors names {len(self.motors)} ({','.join(self.motors)})")
+            raise ValueError(f"{self.mcu.port}: the MCU {caps.name!r} has {caps.n_motors} motor(s), "
+                             f"devices.{self.mcu.name}.motors names {len(self.motors)} ({','.join(self.motors)})")
         if self.opts.stream_hz not in caps.rates_hz:
             raise ValueError(f"--stream-hz {self.opts.stream_hz}: the MCU {caps.name!r} supports {list(caps.rates_hz)}")
         o = self.opts
-        ack = link.request(P.Config(0xFF, o.kp, o.ki, o.kd, o.max_current, o.max_velocity, o.watchdog_ms,
-                                    o.stream_hz))
+        ack = link.request(P.Config(0xFF, o.kp, o.ki, o.kd, o.max_current, o.max_velocity,
+                                    self.mcu.watchdog_ms, o.stream_hz))
         link.request(P.Reset())
         self.config_ack = ack.seq
         self.unwrap = StateUnwrapper(caps.cpr)
@@ -304,7 +310,7 @@ class EncoderDaemon:
         seen = (st.disconnects, st.reconnects)
         if seen != self.session_seen:  # first open, or the port went away (and maybe came back)
             if self.ready:
-                log.warning("lost %s (disconnects %d, reconnects %d)", self.opts.port, *seen)
+                log.warning("lost %s (disconnects %d, reconnects %d)", self.mcu.port, *seen)
                 self.end_session()
             if not link.connected.is_set():
                 ctx.health.state = "disconnected"
@@ -314,7 +320,7 @@ class EncoderDaemon:
             try:
                 self.start_session()
             except (LinkError, NackError) as exc:
-                log.warning("session set-up on %s failed: %s; retrying", self.opts.port, exc)
+                log.warning("session set-up on %s failed: %s; retrying", self.mcu.port, exc)
                 ctx.sleep_until(time.monotonic_ns() + 200_000_000)
                 return
             self.session_seen = seen
@@ -343,9 +349,6 @@ class EncoderDaemon:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="daq.encoder", description="encoder/MCU daemon")
-    p.add_argument("--port", required=True, help="MCU device path or pyserial URL")
-    p.add_argument("--baud", type=int, default=1_000_000)
-    p.add_argument("--motors", default="crank", help="motor names in MCU order, comma separated")
     p.add_argument("--stream-hz", type=int, default=500, help="STATE rate asked with CONFIG")
     p.add_argument("--block", type=int, default=10, help="samples per encoder frame")
     p.add_argument("--mode", choices=sorted(MODES), default="velocity", help="default command mode")
@@ -355,7 +358,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--kd", type=float, default=0.0)
     p.add_argument("--max-current", type=float, default=5.0, help="A")
     p.add_argument("--max-velocity", type=float, default=50.0, help="rad/s")
-    p.add_argument("--watchdog-ms", type=int, default=100)
     p.add_argument("--command-hz", type=float, default=50.0, help="COMMAND resend rate (feeds the watchdog)")
     p.add_argument("--clock-bin-s", type=float, default=1.0, help="ClockSync window, s")
     p.add_argument("--reset-on-latch", action="store_true",
@@ -366,18 +368,13 @@ def _parser() -> argparse.ArgumentParser:
 def parse_args(name: str, args: Sequence[str]) -> argparse.Namespace:
     """Parsed and checked ``args`` (ValueError naming the option and the expected value)."""
     o = _parser().parse_args(list(args))
-    motors = [m.strip() for m in o.motors.split(",") if m.strip()]
     problems = []
-    if not motors or len(set(motors)) != len(motors) or any("/" in m for m in motors):
-        problems.append(f"--motors {o.motors!r}: expected distinct names without '/', comma separated")
     if o.block < 1:
         problems.append(f"--block {o.block}: expected >= 1")
     if not 0 < o.stream_hz <= 65535:
         problems.append(f"--stream-hz {o.stream_hz}: expected 1..65535 (one of the MCU's rates)")
     if not (o.command_hz > 0 and o.clock_bin_s > 0):
         problems.append(f"--command-hz {o.command_hz} and --clock-bin-s {o.clock_bin_s}: expected > 0")
-    if not 0 < o.watchdog_ms <= 65535:
-        problems.append(f"--watchdog-ms {o.watchdog_ms}: expected 1..65535")
     if not all(np.isfinite(v) and v >= 0 for v in (o.kp, o.ki, o.kd, o.max_current, o.max_velocity)):
         problems.append("--kp/--ki/--kd/--max-current/--max-velocity: expected finite values >= 0")
     if not np.isfinite(o.setpoint):
@@ -387,9 +384,13 @@ def parse_args(name: str, args: Sequence[str]) -> argparse.Namespace:
     return o
 
 
-def run(ctx: Any, args: Sequence[str]) -> int:
+def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     """Run the encoder daemon of process `ctx` until it is asked to stop (see module doc)."""
-    daemon = EncoderDaemon(ctx, parse_args(ctx.name, args))
+    mcu = ctx.device("mcu")
+    if not 0 < mcu.watchdog_ms <= 65535:  # the protocol's field is 16 bits
+        raise ValueError(f"{ctx.lab.source}: devices.{mcu.name}.watchdog_ms = {mcu.watchdog_ms}: "
+                         "expected 1..65535 (ms)")
+    daemon = EncoderDaemon(ctx, parse_args(ctx.name, args), mcu)
     commands = ctx.subscriber([COMMAND_STREAM], expect=())
     try:
         while not ctx.stopping:

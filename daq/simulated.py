@@ -37,6 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from daq.context import ProcessContext
 from dynamics.forceplate import Plate, load_moment
 
 G = 9.80665  # m/s^2, standard gravity
@@ -122,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(ctx: Any, args: Sequence[str]) -> int:
+def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     """Publish the simulated plates of process `ctx` until it is asked to stop (see module doc)."""
     opts = _parser().parse_args(list(args))
     if not (opts.body_mass_kg > 0 and opts.stride_s > 0 and 0 < opts.stance_fraction < 1):

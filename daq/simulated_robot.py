@@ -32,6 +32,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Sequence
 
+from daq.context import ProcessContext
 from dynamics.contact import Friction, NormalLaw
 from dynamics.linkage.model import Linkage, LinkageError, load_linkage
 from dynamics.plant import CrankPlant, crank_plant, motor_load
@@ -156,7 +157,7 @@ def pty_handle(mcu: VirtualMCU) -> str:
     return handle
 
 
-def run(ctx: Any, args: Sequence[str]) -> int:
+def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     """Run the simulated robot of process `ctx` until it is asked to stop (see module doc)."""
     opts = _parser().parse_args(list(args))
     plant = build_plant(opts)

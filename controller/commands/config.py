@@ -16,17 +16,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def check_handler(args: argparse.Namespace) -> int:
-    import importlib
-
     from controller import config
 
     lab = config.load(args.file)
-    # What `walklab run` will call in each process (load() only checks the module exists, so
-    # that every process does not import every other's module).
-    for i, p in enumerate(lab.processes):
-        if not callable(getattr(importlib.import_module(p.module), "run", None)):
-            raise config.ConfigError(f"{lab.source}: processes[{i}].module = \"{p.module}\": "
-                                     "expected a module defining run(ctx, args) (see controller/proc.py)")
+    config.check_processes(lab)  # what `walklab run` will call in each process: importable, with run()
     print(lab.summary())
     print("ok")
     return 0

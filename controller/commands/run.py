@@ -22,4 +22,5 @@ def run_handler(args: argparse.Namespace) -> int:
     from controller.supervisor import run_lab
 
     lab = config.load(args.config if args.config is not None else configs.path("sim.toml"))
+    config.check_processes(lab)  # refuse a lab whose process modules cannot be imported: one line
     return run_lab(lab)

@@ -50,13 +50,14 @@ def test_command_frames_map_units_to_modes():
 
 
 def test_bad_arguments_are_one_line_errors():
-    with pytest.raises(ValueError, match="--motors 'a,a'"):
-        parse_args("enc", ["--port", "x", "--motors", "a,a"])
     with pytest.raises(ValueError, match="--block 0"):
-        parse_args("enc", ["--port", "x", "--block", "0"])
+        parse_args("enc", ["--block", "0"])
+    with pytest.raises(ValueError, match="--stream-hz 0"):
+        parse_args("enc", ["--stream-hz", "0"])
 
 
-def write_lab(tmp_path: Path, ports: list[int], port_path: Path) -> Path:
+def write_lab(tmp_path: Path, ports: list[int], port_path: Path, devices: str = '["mcu"]') -> Path:
+    """A lab whose encoder process serves the MCU device `mcu` at `port_path` (its `devices`)."""
     cfg = tmp_path / "lab.toml"
     cfg.write_text(textwrap.dedent(f"""
         [lab]
@@ -67,13 +68,23 @@ def write_lab(tmp_path: Path, ports: list[int], port_path: Path) -> Path:
         name = "encoder"
         module = "daq.encoder"
         bind = "tcp://127.0.0.1:{ports[1]}"
-        args = ["--port", "{port_path}", "--motors", "crank", "--stream-hz", "{RATE}", "--block", "5",
-                "--kp", "2.0", "--ki", "20.0", "--setpoint", "6.283185307179586", "--watchdog-ms", "500"]
+        devices = {devices}
+        args = ["--stream-hz", "{RATE}", "--block", "5",
+                "--kp", "2.0", "--ki", "20.0", "--setpoint", "6.283185307179586"]
         # this test publishes controller/command on the controller's endpoint
         [[processes]]
         name = "controller"
         module = "controller.healthmon"
         bind = "tcp://127.0.0.1:{ports[2]}"
+        [devices.mcu]
+        kind = "mcu"
+        port = "{port_path}"
+        motors = ["crank"]
+        watchdog_ms = 500
+        [devices.other]
+        kind = "mcu"
+        port = "{port_path}.other"
+        motors = ["other_crank"]
         """))
     return cfg
 
@@ -251,4 +262,24 @@ def test_an_mcu_with_other_motors_is_a_one_line_error(tmp_path):
             pytest.fail("the daemon kept running against an MCU with 2 motors")
     assert proc.returncode == 2
     errors = [line for line in err.splitlines() if " ERROR " in line]
-    assert len(errors) == 1 and "has 2 motor(s), --motors names 1 (crank)" in errors[0], err
+    assert len(errors) == 1 and "has 2 motor(s), devices.mcu.motors names 1 (crank)" in errors[0], err
+
+
+@pytest.mark.parametrize("devices, words", [
+    ("[]", "expected exactly one device of kind 'mcu' in its devices (listed: none)"),
+    ('["mcu", "other"]', "expected exactly one device of kind 'mcu' in its devices (listed: mcu (mcu), other (mcu))"),
+], ids=["no-mcu", "two-mcus"])
+def test_the_port_comes_from_exactly_one_mcu_device(tmp_path, devices, words):
+    """The daemon serves the MCU listed in its `devices` (no --port argument): none or two is one line, exit 2."""
+    ports = free_tcp_ports(3)
+    cfg = write_lab(tmp_path, ports, tmp_path / "mcu", devices=devices)
+    proc, sub = start_encoder(cfg, ports)
+    sub.close()
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the daemon kept running without its MCU device")
+    assert proc.returncode == 2
+    errors = [line for line in err.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and words in errors[0] and "Traceback" not in err, err
