@@ -58,6 +58,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from daq.context import ProcessContext
 from dynamics import forceplate as fp
 
 log = logging.getLogger("walklab.dynamics")
@@ -615,7 +616,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(ctx: Any, args: Sequence[str]) -> int:
+def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     """Serve the force plates of process `ctx` until asked to stop (see module doc)."""
     opts = _parser().parse_args(list(args))
     settings = Settings(opts.threshold_n, opts.on_n, opts.off_n, opts.zero_s, opts.zero_window_s,
