@@ -1,0 +1,152 @@
+"""The nominal-synergy file format (methods.md j): metadata + phase-indexed periodic tables.
+
+A nominal is one `.npz` file (numpy's zip of arrays, no pickle) in a library folder:
+
+- ``meta``: a JSON string (UTF-8 bytes) with at least the keys of `REQUIRED_META`: name, robot
+  (``jansen``, ``biped``, ``exoskeleton``), model and model_hash (sha256 of the model files), kind
+  (``crank_programme`` or ``semi_inverse``), the key parameters (gait, speed m/s, turn rad/s, S, T s,
+  zmp_law, double_support, asymmetry, profile) and the figures (zmp_max_deviation m or null where
+  no ZMP law is prescribed, min_margin m, peak_torque N m, peak_contact_force N, energy per cycle
+  net / positive / absolute J, methods.md l).
+- ``actuators`` (A,) names; ``period`` (A,) s, each actuator's own cycle (a Jansen walker's left and
+  right shafts turn at different rates while turning); ``wrap`` (A,) rad, the increase of the
+  coordinate over one cycle (2 pi for a crank, 0 for a joint).
+- ``u`` (M,) uniform phases k/M in [0, 1); ``q``, ``qd``, ``qdd``, ``tau`` (M, A): coordinate (rad),
+  rate (rad/s), acceleration (rad/s^2) and feed-forward torque (N m) at each actuator's phase u.
+- ``contact_force`` (M, C) N expected normal ground force per contact; ``zmp`` (M, 2) m ZMP / COP
+  path (NaN where none) in the robot's ground frame (x forward, y lateral).
+
+Evaluation: each channel is a periodic cubic spline in phase (q through its periodic part
+q - wrap u); `Synergy.reference(phase)` returns q, qd, qdd, tau at one phase per actuator.
+"""
+from __future__ import annotations
+
+import json
+import math
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy.interpolate import CubicSpline
+
+ROBOTS = ("jansen", "biped", "exoskeleton")
+REQUIRED_META = ("name", "robot", "model", "model_hash", "kind", "speed", "turn", "period", "profile",
+                 "zmp_max_deviation", "min_margin", "peak_torque", "peak_contact_force",
+                 "energy_net_per_cycle", "energy_positive_per_cycle", "energy_abs_per_cycle")
+ARRAYS = ("actuators", "period", "wrap", "u", "q", "qd", "qdd", "tau", "contact_force", "zmp")
+
+
+class SynergyError(ValueError):
+    """A nominal file or library entry is missing, unreadable or inconsistent (names file and key)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Synergy:
+    """One nominal motion (module doc for the arrays and their units)."""
+
+    meta: dict
+    actuators: tuple[str, ...]
+    period: np.ndarray
+    wrap: np.ndarray
+    u: np.ndarray
+    q: np.ndarray
+    qd: np.ndarray
+    qdd: np.ndarray
+    tau: np.ndarray
+    contact_force: np.ndarray
+    zmp: np.ndarray
+    _splines: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        name = self.meta.get("name", "?")
+        missing = [k for k in REQUIRED_META if k not in self.meta]
+        if missing:
+            raise SynergyError(f"synergy {name}: meta: missing key {missing[0]!r}")
+        if self.meta["robot"] not in ROBOTS:
+            raise SynergyError(f"synergy {name}: meta.robot: expected one of {ROBOTS}, got {self.meta['robot']!r}")
+        A, M = len(self.actuators), self.u.shape[0]
+        if M < 8 or not np.allclose(self.u, np.arange(M) / M):
+            raise SynergyError(f"synergy {name}: u: expected uniform phases k/M, M >= 8")
+        for k in ("q", "qd", "qdd", "tau"):
+            a = getattr(self, k)
+            if a.shape != (M, A) or not np.all(np.isfinite(a)):
+                raise SynergyError(f"synergy {name}: {k}: expected finite shape ({M}, {A}), got {a.shape}")
+        if self.period.shape != (A,) or not np.all(self.period > 0) or self.wrap.shape != (A,):
+            raise SynergyError(f"synergy {name}: period, wrap: expected ({A},) with periods > 0 s")
+        if self.contact_force.ndim != 2 or self.contact_force.shape[0] != M or self.zmp.shape != (M, 2):
+            raise SynergyError(f"synergy {name}: contact_force (M, C) and zmp (M, 2) expected")
+
+    @property
+    def name(self) -> str:
+        return str(self.meta["name"])
+
+    def _spline(self, key: str) -> CubicSpline:
+        s = self._splines.get(key)
+        if s is None:
+            y = getattr(self, key)
+            if key == "q":
+                y = y - self.wrap * self.u[:, None]
+            x = np.append(self.u, 1.0)
+            s = CubicSpline(x, np.vstack([y, y[:1]]), bc_type="periodic")
+            self._splines[key] = s
+        return s
+
+    def reference(self, phase) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """q (rad), qd (rad/s), qdd (rad/s^2), tau (N m), each (A,), at phase (A,) in cycles (any real
+        value: the integer part counts whole cycles, q grows by wrap per cycle)."""
+        ph = np.broadcast_to(np.asarray(phase, dtype=float), (len(self.actuators),))
+        whole = np.floor(ph)
+        frac = ph - whole
+        idx = np.arange(len(self.actuators))
+        out = [self._spline(k)(frac)[idx, idx] for k in ("q", "qd", "qdd", "tau")]
+        out[0] = out[0] + self.wrap * ph
+        return out[0], out[1], out[2], out[3]
+
+    def summary(self) -> dict:
+        """The index entry: meta plus the number of samples and actuators."""
+        return {**self.meta, "samples": int(self.u.shape[0]), "actuators": list(self.actuators)}
+
+
+def _jsonable(meta: dict) -> dict:
+    def fix(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, (np.floating, np.integer)):
+            return fix(v.item())
+        if isinstance(v, (list, tuple)):
+            return [fix(x) for x in v]
+        if isinstance(v, dict):
+            return {k: fix(x) for k, x in v.items()}
+        return v
+
+    return fix(meta)
+
+
+def save(syn: Synergy, path: Path) -> Path:
+    """Write syn to path (.npz, written to a temporary name and renamed: never half a file)."""
+    path = Path(path)
+    tmp = path.with_suffix(".tmp.npz")
+    meta = json.dumps(_jsonable(syn.meta), sort_keys=True).encode()
+    np.savez(tmp, meta=np.frombuffer(meta, dtype=np.uint8), actuators=np.array(syn.actuators, dtype="U64"),
+             **{k: getattr(syn, k) for k in ARRAYS if k != "actuators"})
+    tmp.replace(path)
+    return path
+
+
+def load(path: Path) -> Synergy:
+    """Read a nominal file; SynergyError naming the file for a missing, unreadable or bad one."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(bytes(z["meta"]).decode())
+            arr = {k: z[k] for k in ARRAYS}
+    except FileNotFoundError:
+        raise SynergyError(f"{path}: no such nominal file") from None
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
+        raise SynergyError(f"{path}: not a readable nominal file ({e})") from None
+    try:
+        return Synergy(meta=meta, actuators=tuple(str(a) for a in arr.pop("actuators")),
+                       **{k: np.asarray(v, dtype=float) for k, v in arr.items()})
+    except SynergyError as e:
+        raise SynergyError(f"{path}: {e}") from None
