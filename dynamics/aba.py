@@ -14,8 +14,11 @@ Pinocchio's three passes in local frames (spatial vectors (linear, angular) in e
 with Y^A_i starting as the body's spatial inertia. Segments on fixed joints are merged into their
 moving ancestor's body when the code is generated (as Pinocchio's URDF reader does); D_i⁻¹ is an
 unrolled LDLᵀ solve. External wrenches enter as generalised forces: τ + Σ_e J_eᵀ w_e (exact, the
-same equation). Like rnea, the algorithm is unrolled once per model into straight-line code
-(codegen.py), run on floats for one sample and on (N,) arrays for a batch. Equals pinocchio.aba.
+same equation). By default the compiled kernel (kernels/tree.py `aba`: the same passes over the
+model's tables, fixed-joint segments as bodies without coordinates, D_i⁻¹ by LDLᵀ, external
+wrenches as p^A_i −= w_i in the body frame) runs; on the numpy path, like rnea, the algorithm is
+unrolled once per model into straight-line code (codegen.py), run on floats for one sample and on
+(N,) arrays for a batch. Equals pinocchio.aba.
 """
 from __future__ import annotations
 
@@ -26,10 +29,11 @@ import numpy as np
 from .codegen import (ZERO, Code, add, body_inertia, body_transform, compiled, const, dot6, force_to_parent,
                       inertia_times, inertia_to_parent, joint_motion, let_mat, madd, moving_bodies, mul, rotT, run,
                       sub, subspace, vadd, vcross)
+from . import kernels, workspace
 from .joints import normalized_configuration
-from .kinematics import check_state
+from .kinematics import check_state, contiguous
 from .model import Model
-from .rnea import CHUNK, Wrench, external_generalized_forces, external_wrenches
+from .rnea import CHUNK, Wrench, external_generalized_forces, external_wrenches, segment_wrenches
 
 
 def _ldl_solve(code: Code, D, rhs: list[list], where: str) -> list[list]:
@@ -135,7 +139,22 @@ def _generate(model: Model) -> str:
     return code.function("aba", {"q": q, "v": v, "tau": tau}, qdd)
 
 
-def aba(model: Model, q, v, tau, f_ext: Sequence[Wrench] | None = None) -> np.ndarray:
+def _singular(model: Model, sample: int, segment: int | None = None) -> ValueError:
+    """The error for a singular articulated inertia (a non-positive pivot at `segment`, or
+    accelerations not finite): by construction if nothing beyond the joint has mass (methods.md
+    a.5), else a singular configuration at `sample`."""
+    if segment is None:
+        return ValueError(f"model {model.name!r}: singular articulated inertia at sample {sample} (accelerations "
+                          "not finite)")
+    if model.masses @ model.supports[:, segment] == 0:
+        return ValueError(f"model {model.name!r}: segment {model.segments[segment].name!r}: articulated inertia "
+                          "about its joint is not positive definite (a massless segment with a joint and nothing "
+                          "massive beyond it?)")
+    return ValueError(f"model {model.name!r}: singular articulated inertia at sample {sample} (segment "
+                      f"{model.segments[segment].name!r})")
+
+
+def aba(model: Model, q, v, tau, f_ext: Sequence[Wrench] | None = None, data: workspace.Data | None = None) -> np.ndarray:
     """Accelerations a ([N,] nv) for q ([N,] nq), v ([N,] nv), joint torques tau ([N,] nv; N·m
     or N, a free flyer's six entries a wrench in the base frame as in rnea) and external wrenches
     f_ext (sequence of rnea.Wrench, lab frame). Equals pinocchio.aba.
@@ -149,16 +168,27 @@ def aba(model: Model, q, v, tau, f_ext: Sequence[Wrench] | None = None) -> np.nd
         raise ValueError("aba needs q, v and tau")
     N = q.shape[0]
     ext = external_wrenches(model, f_ext, N, batched)
+    if kernels.enabled():
+        d = workspace.data(model, data)
+        out = np.empty((N, model.nv))
+        q = contiguous(q)
+        status = kernels.kernel("tree.aba")(d.itab, d.ftab, d.gravity, q, contiguous(v), contiguous(t),
+                                            segment_wrenches(d, ext, N), out)
+        if status >= 0:
+            normalized_configuration(model, q)        # a unit block of q off norm: raises naming it
+            raise _singular(model, status // len(model.segments), status % len(model.segments))
+        if not np.all(np.isfinite(out)):
+            raise _singular(model, int(np.argwhere(~np.isfinite(out))[0, 0]))
+        return out if batched else out[0]
     q = normalized_configuration(model, q)
     if ext:
         t = t + external_generalized_forces(model, q, ext)
-    kernel = compiled(model, "aba", _generate)
+    kernel = compiled(model, "aba", _generate, data)
     out = np.empty((N, model.nv))
     with np.errstate(divide="ignore", invalid="ignore"):
         for s in range(0, N, CHUNK):
             out[s:s + CHUNK] = run(kernel, [q[s:s + CHUNK], v[s:s + CHUNK], t[s:s + CHUNK]], model.nv)
     if not np.all(np.isfinite(out)):
         n = int(np.argwhere(~np.isfinite(out))[0, 0])
-        raise ValueError(f"model {model.name!r}: singular articulated inertia at sample {n} (accelerations "
-                         "not finite)")
+        raise _singular(model, n)
     return out if batched else out[0]

@@ -7,9 +7,10 @@ parent → child):
     columns   F = Y^c_i S_i,  M[i, i] = S_iᵀ F;  then up the ancestors j of i:
               F ← ʲX_childᵀ F (the force moved to j's frame),  M[j, i] = M[i, j]ᵀ = S_jᵀ F
 
-Segments on fixed joints are merged into their moving ancestor when the code is generated. Like
-rnea, the algorithm is unrolled once per model into straight-line code (codegen.py), run on floats
-for one sample and on (N,) arrays for a batch. Equals pinocchio.crba (full symmetric matrix, no
+By default the compiled kernel (kernels/tree.py `crba`, fixed-joint segments as bodies without
+columns) runs. On the numpy path, segments on fixed joints are merged into their moving ancestor
+when the code is generated and, like rnea, the algorithm is unrolled once per model into
+straight-line code (codegen.py), run on floats for one sample and on (N,) arrays for a batch. Equals pinocchio.crba (full symmetric matrix, no
 armature).
 """
 from __future__ import annotations
@@ -18,8 +19,9 @@ import numpy as np
 
 from .codegen import (Code, body_inertia, body_transform, compiled, dot6, force_to_parent, inertia_times,
                       inertia_to_parent, let_mat, madd, moving_bodies, run, subspace)
+from . import kernels, workspace
 from .joints import normalized_configuration
-from .kinematics import check_state
+from .kinematics import check_state, configuration_failed, contiguous
 from .model import Model
 from .rnea import CHUNK
 
@@ -59,12 +61,19 @@ def _generate(model: Model) -> str:
     return code.function("crba", {"q": q}, [x for row in M for x in row])
 
 
-def crba(model: Model, q) -> np.ndarray:
+def crba(model: Model, q, data: workspace.Data | None = None) -> np.ndarray:
     """Mass matrix M(q), ([N,] nv, nv) symmetric positive (semi)definite, kg·m² / kg·m / kg
-    blocks, for q (nq,) or (N, nq): kinetic energy T = ½ vᵀ M v."""
+    blocks, for q (nq,) or (N, nq): kinetic energy T = ½ vᵀ M v. data: the model's workspace."""
     (q, _, _), batched = check_state(model, q)
+    if kernels.enabled():
+        d = workspace.data(model, data)
+        q = contiguous(q)
+        M = np.empty((q.shape[0], model.nv, model.nv))
+        if kernels.kernel("tree.crba")(d.itab, d.ftab, q, M) >= 0:
+            configuration_failed(model, q)
+        return M if batched else M[0]
     q = normalized_configuration(model, q)
-    kernel = compiled(model, "crba", _generate)
+    kernel = compiled(model, "crba", _generate, data)
     nv = model.nv
     M = np.concatenate([run(kernel, [q[s:s + CHUNK]], nv * nv) for s in range(0, q.shape[0], CHUNK)])
     M = M.reshape(-1, nv, nv)

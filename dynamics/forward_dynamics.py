@@ -14,13 +14,16 @@ import numpy as np
 from .aba import aba
 from .model import Model
 from .rnea import Wrench
+from .workspace import Data
 
 
-def forward_dynamics(model: Model, q, v, tau, f_ext: Sequence[Wrench] | None = None) -> np.ndarray:
+def forward_dynamics(model: Model, q, v, tau, f_ext: Sequence[Wrench] | None = None,
+                     data: Data | None = None) -> np.ndarray:
     """Accelerations a ([N,] nv) for q ([N,] nq), v ([N,] nv), joint torques tau ([N,] nv; N·m
-    or N, a free flyer's entries as in rnea) and external wrenches f_ext (see rnea.Wrench).
+    or N, a free flyer's entries as in rnea) and external wrenches f_ext (see rnea.Wrench);
+    data: the model's workspace (workspace.Data, default one per model).
 
     ValueError naming the argument for bad input, or the segment whose articulated inertia is
     singular (e.g. a massless leaf segment with a joint).
     """
-    return aba(model, q, v, tau, f_ext)
+    return aba(model, q, v, tau, f_ext, data)

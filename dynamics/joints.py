@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from . import workspace
 from .model import Joint, Model
 from .spatial import quat_to_matrix
 
@@ -17,14 +18,15 @@ QUAT_TOL = 1e-3  # |‖quaternion‖ − 1| accepted (and normalised away); larg
 
 
 def _unit_blocks(model: Model) -> list[tuple[int, int]]:
-    """(start, width) of q's quaternion (4) and (cos θ, sin θ) (2) blocks, cached on the model."""
-    cache = model.__dict__.setdefault("_kernels", {})
-    if "unit_blocks" not in cache:
+    """(start, width) of q's quaternion (4) and (cos θ, sin θ) (2) blocks, kept in the model's
+    workspace."""
+    d = workspace.data(model)
+    if d.unit_blocks is None:
         quaternion = ("spherical", "free_flyer")
-        cache["unit_blocks"] = [(int(iq) + s.joint.nq - 4, 4) if s.joint.type in quaternion else (int(iq), 2)
-                                for s, iq in zip(model.segments, model.idx_q)
-                                if s.joint.type in quaternion + ("revolute_unbounded",)]
-    return cache["unit_blocks"]
+        d.unit_blocks = [(int(iq) + s.joint.nq - 4, 4) if s.joint.type in quaternion else (int(iq), 2)
+                         for s, iq in zip(model.segments, model.idx_q)
+                         if s.joint.type in quaternion + ("revolute_unbounded",)]
+    return d.unit_blocks
 
 
 def normalized_configuration(model: Model, q: np.ndarray) -> np.ndarray:

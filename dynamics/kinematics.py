@@ -17,8 +17,9 @@ with v_c(k) the velocity of the body S_k is fixed in (the child, or the parent f
 joint's translations). The velocity of a point P of segment i is v_O,i + ω_i × P, its
 acceleration a_O,i + α_i × P + ω_i × (v_O,i + ω_i × P).
 
-Placements, S_k, and the segment velocities and accelerations are unrolled per model into
-straight-line code (codegen.py, kernels fk / fkv / fka), like rnea.
+Placements, S_k, and the segment velocities and accelerations come from the compiled kernel
+(kernels/tree.py `kinematics`), or on the numpy path (kernels.enabled() False) from straight-line
+code unrolled per model (codegen.py, kernels fk / fkv / fka), like rnea.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from .codegen import ZERO, Code, add, compiled, const, joint_transform, matmul, mul, rot, run, subspace, vadd, vcross
+from . import kernels, workspace
 from .joints import fixed_in_parent, normalized_configuration
 from .model import Model
 from .spatial import cross, matvec, parallel_axis
@@ -68,6 +70,17 @@ def check_state(model: Model, q, v=None, a=None, a_name: str = "a") -> tuple[lis
                              f"{'(N, ·) with N = ' + str(N) if batched else 'single sample'}")
         out.append(arr)
     return out, bool(batched)
+
+
+def contiguous(x: np.ndarray) -> np.ndarray:
+    """x as a C-contiguous float64 array (the compiled kernels' one signature)."""
+    return np.ascontiguousarray(x, dtype=np.float64)
+
+
+def configuration_failed(model: Model, q: np.ndarray) -> None:
+    """Raise the clear error for q (N, nq) after a kernel refused a unit block of it."""
+    normalized_configuration(model, q)     # raises ValueError naming the block and the sample
+    raise AssertionError("a compiled kernel refused q that the numpy path accepts")
 
 
 @dataclass(frozen=True)
@@ -139,14 +152,26 @@ def _generate_fk(model: Model, order: int) -> str:
     return code.function(name, dict(list({"q": q, "v": v, "a": a}.items())[:order + 1]), outputs)
 
 
-def tree_state(model: Model, q: np.ndarray, v: np.ndarray | None = None, a: np.ndarray | None = None) -> TreeState:
-    """Kinematics from validated (N, nq), (N, nv), (N, nv) arrays (see check_state)."""
+def tree_state(model: Model, q: np.ndarray, v: np.ndarray | None = None, a: np.ndarray | None = None,
+               data: workspace.Data | None = None) -> TreeState:
+    """Kinematics from validated (N, nq), (N, nv), (N, nv) arrays (see check_state); data: the
+    model's workspace (default workspace.data(model))."""
     N, n, nv = q.shape[0], len(model.segments), model.nv
+    if kernels.enabled():
+        d = workspace.data(model, data)
+        out = (np.empty((N, n, 3, 3)), np.empty((N, n, 3)), np.empty((N, nv, 6)),
+               np.empty((0 if v is None else N, n, 6)), np.empty((0 if a is None else N, n, 6)))
+        empty = np.empty((0, nv))
+        status = kernels.kernel("tree.kinematics")(d.itab, d.ftab, contiguous(q), empty if v is None else contiguous(v),
+                                                   empty if a is None else contiguous(a), *out)
+        if status >= 0:
+            configuration_failed(model, q)
+        return TreeState(*out[:3], None if v is None else out[3], None if a is None else out[4])
     q = normalized_configuration(model, q)
     inputs = [q] if v is None else [q, v] if a is None else [q, v, a]
     order = len(inputs) - 1
     name = ("fk", "fkv", "fka")[order]
-    X = run(compiled(model, name, lambda m: _generate_fk(m, order)), inputs, 12 * n + 6 * nv + 6 * n * order)
+    X = run(compiled(model, name, lambda m: _generate_fk(m, order), data), inputs, 12 * n + 6 * nv + 6 * n * order)
     F = X[:, :12 * n].reshape(N, n, 12)
     R = F[..., :9].reshape(N, n, 3, 3)
     p = np.ascontiguousarray(F[..., 9:])

@@ -15,10 +15,12 @@ External wrenches enter as τ −= Σ_e Σ_{k supports e} S_kᵀ w_e with S and 
 (force, moment about the base origin) in the base frame, which vanishes when every external load
 is measured; this is pinocchio.rnea's output for all joint types.
 
-Speed: the recursion is unrolled once per model into straight-line Python (codegen.py: constants
-folded, so zero offsets, axis-aligned joints and massless segments cost nothing). It runs on
-float scalars for a single sample and on (N,) component arrays for a batch: one numpy operation
-per scalar operation of one sample, no Python loop over samples.
+Speed: by default the compiled kernel (kernels/tree.py `rnea`, the same recursion over the model's
+tables, a loop over samples in compiled code) runs; external wrenches enter it as f_i −= w_i in
+the body frame. The numpy path (kernels.enabled() False, ``WALKLAB_JIT=0``), the reference, unrolls
+the recursion once per model into straight-line Python (codegen.py: constants folded, so zero
+offsets, axis-aligned joints and massless segments cost nothing), run on float scalars for a single
+sample and on (N,) component arrays for a batch.
 """
 from __future__ import annotations
 
@@ -29,8 +31,9 @@ import numpy as np
 
 from .codegen import (ZERO, Code, add, compiled, const, joint_motion, joint_transform, mul, rot, rotT, run, vadd,
                       vcross, vneg)
+from . import kernels, workspace
 from .joints import normalized_configuration
-from .kinematics import as_batch, check_state, tree_state
+from .kinematics import as_batch, check_state, configuration_failed, contiguous, tree_state
 from .model import Model
 from .spatial import cross
 
@@ -144,20 +147,40 @@ def _generate(model: Model) -> str:
     return code.function("rnea", {"q": q, "v": v, "a": a}, tau)
 
 
-def rnea(model: Model, q, v, a, f_ext: Sequence[Wrench] | None = None) -> np.ndarray:
+def segment_wrenches(d: workspace.Data, ext: list[tuple[int, np.ndarray]], N: int) -> np.ndarray:
+    """The compiled kernels' external-force argument: (N, nseg, 6) summed wrench on each segment
+    about the lab origin, or the workspace's (0, nseg, 6) when there is none."""
+    if not ext:
+        return d.no_ext
+    F = np.zeros((N, d.itab.shape[0], 6))
+    for i, w in ext:
+        F[:, i] += w
+    return F
+
+
+def rnea(model: Model, q, v, a, f_ext: Sequence[Wrench] | None = None, data: workspace.Data | None = None) -> np.ndarray:
     """Joint torques τ ([N,] nv) for q ([N,] nq), v, a ([N,] nv) under gravity model.gravity and
     external wrenches f_ext (a sequence of `Wrench`, lab frame; each force/point/moment (3,) or
     (N, 3)). Units: N·m for revolute coordinates, N for prismatic ones; a free flyer's six
     entries are the residual base wrench (force, moment about the base origin) in the base frame.
-    Equals pinocchio.rnea (with the same external forces).
+    Equals pinocchio.rnea (with the same external forces). data: the model's workspace (default
+    workspace.data(model)).
     """
     (q, v, a), batched = check_state(model, q, v, a)
     if v is None or a is None:
         raise ValueError("rnea needs q, v and a")
     N = q.shape[0]
     ext = external_wrenches(model, f_ext, N, batched)
+    if kernels.enabled():
+        d = workspace.data(model, data)
+        tau = np.empty((N, model.nv))
+        q = contiguous(q)
+        if kernels.kernel("tree.rnea")(d.itab, d.ftab, d.gravity, q, contiguous(v), contiguous(a),
+                                       segment_wrenches(d, ext, N), tau) >= 0:
+            configuration_failed(model, q)
+        return tau if batched else tau[0]
     q = normalized_configuration(model, q)
-    kernel = compiled(model, "rnea", _generate)
+    kernel = compiled(model, "rnea", _generate, data)
     tau = np.empty((N, model.nv))
     for s in range(0, N, CHUNK):
         tau[s:s + CHUNK] = run(kernel, [q[s:s + CHUNK], v[s:s + CHUNK], a[s:s + CHUNK]], model.nv)
@@ -176,12 +199,13 @@ def external_generalized_forces(model: Model, q: np.ndarray, ext: list[tuple[int
     return out
 
 
-def nonlinear_effects(model: Model, q, v, f_ext: Sequence[Wrench] | None = None) -> np.ndarray:
+def nonlinear_effects(model: Model, q, v, f_ext: Sequence[Wrench] | None = None,
+                      data: workspace.Data | None = None) -> np.ndarray:
     """h(q, v) = C(q, v) v + g(q) − Σ J_eᵀ w_e = rnea(q, v, 0), ([N,] nv)."""
-    return rnea(model, q, v, np.zeros(np.shape(v)), f_ext)
+    return rnea(model, q, v, np.zeros(np.shape(v)), f_ext, data)
 
 
-def generalized_gravity(model: Model, q) -> np.ndarray:
+def generalized_gravity(model: Model, q, data: workspace.Data | None = None) -> np.ndarray:
     """g(q) = rnea(q, 0, 0), ([N,] nv): joint torques holding the model still under gravity."""
     z = np.zeros(np.shape(q)[:-1] + (model.nv,))
-    return rnea(model, q, z, z)
+    return rnea(model, q, z, z, data=data)

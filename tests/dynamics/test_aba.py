@@ -13,6 +13,8 @@ from dynamics.model import Joint, Model, Segment
 from dynamics.pinocchio_model import to_pinocchio
 from dynamics.samples import random_configuration, random_model
 
+pytestmark = pytest.mark.usefixtures("kernel_path")   # compiled kernels and the numpy path
+
 ALL = ("revolute", "prismatic", "fixed", "spherical", "revolute_unbounded", "planar")
 ROOTS = ("free_flyer", "planar", "spherical", "revolute", "prismatic")
 

@@ -8,6 +8,8 @@ from scipy.integrate import solve_ivp
 import dynamics
 from dynamics.samples import random_configuration, random_model
 
+pytestmark = pytest.mark.usefixtures("kernel_path")   # compiled kernels and the numpy path
+
 ALL = ("revolute", "prismatic", "fixed", "spherical", "revolute_unbounded", "planar")
 
 

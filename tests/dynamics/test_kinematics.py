@@ -7,6 +7,8 @@ import dynamics
 from dynamics.model import Joint, Model, Segment
 from dynamics.samples import random_configuration, random_model
 
+pytestmark = pytest.mark.usefixtures("kernel_path")   # compiled kernels and the numpy path
+
 ALL = ("revolute", "prismatic", "fixed", "spherical", "revolute_unbounded", "planar")
 
 

@@ -16,6 +16,8 @@ import dynamics
 from dynamics.anthropometry import DE_LEVA, REFERENCE, WHOLE_BODY
 from dynamics.planar import planar_chain_from_model, planar_inverse_dynamics
 
+pytestmark = pytest.mark.usefixtures("kernel_path")   # compiled kernels and the numpy path
+
 ZINKOVSKY = {  # name: (sum of masses kg, DOF, parent list) as printed / inferred in models.md section 1
     "zinkovsky_4_1": (77.82, 9, [0, 1, 2, 3, 4, 5, 4]),
     "zinkovsky_4_2": (77.82, 8, [0, 1, 2, 3, 4, 3]),

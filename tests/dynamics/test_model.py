@@ -9,6 +9,8 @@ import pytest
 import dynamics
 from dynamics import ModelError
 
+pytestmark = pytest.mark.usefixtures("kernel_path")   # compiled kernels and the numpy path
+
 REPO = Path(__file__).resolve().parents[2]
 
 

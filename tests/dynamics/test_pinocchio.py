@@ -10,6 +10,8 @@ import dynamics
 from dynamics.pinocchio_model import to_pinocchio
 from dynamics.samples import random_configuration, random_inertia, random_model
 
+pytestmark = pytest.mark.usefixtures("kernel_path")   # compiled kernels and the numpy path
+
 TOL = 1e-9
 
 

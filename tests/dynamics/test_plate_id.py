@@ -9,6 +9,8 @@ from dynamics.forceplate import Plate, process
 from dynamics.plate_id import PlateIDError, PlateLoad, adequacy, assign_plates, plate_inverse_dynamics, plate_load
 from dynamics.zmp import ground_wrench
 
+pytestmark = pytest.mark.usefixtures("kernel_path")   # compiled kernels and the numpy path
+
 N = 40
 
 

@@ -13,6 +13,8 @@ from dynamics.kinematics import lab_inertias, tree_state
 from dynamics.model import Model
 from dynamics.samples import random_configuration, random_model
 
+pytestmark = pytest.mark.usefixtures("kernel_path")   # compiled kernels and the numpy path
+
 ALL = ("revolute", "prismatic", "fixed", "spherical", "revolute_unbounded", "planar")
 ROOTS = ("free_flyer", "revolute", "planar", "spherical", "prismatic")
 

@@ -10,6 +10,8 @@ import dynamics
 from dynamics import ModelError
 from dynamics.samples import random_configuration, random_model
 
+pytestmark = pytest.mark.usefixtures("kernel_path")   # compiled kernels and the numpy path
+
 REPO = Path(__file__).resolve().parents[2]
 
 

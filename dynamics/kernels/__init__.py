@@ -1,0 +1,116 @@
+"""Compiled (numba) kernels of the dynamics, and the switch to the numpy reference path.
+
+`enabled()` says which path the algorithms take: the compiled kernels (default) or the numpy path
+(dynamics/codegen.py, the reference), chosen by the environment variable ``WALKLAB_JIT=0`` at
+import or by `use_jit(False)` in a ``with`` block (tests run both). Every kernel has one
+signature (C-contiguous float64 / int64 arrays) compiled on first use and cached on disk by numba
+(``cache=True``, next to the source, or under NUMBA_CACHE_DIR): a later process loads it instead
+of compiling. The first compile in a process prints one line on standard error; `compile_all()`
+(``walklab model compile``) warms the cache ahead of time. Further compilation is disabled once a
+kernel has its signature, so a wrongly typed call is a TypeError, never a silent second compile.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+ENV = "WALKLAB_JIT"
+_enabled = os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+
+def _array(ndim: int, out: bool = False, dtype: str = "float64"):
+    """C-contiguous array type; inputs are typed read-only, which writable arrays also match."""
+    from numba import types
+
+    return types.Array(getattr(types, dtype), ndim, "C", readonly=not out)
+
+
+def _signatures() -> dict:
+    """module.function -> signature (the arguments as the Python wrappers pass them)."""
+    from numba import types
+
+    I2, F1, F2, F3 = _array(2, dtype="int64"), _array(1), _array(2), _array(3)
+    O2, O3, O4 = _array(2, True), _array(3, True), _array(4, True)
+    i64 = types.int64
+    return {
+        "tree.rnea": i64(I2, F2, F1, F2, F2, F2, F3, O2),
+        "tree.crba": i64(I2, F2, F2, O3),
+        "tree.aba": i64(I2, F2, F1, F2, F2, F2, F3, O2),
+        "tree.kinematics": i64(I2, F2, F2, F2, F2, O4, O3, O3, O3, O3),
+    }
+
+
+SIGNATURES = _signatures()
+
+_ready: dict[str, Callable] = {}
+
+
+def enabled() -> bool:
+    """True when the algorithms run the compiled kernels, False on the numpy path."""
+    return _enabled
+
+
+@contextmanager
+def use_jit(flag: bool) -> Iterator[None]:
+    """Run the block on the compiled kernels (True) or on the numpy path (False)."""
+    global _enabled
+    old, _enabled = _enabled, bool(flag)
+    try:
+        yield
+    finally:
+        _enabled = old
+
+
+def _dispatcher(name: str):
+    import importlib
+
+    module, func = name.split(".")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), func)
+
+
+def cached_on_disk(name: str) -> bool:
+    """Whether numba's on-disk cache index of kernel `name` exists (a load, not a compile, is
+    likely; a changed source still recompiles)."""
+    try:
+        return os.path.exists(_dispatcher(name)._cache._cache_file._index_path)
+    except AttributeError:        # numba internals moved: assume a compile
+        return False
+
+
+def kernel(name: str) -> Callable:
+    """The compiled kernel `name` (a key of SIGNATURES), loaded from numba's cache or compiled
+    on first use in the process (one line on standard error when it compiles)."""
+    k = _ready.get(name)
+    if k is None:
+        k = _ready[name] = _prepare(name, announce=True)
+    return k
+
+
+def _prepare(name: str, announce: bool) -> Callable:
+    d = _dispatcher(name)
+    if not d.signatures:
+        if announce and not cached_on_disk(name):
+            print(f"walklab: compiling dynamics kernel {name} (once; numba caches it on disk, "
+                  "`walklab model compile` warms the cache)", file=sys.stderr, flush=True)
+        d.compile(SIGNATURES[name])
+        d.disable_compile()
+    return d
+
+
+def compile_all(progress: Callable[[str, float, bool], None] | None = None) -> list[tuple[str, float, bool]]:
+    """Load or compile every kernel; returns (name, seconds, compiled rather than loaded) each,
+    calling progress(name, seconds, compiled) after each."""
+    out = []
+    for name in SIGNATURES:
+        t0 = time.perf_counter()
+        d = _prepare(name, announce=False)
+        _ready[name] = d
+        compiled = sum(d.stats.cache_misses.values()) > 0
+        out.append((name, time.perf_counter() - t0, compiled))
+        if progress is not None:
+            progress(*out[-1])
+    return out

@@ -1,0 +1,88 @@
+"""The workspace (`Data`) of a constant `Model`, as Pinocchio separates Model and Data.
+
+A `Data` holds what the algorithms derive once from a model: the packed tables the compiled
+kernels read (dynamics/kernels/tree.py: itab, ftab, gravity), the numpy path's generated
+functions (codegen.py), the unit-norm blocks of q and the plate inverse-dynamics workspaces
+(plate_id.py). The caller may build one with `Data(model)` and pass it (``data=``) to every call;
+the live processes hold one per model. Without it, `data(model)` gives the one kept for the model
+in a weak map here (not on the frozen model; it goes with the model). A Data only grows caches
+keyed by what was asked (dictionary inserts), so threads may share it.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .kernels.tree import AXIS, COM, FTAB_WIDTH, INERTIA, MASS, ROT, TRANS, Y6
+from .model import JOINT_NQ_NV, Model
+from .spatial import parallel_axis
+
+
+JOINT_CODES = tuple(JOINT_NQ_NV)   # the kernels' joint type codes (kernels/tree.py FIXED ... PLANAR)
+
+
+def _tables(model: Model) -> tuple[np.ndarray, np.ndarray]:
+    n = len(model.segments)
+    itab = np.empty((n, 6), dtype=np.int64)
+    ftab = np.zeros((n, FTAB_WIDTH))
+    for i, s in enumerate(model.segments):
+        j = s.joint
+        itab[i] = (model.parents[i], JOINT_CODES.index(j.type), model.idx_q[i], model.idx_v[i], j.nq, j.nv)
+        ftab[i, AXIS:AXIS + 3] = j.axis
+        ftab[i, ROT:ROT + 9] = np.asarray(j.rotation, dtype=float).ravel()
+        ftab[i, TRANS:TRANS + 3] = j.translation
+        ftab[i, MASS] = s.mass
+        ftab[i, COM:COM + 3] = s.com
+        ftab[i, INERTIA:INERTIA + 9] = np.asarray(s.inertia, dtype=float).ravel()
+        # spatial inertia about the frame origin: [[m E, −[h]×], [[h]×, I_O]], h = m c
+        h = s.mass * np.asarray(s.com, dtype=float)
+        H = np.array([[0.0, -h[2], h[1]], [h[2], 0.0, -h[0]], [-h[1], h[0], 0.0]])
+        Y = np.zeros((6, 6))
+        Y[:3, :3] = s.mass * np.eye(3)
+        Y[:3, 3:], Y[3:, :3] = -H, H
+        Y[3:, 3:] = parallel_axis(np.array(s.mass), np.asarray(s.com, dtype=float), np.asarray(s.inertia, dtype=float))
+        ftab[i, Y6:Y6 + 36] = Y.ravel()
+    itab.setflags(write=False)
+    ftab.setflags(write=False)
+    return itab, ftab
+
+
+@dataclass(eq=False)
+class Data:
+    """Workspace of `model` (see the module docstring). itab (nseg, 6) int64 and ftab (nseg, 64)
+    float: the kernel tables; gravity (3,) m/s²; no_ext (0, nseg, 6): the "no external
+    wrenches" argument of the kernels; generated, unit_blocks, plate_id: caches of codegen.py,
+    joints.py and plate_id.py."""
+
+    model: Model
+    itab: np.ndarray = field(init=False, repr=False)
+    ftab: np.ndarray = field(init=False, repr=False)
+    gravity: np.ndarray = field(init=False, repr=False)
+    no_ext: np.ndarray = field(init=False, repr=False)
+    generated: dict = field(init=False, repr=False, default_factory=dict)
+    unit_blocks: list | None = field(init=False, repr=False, default=None)
+    plate_id: dict = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, Model):
+            raise TypeError(f"Data needs a dynamics.Model, got {type(self.model).__name__}")
+        self.itab, self.ftab = _tables(self.model)
+        self.gravity = np.array(self.model.gravity, dtype=float)
+        self.no_ext = np.zeros((0, len(self.model.segments), 6))
+
+
+_DEFAULT: "weakref.WeakKeyDictionary[Model, Data]" = weakref.WeakKeyDictionary()
+
+
+def data(model: Model, given: Data | None = None) -> Data:
+    """`given` if not None (checked to belong to `model`), else the model's default workspace."""
+    if given is not None:
+        if given.model is not model:
+            raise ValueError(f"data: workspace of model {given.model.name!r} given for model {model.name!r}")
+        return given
+    d = _DEFAULT.get(model)
+    if d is None:
+        d = _DEFAULT[model] = Data(model)
+    return d

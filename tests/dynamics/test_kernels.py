@@ -1,0 +1,153 @@
+"""The compiled kernels (dynamics/kernels) against the numpy reference path and Pinocchio, the
+workspace (dynamics/workspace.py), and numba's on-disk cache across processes."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pinocchio as pin
+import pytest
+
+import dynamics
+from dynamics import kernels
+from dynamics.pinocchio_model import to_pinocchio
+from dynamics.samples import random_configuration, random_model
+from dynamics.workspace import Data
+
+REPO = Path(__file__).resolve().parents[2]
+TYPES = ("revolute", "prismatic", "fixed", "spherical", "revolute_unbounded", "planar")
+
+
+def _case(seed):
+    rng = np.random.default_rng(200 + seed)
+    model = random_model(rng, 10, TYPES, root=("free_flyer", "spherical", "planar", "revolute")[seed % 4])
+    N = 6
+    q = random_configuration(model, rng, N)
+    v, a = rng.normal(size=(2, N, model.nv))
+    segs = [s.name for s in model.segments]
+    wrenches = [dynamics.Wrench(seg, force=rng.normal(scale=30, size=(N, 3)), point=rng.normal(size=(N, 3)),
+                                moment=rng.normal(size=(N, 3))) for seg in rng.choice(segs, 3, replace=False)]
+    return model, rng, q, v, a, wrenches
+
+
+def _all(model, q, v, a, wrenches):
+    return {
+        "rnea": dynamics.rnea(model, q, v, a),
+        "rnea f_ext": dynamics.rnea(model, q, v, a, f_ext=wrenches),
+        "crba": dynamics.crba(model, q),
+        "aba": dynamics.aba(model, q, v, a),
+        "aba f_ext": dynamics.aba(model, q, v, a, f_ext=wrenches),
+        "rotation": dynamics.forward_kinematics(model, q).rotation,
+        "translation": dynamics.forward_kinematics(model, q).translation,
+        "points": np.concatenate(dynamics.point_kinematics(model, q, v, a), axis=-1),
+        "jacobians": dynamics.point_jacobians(model, q),
+        "com": np.concatenate(dynamics.com(model, q, v, a), axis=-1),
+        "centroidal": np.concatenate(dynamics.centroidal_momentum(model, q, v, a), axis=-1),
+    }
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_compiled_equals_numpy_path(seed):
+    """Every joint type, branching, external wrenches: the two paths agree to 1e-10 relative."""
+    model, _, q, v, a, wrenches = _case(seed)
+    with kernels.use_jit(True):
+        jit = _all(model, q, v, a, wrenches)
+    with kernels.use_jit(False):
+        ref = _all(model, q, v, a, wrenches)
+    for name, x in ref.items():
+        scale = max(1.0, float(np.abs(x).max()))
+        np.testing.assert_allclose(jit[name], x, rtol=1e-10, atol=1e-10 * scale, err_msg=name)
+
+
+@pytest.mark.parametrize("path", [True, False], ids=["compiled", "numpy"])
+@pytest.mark.parametrize("seed", range(4))
+def test_spherical_trees_with_external_wrenches_match_pinocchio(seed, path):
+    """rnea with external forces and aba on trees of spherical (quaternion, Pinocchio's
+    JointModelSpherical), unbounded, planar, prismatic and fixed joints, against Pinocchio built from
+    the same model."""
+    model, _, q, v, a, wrenches = _case(seed)
+    pm = to_pinocchio(model)
+    pd = pm.createData()
+    with kernels.use_jit(path):
+        tau = dynamics.rnea(model, q, v, a, f_ext=wrenches)
+        acc = dynamics.aba(model, q, v, a, f_ext=wrenches)
+    frame_joint = {}               # segment -> Pinocchio joint id (to_pinocchio merges fixed segments)
+    for s in model.segments:
+        frame_joint[s.name] = len(set(frame_joint.values()) - {0}) + 1 if s.joint.nv else frame_joint.get(s.parent, 0)
+    for k in range(len(q)):
+        pin.forwardKinematics(pm, pd, q[k])
+        fext = [pin.Force.Zero() for _ in range(pm.njoints)]
+        for w in wrenches:
+            jid = frame_joint[w.segment]
+            F, P, T = w.force[k], w.point[k], w.moment[k]
+            fext[jid] += pd.oMi[jid].actInv(pin.Force(F, np.cross(P, F) + T))
+        np.testing.assert_allclose(tau[k], pin.rnea(pm, pd, q[k], v[k], a[k], fext), atol=1e-9)
+        np.testing.assert_allclose(acc[k], pin.aba(pm, pd, q[k], v[k], a[k], fext), atol=1e-7)
+
+
+def test_explicit_workspace_is_used_and_checked():
+    model, _, q, v, a, wrenches = _case(1)
+    d = Data(model)
+    with kernels.use_jit(True):
+        np.testing.assert_array_equal(dynamics.rnea(model, q, v, a, data=d), dynamics.rnea(model, q, v, a))
+        np.testing.assert_array_equal(dynamics.aba(model, q, v, a, wrenches, data=d), dynamics.aba(model, q, v, a, wrenches))
+        np.testing.assert_array_equal(dynamics.crba(model, q, data=d), dynamics.crba(model, q))
+        other = Data(random_model(np.random.default_rng(0), 3))
+        with pytest.raises(ValueError, match="workspace of model .* given for model"):
+            dynamics.rnea(model, q, v, a, data=other)
+    with kernels.use_jit(False):
+        dynamics.rnea(model, q, v, a, data=d)
+    assert "rnea" in d.generated          # the numpy path's generated code went into the given workspace
+    assert "_kernels" not in model.__dict__   # nothing hidden on the frozen model
+
+
+def test_readonly_and_strided_inputs_take_the_one_signature():
+    """Read-only and non-contiguous inputs are accepted (copied to the kernels' layout), so no
+    second compiled signature is ever needed (compilation is disabled after the first)."""
+    model, _, q, v, a, _ = _case(2)
+    want = dynamics.rnea(model, q, v, a)
+    for x in (q, v, a):
+        x.setflags(write=False)
+    np.testing.assert_array_equal(dynamics.rnea(model, q, v, a), want)
+    wide = np.zeros((len(q), 2 * model.nv))
+    wide[:, ::2] = v
+    np.testing.assert_array_equal(dynamics.rnea(model, q, wide[:, ::2], a), want)
+    assert len(kernels.kernel("tree.rnea").signatures) == 1
+
+
+_LOAD_RNEA = textwrap.dedent("""
+    import json, numpy as np, dynamics
+    from dynamics import kernels
+    model = dynamics.load_model("human15")
+    tau = dynamics.rnea(model, model.neutral(), np.zeros(model.nv), np.zeros(model.nv))
+    stats = kernels.kernel("tree.rnea").stats
+    print(json.dumps({"hits": sum(stats.cache_hits.values()), "misses": sum(stats.cache_misses.values()),
+                      "tau0": float(tau[2])}))
+""")
+
+
+def test_second_process_loads_the_kernel_from_the_cache(tmp_path):
+    """numba's dispatcher statistics: the first process compiles (a cache miss) and writes the
+    cache; a second process finds it (a hit, no miss) and gives the same result."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), WALKLAB_JIT="1", PYTHONPATH=str(REPO))
+    runs = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", _LOAD_RNEA], env=env, cwd=REPO, capture_output=True, text=True,
+                           timeout=600)
+        assert p.returncode == 0, p.stderr
+        runs.append((json.loads(p.stdout.strip().splitlines()[-1]), p.stderr))
+    (first, first_err), (second, second_err) = runs
+    assert first["misses"] == 1 and "compiling dynamics kernel tree.rnea" in first_err
+    assert second == {"hits": 1, "misses": 0, "tau0": first["tau0"]}
+    assert "compiling" not in second_err
+    assert first["tau0"] == pytest.approx(dynamics.load_model("human15").total_mass * 9.81)
+
+
+def test_walklab_jit_0_selects_the_numpy_path():
+    env = dict(os.environ, WALKLAB_JIT="0", PYTHONPATH=str(REPO))
+    code = "from dynamics import kernels; print(kernels.enabled())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr
