@@ -5,9 +5,13 @@ It keeps the latest health frame of every process and
 - prints one compact line every ``--interval`` seconds (default: the supervisor's
   ``status_interval_s``): per process, the age of its last health frame and the rates of the
   streams it publishes (``sent_per_s``) or receives;
-- logs a warning when a process's health goes silent for more than ``--silent-s`` seconds (3),
-  and when a process reports new sequence gaps, dropped or malformed frames on a stream it
-  receives (the counters are cumulative, so the monitor reports their increase).
+- shows and logs a process as ``SILENT`` when its health frames stop for more than ``--silent-s``
+  seconds (3; a process that said it stopped is not silent), and logs when they come back;
+- logs a process that restarted (its health frame's pid changed);
+- logs what a process reports on a stream it receives, as the cumulative counters increase
+  (`daq.bus.StreamStats`): losses (``gaps``, ``dropped`` frames, ``lost_samples``), publisher
+  ``restarts``, ``out_of_order`` frames (a second publisher, a corrupt seq: not a loss) and
+  ``malformed`` messages (not a loss either: nothing of the stream was lost, garbage was refused).
 
 Like every process, it publishes its own ``health/healthmon`` (including the rates and gaps of
 the health streams it receives). Entry point `run(ctx, args)`, see `controller.proc`.
@@ -23,7 +27,8 @@ from typing import Any, Sequence
 
 log = logging.getLogger("walklab.healthmon")
 
-_LOSS_FIELDS = ("gaps", "dropped", "malformed")
+#: Cumulative counters whose increase is logged, in this order.
+_COUNTER_FIELDS = ("gaps", "dropped", "lost_samples", "restarts", "out_of_order", "malformed")
 
 
 @dataclass
@@ -53,9 +58,14 @@ class HealthBook:
         warnings = []
         if entry.silent:
             warnings.append(f"{name}: health is back after {(frame.t_recv - entry.t_recv_ns) * 1e-9:.1f} s of silence")
+        pid, old_pid = frame.meta.get("pid"), entry.meta.get("pid")
+        restarted = old_pid is not None and pid != old_pid
+        if restarted:
+            warnings.append(f"{name}: process restarted (pid {old_pid} -> {pid})")
         for subject, values in fields.items():
-            before = entry.fields.get(subject, {})
-            for f in _LOSS_FIELDS:
+            # a restarted process counts from zero again: its new totals are all new
+            before = {} if restarted else entry.fields.get(subject, {})
+            for f in _COUNTER_FIELDS:
                 new, old = values.get(f, math.nan), before.get(f, 0.0)
                 if math.isfinite(new) and new > (old if math.isfinite(old) else 0.0):
                     warnings.append(f"{name}: {subject} {f} {old:.0f} -> {new:.0f}")
@@ -70,7 +80,8 @@ class HealthBook:
                 continue
             if now_ns - e.t_recv_ns > self.silent_ns:
                 e.silent = True
-                out.append(f"{e.name}: no health frame for {(now_ns - e.t_recv_ns) * 1e-9:.1f} s")
+                out.append(f"{e.name}: SILENT: no health frame for {(now_ns - e.t_recv_ns) * 1e-9:.1f} s "
+                           f"(last state {e.meta.get('state', '?')})")
         return out
 
     def summary(self, now_ns: int) -> str:
@@ -79,14 +90,27 @@ class HealthBook:
         for name in sorted(self.processes):
             e = self.processes[name]
             age = (now_ns - e.t_recv_ns) * 1e-9
+            # a silent process's last figures are history, not its present: only the silence is shown
+            if e.silent:
+                parts.append(f"{name} SILENT {age:.1f}s")
+                continue
             state = e.meta.get("state", "?")
             rates = []
             for subject, values in sorted(e.fields.items()):
                 if "sent_per_s" in values:
                     rates.append(f"{subject} {values['sent_per_s']:.0f}/s")
                 elif "rate_hz" in values and not subject.startswith("health/"):
-                    loss = int(sum(values.get(f, 0.0) for f in ("dropped", "malformed") if math.isfinite(values.get(f, 0.0))))
-                    rates.append(f"{subject} in {values['rate_hz']:.0f}Hz" + (f" lost {loss}" if loss else ""))
+                    n = {f: int(v) if math.isfinite(v := values.get(f, 0.0)) else 0 for f in _COUNTER_FIELDS}
+                    text = f"{subject} in {values['rate_hz']:.0f}Hz"
+                    if n["dropped"] or n["lost_samples"]:
+                        text += f" lost {n['dropped']} frames/{n['lost_samples']} samples"
+                    if n["restarts"]:
+                        text += f" restarts {n['restarts']}"
+                    if n["out_of_order"]:
+                        text += f" out-of-order {n['out_of_order']}"
+                    if n["malformed"]:
+                        text += f" bad {n['malformed']}"
+                    rates.append(text)
             text = f"{name} {state} {age:.1f}s ago"
             if rates:
                 text += ": " + ", ".join(rates)

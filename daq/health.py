@@ -15,8 +15,9 @@ Fields per subject (a subject appears once it has something to report):
 - streams this process publishes (read from the Publisher's counters): ``sent`` (total frames),
   ``sent_per_s`` (frames/s over the last period);
 - streams it subscribes to (`Health.watch` a Subscriber): ``received``, ``rate_hz``,
-  ``frames_per_s``, ``gaps``, ``dropped``, ``missed_at_join``, ``malformed``, ``latency_p50_s``,
-  ``latency_p99_s``, ``latency_max_s`` (totals are cumulative, see `daq.bus.StreamStats`);
+  ``frames_per_s``, ``gaps``, ``dropped``, ``lost_samples``, ``restarts``, ``out_of_order``,
+  ``missed_at_join``, ``malformed``, ``latency_p50_s``, ``latency_p99_s``, ``latency_max_s``
+  (totals are cumulative, see `daq.bus.StreamStats`);
   plus ``bus:malformed`` (every malformed message of the watched subscribers);
 - counters (`Health.count`): ``count`` (total), ``per_s`` (over the last period);
 - queues (`Health.queue_depth`): ``depth`` (latest), ``depth_max`` (over the last period);
@@ -42,8 +43,8 @@ HEALTH_PREFIX = "health/"
 
 _STREAM_FIELDS = (
     ("received", "1"), ("rate_hz", "Hz"), ("frames_per_s", "1/s"), ("gaps", "1"), ("dropped", "1"),
-    ("missed_at_join", "1"), ("malformed", "1"), ("latency_p50_s", "s"), ("latency_p99_s", "s"),
-    ("latency_max_s", "s"),
+    ("lost_samples", "1"), ("restarts", "1"), ("out_of_order", "1"), ("missed_at_join", "1"),
+    ("malformed", "1"), ("latency_p50_s", "s"), ("latency_p99_s", "s"), ("latency_max_s", "s"),
 )
 
 

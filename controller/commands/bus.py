@@ -17,10 +17,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "monitor", help="live table of streams: rate, seq gaps, drops, latency",
         description="Subscribe to every publisher of a lab (or to given endpoints) and show, per "
                     "stream: measured sample rate and frame rate over the last 2 s, frames "
-                    "received, sequence gaps and frames dropped inside them, frames published "
+                    "received, sequence gaps and frames dropped (inside the gaps, and a restarted "
+                    "publisher's frames sent before the monitor reconnected), samples lost by the "
+                    "sample times (LOST_SAMPLES: across gaps and restarts), publisher restarts, "
+                    "frames whose seq does not continue the stream (OUT_OF_ORDER: a second "
+                    "publisher on the name, a corrupt seq; never counted as lost), frames published "
                     "before the monitor joined (BEFORE_JOIN, not a loss), malformed frames (BAD) and the "
                     "publish->receive latency p50/p99/max (local endpoints only). Runs until "
-                    "Ctrl-C, or for --duration seconds and then prints the final table.")
+                    "Ctrl-C, or for --duration seconds and then prints the final table; the last "
+                    "line totals restarts and lost samples (docs/bus.md).")
     src = mon.add_mutually_exclusive_group()
     src.add_argument("--config", metavar="FILE",
                      help="lab config whose publishers to watch (default: the shipped configs/sim.toml)")
@@ -43,20 +48,27 @@ def format_table(stats: dict[str, Any], kinds: dict[str, str], header: str) -> s
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{v * 1e3:.2f}"
 
-    cols = ("STREAM", "KIND", "RATE_HZ", "FRAMES/S", "RECEIVED", "GAPS", "DROPPED", "BEFORE_JOIN", "BAD",
-            "LAT_P50_MS", "LAT_P99_MS", "LAT_MAX_MS")
+    cols = ("STREAM", "KIND", "RATE_HZ", "FRAMES/S", "RECEIVED", "GAPS", "DROPPED", "LOST_SAMPLES", "RESTARTS",
+            "OUT_OF_ORDER", "BEFORE_JOIN", "BAD", "LAT_P50_MS", "LAT_P99_MS", "LAT_MAX_MS")
     rows = [cols]
     for name in sorted(stats):
         st = stats[name]
         rows.append((name, kinds.get(name, "?"), f"{st.rate_hz:.1f}", f"{st.frames_per_s:.1f}",
-                     str(st.received), str(st.gaps), str(st.dropped), str(st.missed_at_join),
-                     str(st.malformed), ms(st.latency_p50_s), ms(st.latency_p99_s), ms(st.latency_max_s)))
+                     str(st.received), str(st.gaps), str(st.dropped), str(st.lost_samples), str(st.restarts),
+                     str(st.out_of_order), str(st.missed_at_join), str(st.malformed),
+                     ms(st.latency_p50_s), ms(st.latency_p99_s), ms(st.latency_max_s)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
     lines = [header]
     for r in rows:
         lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
     if len(rows) == 1:
         lines.append("(no frames yet)")
+    else:
+        total = {f: sum(getattr(st, f) for st in stats.values())
+                 for f in ("restarts", "dropped", "lost_samples", "out_of_order", "malformed")}
+        lines.append(f"restarts {total['restarts']}, lost {total['dropped']} frame(s) / "
+                     f"{total['lost_samples']} sample(s), out of order {total['out_of_order']}, "
+                     f"malformed {total['malformed']}")
     return "\n".join(lines)
 
 
