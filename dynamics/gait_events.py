@@ -39,13 +39,19 @@ def plate_events(fz, rate: float, t0: float = 0.0, on: float = 50.0, off: float 
     """(strike times, off times) s from one plate's vertical force fz (N,) N at rate Hz; t0 the
     time of sample 0. A contact already running at the first sample has no strike (and one
     running at the end no off): only true transitions are events."""
-    c = contact_events(np.asarray(fz, float), on=on, off=off)
-    strikes = c.touchdown[c.touchdown > 0]  # loaded at sample 0: the strike was before the trial
+    f = np.asarray(fz, float)
+    c = contact_events(f, on=on, off=off)
+    strikes = c.touchdown[c.touchdown > 0]
+    if len(f) and f[0] > off and len(c.liftoff):
+        # loaded from the first sample (even below `on`): that stance began before the trial
+        strikes = strikes[strikes > c.liftoff[0]]
     return t0 + strikes / rate, t0 + c.liftoff / rate
 
 
-def progression_axis(sacrum) -> np.ndarray:
-    """Unit horizontal walking direction (3,) from the sacrum's net displacement (N, 3) m."""
+def progression_axis(sacrum, front=None) -> np.ndarray:
+    """Unit horizontal walking direction (3,): the sacrum's net displacement (N, 3) m; if the
+    pelvis stays within 0.1 m (a treadmill) and ``front`` (N, 3) m (mid-ASIS) is given, the mean
+    horizontal direction from the sacrum to it (the way the subject faces)."""
     p = np.asarray(sacrum, float)
     ok = np.flatnonzero(np.all(np.isfinite(p), axis=1))
     if ok.size < 2:
@@ -53,19 +59,26 @@ def progression_axis(sacrum) -> np.ndarray:
     d = p[ok[-1]] - p[ok[0]]
     d[2] = 0.0
     if np.linalg.norm(d) < 0.1:
-        raise GaitEventError(f"the pelvis moves {np.linalg.norm(d):.2f} m: not a walking trial")
+        if front is None:
+            raise GaitEventError(f"the pelvis moves {np.linalg.norm(d):.2f} m and no facing direction is "
+                                 "given: not a walking trial")
+        d = np.nanmean(np.asarray(front, float) - p, axis=0)
+        d[2] = 0.0
+        if not np.linalg.norm(d) > 0:
+            raise GaitEventError("the pelvis facing direction is not defined (front markers at the sacrum)")
     return d / np.linalg.norm(d)
 
 
 def zeni_events(heel, toe, sacrum, rate: float, t0: float = 0.0,
-                min_stride: float = 0.6) -> tuple[np.ndarray, np.ndarray]:
+                min_stride: float = 0.6, front=None) -> tuple[np.ndarray, np.ndarray]:
     """Zeni's coordinate-based events for one foot: (strike times, off times) s.
 
     heel, toe, sacrum (N, 3) m at rate Hz (t0 = time of frame 0). Strike at the maxima of
     (heel − sacrum)·e, off at the minima of (toe − sacrum)·e, e the walking direction; peaks at
     least ``min_stride`` s apart, refined to sub-frame by a parabola through the peak's 3 samples.
+    front (N, 3) m, mid-ASIS: the walking direction on a treadmill (``progression_axis``).
     """
-    e = progression_axis(sacrum)
+    e = progression_axis(sacrum, front)
     out = []
     for x, sign in ((heel, 1.0), (toe, -1.0)):
         s = sign * np.einsum("ni,i->n", np.asarray(x, float) - np.asarray(sacrum, float), e)
@@ -168,3 +181,20 @@ def gait_metrics(events: Events, heel: dict[str, np.ndarray], rate: float, t0: f
         a, b = out[f"L_{key}"], out[f"R_{key}"]
         out[f"symmetry_{key}_pct"] = 200 * abs(a - b) / (a + b) if np.isfinite(a + b) and a + b else float("nan")
     return out
+
+
+def normalise_cycles(series, time, strikes, points: int = 101) -> np.ndarray:
+    """Curves over each gait cycle, 0–100 %: series (N, ...) sampled at time (N,) s, cut at
+    consecutive strikes (s) and linearly resampled to `points` samples each →
+    (n_cycles, points, ...). Cycles not wholly inside the time span are skipped."""
+    x = np.asarray(series, float)
+    t = np.asarray(time, float)
+    st = np.sort(np.asarray(strikes, float))
+    flat = x.reshape(len(x), -1)
+    out = []
+    for a, b in zip(st[:-1], st[1:]):
+        if a < t[0] or b > t[-1]:
+            continue
+        grid = np.linspace(a, b, points)
+        out.append(np.stack([np.interp(grid, t, flat[:, j]) for j in range(flat.shape[1])], axis=1))
+    return np.array(out).reshape((len(out), points) + x.shape[1:])

@@ -84,3 +84,34 @@ def test_standing_still_is_not_a_walking_trial():
     still = np.zeros((100, 3))
     with pytest.raises(ge.GaitEventError, match="not a walking trial"):
         ge.zeni_events(still, still, still, 100.0)
+
+
+def test_zeni_on_a_treadmill_trial_finds_the_force_events(shared_data):
+    """subject01 walks on a treadmill (pelvis within 0.02 m): the walking direction is the way
+    the pelvis faces; Zeni's events fall near the strikes and offs of the per-foot GRF."""
+    from daq.formats import opensim as osim
+
+    trc = osim.read_trc(shared_data / "subject01_walk1.trc")
+    lab, pos = trc.markers.labels, trc.markers.positions
+    g = lambda name: pos[:, lab.index(name)]  # noqa: E731
+    sacrum, front = g("V.Sacral"), (g("L.ASIS") + g("R.ASIS")) / 2
+    table = osim.read_mot(shared_data / "subject01_walk1_grf.mot")
+    rate = (len(table.time) - 1) / (table.time[-1] - table.time[0])
+    for foot, side in zip(osim.grf_per_foot(table), "RL"):
+        fs, fo = ge.plate_events(foot.force[:, 2], rate)
+        zs, zo = ge.zeni_events(g(f"{side}.Heel"), g(f"{side}.Toe.Tip"), sacrum, trc.markers.rate,
+                                front=front)
+        inside = lambda t: t[(t > 0.1) & (t < 2.4)]  # noqa: E731
+        for z, f in ((zs, fs), (zo, fo)):
+            d = ge.match_events(z, inside(f), tolerance=0.1)
+            assert len(d) == len(inside(f)) and len(d) > 0, (side, z, f)
+
+
+def test_normalise_cycles_resamples_each_stride_to_0_100_percent():
+    t = np.arange(0, 3.0, 0.01)
+    x = np.stack([np.sin(2 * np.pi * t / 1.2), t], axis=1)  # period 1.2 s
+    cycles = ge.normalise_cycles(x, t, [0.1, 1.3, 2.5, 3.7], points=101)
+    assert cycles.shape == (2, 101, 2)  # the stride ending at 3.7 s is past the data
+    phase = np.linspace(0, 1, 101)
+    np.testing.assert_allclose(cycles[:, :, 0], np.sin(2 * np.pi * (0.1 / 1.2 + phase))[None].repeat(2, 0), atol=2e-3)
+    np.testing.assert_allclose(cycles[1, :, 1], 1.3 + 1.2 * phase, atol=1e-9)
