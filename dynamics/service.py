@@ -41,6 +41,15 @@ well-formed frames that do not fit the plate (channels, units, rate, kind, an ov
 samples already received) are counted as ``NAME:rejected`` in the health frame and skipped;
 missing samples (a jump in sample time) are counted as ``NAME:missing_samples``.
 
+Stamps are checked against the plate's own history (sample count x rate) and the host clock
+(receipt time): a block that jumps further ahead than the host clock allows, or back beyond a
+repeat, is a clock fault (held; rejected and counted as ``NAME:clock_faults`` when the old time
+base goes on; ``events/clock`` once per episode); `RESET_FRAMES` consistent blocks on a new base
+are a device clock reset (``NAME:clock_resets``, ``events/clock``): the plate is re-anchored and
+the held blocks served. A run of slots no plate delivered is NaN in the total for at most
+``max_lag_s``, the rest skipped (``combine:skipped_samples``): every step is bounded work.
+docs/service.md, "Time stamps".
+
 `GrfService` is the computation with its state (no sockets: it calls a ``publish`` function with
 `daq.bus.Publisher.publish`'s signature); `run(ctx, args)` is the process (see `controller.proc`):
 it hands the service every frame waiting on its socket at once (up to `MAX_BATCH`), and reports
