@@ -1,0 +1,579 @@
+"""The analysis pipeline behind `walklab analyze`: trial files in, per-trial results, CSVs,
+figures and an HTML report out (docs/analysis.md).
+
+Per trial (``run_trial``, one job of a process pool or a Dask cluster):
+
+1. load (``load_trial``): a C3D file (markers, plates computed by ``daq.formats.c3d`` with each
+   plate zeroed on its least-loaded window, subject parameters, events) or an OpenSim TRC with its
+   GRF MOT (``NAME_grf.mot`` or ``NAME.mot`` beside it); markers in m, z up, times in s;
+2. markers: PiG names (aliases of the other common sets), gaps filled (``dynamics.markers``),
+   zero-lag Butterworth at ``cutoff`` Hz (``dynamics.smoothing``; 0 = none);
+3. events: from the plates for the foot on a plate, from Zeni's method elsewhere; the file's own
+   events are compared (``dynamics.gait_events``);
+4. CGM kinematics and, with a body mass, kinetics with each loaded plate assigned to the foot on
+   it (``dynamics.plate_id.assign_plates``) — a side's kinetics are NaN while its foot is in
+   stance off the plates or shares a plate (cgm.md §11);
+5. ZMP (global COP of all plates) and its stability margin to the support polygon of the feet in
+   stance; gait metrics;
+6. outputs: ``results.npz`` (PiG names, (N, 3), plus ``time``), CSVs with units, PNG figures,
+   ``report.html`` (``controller.report``). Whatever could not be computed is a note in the report.
+"""
+from __future__ import annotations
+
+import glob
+import warnings
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from daq.formats import c3d
+from daq.formats import opensim as osim
+from dynamics import cgm, forceplate as fp, gait_events as ge, markers as mk, smoothing as sm
+from dynamics.plate_id import assign_plates, plate_load
+from dynamics.support import stability_margin, support_polygon
+
+TRIAL_SUFFIXES = (".c3d", ".trc")
+# Common names of the PiG lower-body markers in other sets (Helen Hayes / Motion Analysis,
+# OpenSim examples, Qualisys): alias → PiG label.
+ALIASES = {"VSAC": "SACR", "V.Sacral": "SACR", "SACRUM": "SACR",
+           "L.ASIS": "LASI", "R.ASIS": "RASI", "L_ASIS": "LASI", "R_ASIS": "RASI",
+           "LSHA": "LTIB", "RSHA": "RTIB", "L.TO": "LTOE", "R.TO": "RTOE",
+           "L.Heel": "LHEE", "R.Heel": "RHEE", "L_HEEL": "LHEE", "R_HEEL": "RHEE",
+           "L.Toe.Tip": "LTOE", "R.Toe.Tip": "RTOE", "L_MT_1": "LTOE", "R_MT_1": "RTOE"}
+CGM_OUTPUTS = [f"{s}{j}{k}" for k in ("Angles", "Moment", "Power") for s in "LR" for j in ("Hip", "Knee", "Ankle")]
+UNITS = {"Angles": "deg", "Moment": "N.m/kg", "Power": "W/kg", "Force": "N/kg"}
+
+
+class TrialError(ValueError):
+    """A file that is not a trial this pipeline can read (one line naming the file)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """model: "cgm" (the only marker model implemented; others are reported as not computed);
+    mass: kg overriding the file's; cutoff: Hz of the marker low-pass (0: none); figures: write
+    PNGs and the HTML report."""
+
+    model: str = "cgm"
+    mass: float | None = None
+    cutoff: float = 6.0
+    figures: bool = True
+
+
+@dataclass(frozen=True)
+class FootForce:
+    """Ground reaction per foot given by the file (OpenSim GRF MOT), at `rate` Hz from t0 s."""
+
+    grf: dict[str, osim.FootGRF]
+    rate: float
+    t0: float
+
+
+@dataclass(frozen=True)
+class TrialData:
+    """One loaded trial, SI, z up. markers: labels, positions (N, M, 3) m, rate Hz; t0: time of
+    frame 0, s; plates: C3D plates at analog_rate Hz (analog sample 0 at t0); feet: per-foot GRF
+    of an OpenSim MOT (or None); processing: subject parameters as stored; events: (side "L"/"R",
+    "strike"/"off", time s) from the file; notes: what the loader had to say."""
+
+    name: str
+    path: Path
+    markers: c3d.Markers
+    t0: float
+    plates: tuple[c3d.TrialPlate, ...] = ()
+    analog_rate: float = 0.0
+    feet: FootForce | None = None
+    processing: dict[str, float] = field(default_factory=dict)
+    events: tuple[tuple[str, str, float], ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def _file_events(events: Iterable[c3d.Event]) -> tuple[tuple[str, str, float], ...]:
+    """Nexus contexts (Left/Right + Foot Strike/Foot Off) and Motion Analysis ones (LHS, RTO...)."""
+    out = []
+    for e in events:
+        side = {"Left": "L", "Right": "R"}.get(e.context)
+        kind = {"Foot Strike": "strike", "Foot Off": "off"}.get(e.label)
+        if side is None and len(e.context) == 3 and e.context[0] in "LR":
+            side, kind = e.context[0], {"HS": "strike", "TO": "off"}.get(e.context[1:])
+        if side and kind:
+            out.append((side, kind, e.time))
+    return tuple(out)
+
+
+def load_trial(path) -> TrialData:
+    """Read one trial file (.c3d, or .trc with its GRF .mot). Raises TrialError/OSError with one
+    line for anything that is not such a trial."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in TRIAL_SUFFIXES:
+        raise TrialError(f"{p}: not a trial file (expected {', '.join(TRIAL_SUFFIXES)}; a .mot goes with its .trc)")
+    notes = []
+    if suffix == ".c3d":
+        t = c3d.load(p, zero=True, allow_truncated=True)
+        if t.truncated_from is not None:
+            notes.append(f"the file is truncated: {len(t.markers.positions)} of the {t.truncated_from} "
+                         "frames its header declares were read")
+        if len(t.markers.positions) < 10:
+            raise TrialError(f"{p}: only {len(t.markers.positions)} marker frames: not a trial")
+        return TrialData(name=p.stem, path=p, markers=t.markers, t0=t.first_frame / t.markers.rate,
+                         plates=t.plates, analog_rate=t.analogs.rate, processing=dict(t.processing),
+                         events=_file_events(t.events), notes=tuple(notes))
+    trc = osim.read_trc(p)
+    feet = None
+    for cand in (p.with_name(p.stem + "_grf.mot"), p.with_suffix(".mot")):
+        if cand.is_file():
+            table = osim.read_mot(cand)
+            right, left = osim.grf_per_foot(table)
+            rate = (len(table.time) - 1) / (table.time[-1] - table.time[0])
+            feet = FootForce({"R": right, "L": left}, rate, float(table.time[0]))
+            notes.append(f"ground reactions per foot from {cand.name} (OpenSim: unprefixed columns = right foot, "
+                         "1_ = left)")
+            break
+    else:
+        notes.append("no GRF file beside the TRC (NAME_grf.mot or NAME.mot): no kinetics")
+    return TrialData(name=p.stem, path=p, markers=trc.markers, t0=float(trc.time[0]), feet=feet,
+                     notes=tuple(notes))
+
+
+# --- the per-trial analysis -------------------------------------------------------------------
+
+@dataclass
+class TrialResult:
+    """Everything the report needs. series: PiG outputs (N, 3) at the marker rate; time (N,) s;
+    events (ge.Events) and file_events comparison rows; metrics; plates: rows for the plate
+    table; grf: (label, time (n,), force (n, 3)) curves; cop: (plate corners (4, 3), cop (n, 3));
+    zmp (N, 3), margin (N,); centres: joint centres for the stick figure; notes."""
+
+    name: str
+    time: np.ndarray
+    series: dict[str, np.ndarray] = field(default_factory=dict)
+    events: ge.Events | None = None
+    event_rows: list[dict] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    plates: list[dict] = field(default_factory=list)
+    grf: list[tuple[str, np.ndarray, np.ndarray]] = field(default_factory=list)
+    cop: list[tuple[np.ndarray | None, np.ndarray]] = field(default_factory=list)
+    zmp: np.ndarray | None = None
+    margin: np.ndarray | None = None
+    centres: dict[str, np.ndarray] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    mass: float | None = None
+    subject_source: str = ""
+    stages: dict[str, float] = field(default_factory=dict)
+
+
+def _pig_markers(m: c3d.Markers) -> dict[str, np.ndarray]:
+    """label → (N, 3) with aliases mapped to PiG names (first occurrence of a repeated label)."""
+    out: dict[str, np.ndarray] = {}
+    for i, lab in enumerate(m.labels):
+        name = ALIASES.get(lab, lab)
+        out.setdefault(name, m.positions[:, i])
+    if "SACR" not in out and "LPSI" in out and "RPSI" in out:
+        out["SACR"] = (out["LPSI"] + out["RPSI"]) / 2
+    return out
+
+
+def _prepare_markers(m: c3d.Markers, cutoff: float, notes: list[str]) -> dict[str, np.ndarray]:
+    pig = _pig_markers(m)
+    labels = list(pig)
+    pos = np.stack([pig[k] for k in labels], axis=1)
+    filled, flags = mk.fill_gaps(pos, max_spline_gap=max(1, int(0.1 * m.rate)))
+    n_spline = int(np.sum(flags == mk.SPLINE))
+    if n_spline:
+        notes.append(f"{n_spline} marker samples in gaps up to 0.1 s filled by cubic spline")
+    if cutoff > 0:
+        if cutoff < m.rate / 2:
+            filled = sm.butterworth(filled, m.rate, cutoff)
+        else:
+            notes.append(f"marker cutoff {cutoff} Hz is above the Nyquist frequency of {m.rate} Hz: not filtered")
+    return {k: filled[:, i] for i, k in enumerate(labels)}
+
+
+def _subject(data: TrialData, pig: dict[str, np.ndarray], mass: float | None) -> tuple[cgm.CGMSubject, str]:
+    """The CGM subject from the file's PROCESSING parameters; without them, estimated from the
+    markers (leg length ASIS → knee → ankle, knee 0.10 m and ankle 0.07 m wide), said so."""
+    try:
+        return cgm.subject_from_processing(data.processing, mass), "file (PROCESSING)"
+    except cgm.CGMError:
+        pass
+    leg = {}
+    for s in "LR":
+        a, k, an = pig.get(s + "ASI"), pig.get(s + "KNE"), pig.get(s + "ANK")
+        if a is None or k is None or an is None:
+            raise cgm.CGMError(f"CGM lower body needs markers {s}ASI, {s}KNE, {s}ANK")
+        leg[s] = float(np.nanmedian(np.linalg.norm(a - k, axis=1) + np.linalg.norm(k - an, axis=1)))
+    m = mass if mass is not None else data.processing.get("Bodymass")
+    subj = cgm.CGMSubject(mass=float(m) if m else float("nan"), leg_length=leg,
+                          knee_width={"L": 0.10, "R": 0.10}, ankle_width={"L": 0.07, "R": 0.07})
+    return subj, ("estimated from the markers (no PROCESSING parameters): leg length "
+                  f"L {leg['L']:.3f} m, R {leg['R']:.3f} m; knee width 0.10 m, ankle width 0.07 m")
+
+
+def _at_frames(rate_src: float, t0_src: float, n_src: int, time: np.ndarray) -> np.ndarray:
+    """Index of the source sample that coincides with each marker frame (nearest)."""
+    return np.clip(np.round((time - t0_src) * rate_src).astype(int), 0, n_src - 1)
+
+
+def _events(data: TrialData, res: TrialResult, pig: dict[str, np.ndarray], plate_side: dict[int, str]) -> None:
+    """Events per side: plate events for a foot assigned to a plate, Zeni's for the rest."""
+    strike: dict[str, list[float]] = {"L": [], "R": []}
+    off: dict[str, list[float]] = {"L": [], "R": []}
+    source: dict[str, str] = {}
+    for k, side in plate_side.items():
+        p = data.plates[k]
+        s, o = ge.plate_events(p.force[:, 2], data.analog_rate, data.t0)
+        strike[side] += list(s)
+        off[side] += list(o)
+        source[side] = "plate"
+    if data.feet is not None:
+        for side, g in data.feet.grf.items():
+            s, o = ge.plate_events(g.force[:, 2], data.feet.rate, data.feet.t0)
+            strike[side] += list(s)
+            off[side] += list(o)
+            source[side] = "force (MOT)"
+    sacrum = pig.get("SACR")
+    for side in "LR":
+        heel, toe = pig.get(side + "HEE"), pig.get(side + "TOE")
+        if sacrum is None or heel is None or toe is None:
+            res.notes.append(f"{side}: no Zeni events (needs SACR or PSIS, {side}HEE, {side}TOE markers)")
+            continue
+        try:
+            zs, zo = ge.zeni_events(heel, toe, sacrum, data.markers.rate, data.t0, front=_front(pig))
+        except ge.GaitEventError as e:
+            res.notes.append(f"{side}: no Zeni events: {e}")
+            continue
+        # keep Zeni's events where the force gives none nearby (a force event is the better one)
+        strike[side] += [t for t in zs if not any(abs(t - u) < 0.25 for u in strike[side])]
+        off[side] += [t for t in zo if not any(abs(t - u) < 0.25 for u in off[side])]
+        source[side] = (source[side] + " + zeni") if side in source else "zeni"
+    res.events = ge.Events({s: np.sort(v) for s, v in strike.items()}, {s: np.sort(v) for s, v in off.items()},
+                           source)
+    for side, kind, t in data.events:
+        found = (res.events.strike if kind == "strike" else res.events.off)[side]
+        d = ge.match_events(found, [t], tolerance=0.15)
+        res.event_rows.append({"side": side, "event": kind, "file_s": t,
+                               "found_s": t + d[0] if d.size else float("nan"),
+                               "diff_ms": 1000 * d[0] if d.size else float("nan")})
+
+
+def _front(pig: dict[str, np.ndarray]) -> np.ndarray | None:
+    """mid-ASIS (N, 3) m: the facing direction on a treadmill."""
+    return (pig["LASI"] + pig["RASI"]) / 2 if "LASI" in pig and "RASI" in pig else None
+
+
+def _plate_side(data: TrialData, pig: dict[str, np.ndarray], time: np.ndarray):
+    """(assignment over the marker frames or None, {plate index: side} of plates with one foot)."""
+    feet_pts = [(s, pig[s + k]) for s in "LR" for k in ("HEE", "TOE", "ANK") if s + k in pig]
+    if not data.plates or not feet_pts:
+        return None, {}
+    pts = np.stack([p for _, p in feet_pts], axis=1)
+    which = np.array([0 if s == "L" else 1 for s, _ in feet_pts])
+    loads = []
+    for p in data.plates:
+        idx = _at_frames(data.analog_rate, data.t0, len(p.force), time)
+        sig = fp.PlateSignals(p.force[idx], p.moment[idx], p.cop[idx], p.free_moment[idx], p.valid[idx],
+                              p.saturated[idx])
+        loads.append(plate_load(p.plate, sig))
+    asg = assign_plates(loads, pts, which, 2, height_tol=0.15, edge_tol=0.03)
+    sides = {}
+    for k in range(len(data.plates)):
+        counts = asg.weights[:, k, :].sum(axis=0)
+        if counts.sum() > 0:
+            sides[k] = "LR"[int(np.argmax(counts))]
+    return asg, sides
+
+
+def _foot_loads(data: TrialData, res: TrialResult, asg, time: np.ndarray) -> dict[str, cgm.FootLoad]:
+    n = len(time)
+    loads = {}
+    for f, side in enumerate("LR"):
+        force, cop, free = np.zeros((n, 3)), np.full((n, 3), np.nan), np.zeros((n, 3))
+        loaded = np.zeros(n, bool)
+        bad = np.zeros(n, bool)
+        if data.feet is not None:
+            g = data.feet.grf[side]
+            idx = _at_frames(data.feet.rate, data.feet.t0, len(g.force), time)
+            loaded = g.force[idx, 2] > fp.DEFAULT_THRESHOLD
+            force = np.where(loaded[:, None], g.force[idx], 0.0)
+            cop = np.where(loaded[:, None], g.cop[idx], np.nan)
+            free = np.where(loaded[:, None], g.torque[idx], 0.0)
+        elif asg is not None:
+            for k, p in enumerate(data.plates):
+                idx = _at_frames(data.analog_rate, data.t0, len(p.force), time)
+                w = asg.weights[:, k, f] > 0
+                force[w] += p.force[idx][w]
+                cop[w] = p.cop[idx][w]
+                free[w] += p.free_moment[idx][w]
+                loaded |= w
+                bad |= asg.shared[:, k] & asg.on_plate[:, k, f]
+            bad |= asg.straddling[:, f]
+        stance = ge.stance_mask(res.events, side, time) if res.events else np.full(n, np.nan)
+        # known: on an assigned plate, or in swing (zero load); stance off the plates is unknown
+        known = (loaded | (stance == 0)) & ~bad
+        loads[side] = cgm.FootLoad(force, cop, free, known)
+    return loads
+
+
+def _zmp(data: TrialData, res: TrialResult, pig: dict[str, np.ndarray], time: np.ndarray) -> None:
+    """Global COP of all plates (= ZMP of the measured ground wrench on level ground) and its
+    margin to the support polygon of the heel/toe/ankle markers of the feet in stance."""
+    if data.plates:
+        sigs = []
+        for p in data.plates:
+            idx = _at_frames(data.analog_rate, data.t0, len(p.force), time)
+            sigs.append(fp.PlateSignals(p.force[idx], p.moment[idx], p.cop[idx], p.free_moment[idx],
+                                        p.valid[idx], p.saturated[idx]))
+        comb = fp.combine([p.plate for p in data.plates], sigs)
+        res.zmp = comb.cop
+    elif data.feet is not None:
+        f = sum(g.force for g in data.feet.grf.values())
+        m = sum(np.cross(g.cop, g.force) + g.torque for g in data.feet.grf.values())
+        with np.errstate(invalid="ignore", divide="ignore"):
+            pz = float(np.nanmean(data.feet.grf["R"].cop[:, 2]))  # the COP plane of the file
+            cop = np.stack([(pz * f[:, 0] - m[:, 1]) / f[:, 2], (pz * f[:, 1] + m[:, 0]) / f[:, 2],
+                            np.full(len(f), pz)], axis=1)
+        cop[f[:, 2] < fp.DEFAULT_THRESHOLD] = np.nan
+        idx = _at_frames(data.feet.rate, data.feet.t0, len(f), time)
+        res.zmp = cop[idx]
+    else:
+        return
+    if res.events is None:
+        return
+    stance = {s: ge.stance_mask(res.events, s, time) for s in "LR"}
+    pts = {s: [pig[s + k] for k in ("HEE", "TOE", "ANK") if s + k in pig] for s in "LR"}
+    margin = np.full(len(time), np.nan)
+    for i in range(len(time)):
+        if not np.all(np.isfinite(res.zmp[i, :2])):
+            continue
+        cs = [p[i] for s in "LR" if stance[s][i] == 1 for p in pts[s]]
+        if len(cs) >= 3 and np.all(np.isfinite(cs)):
+            margin[i] = stability_margin(res.zmp[i, :2], support_polygon(np.array(cs)))[0]
+    res.margin = margin
+
+
+def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable[[], float] | None = None) -> TrialResult:
+    """The pipeline of the module doc on one loaded trial (no file output)."""
+    import time as _time
+
+    clock = clock or _time.perf_counter
+    t_stage = clock()
+
+    def stage(name):
+        nonlocal t_stage
+        now = clock()
+        res.stages[name] = now - t_stage
+        t_stage = now
+
+    n = len(data.markers.positions)
+    time = data.t0 + np.arange(n) / data.markers.rate
+    res = TrialResult(name=data.name, time=time, notes=list(data.notes))
+    pig = _prepare_markers(data.markers, options.cutoff, res.notes)
+    stage("markers")
+    asg, plate_side = _plate_side(data, pig, time)
+    for k, p in enumerate(data.plates):
+        s, o = ge.plate_events(p.force[:, 2], data.analog_rate, data.t0)
+        res.plates.append({"plate": p.plate.name or f"FP{k + 1}", "type": p.type,
+                           "peak_fz_N": float(np.nanmax(p.force[:, 2])) if len(p.force) else float("nan"),
+                           "strikes_s": [round(float(x), 3) for x in s], "offs_s": [round(float(x), 3) for x in o],
+                           "foot": plate_side.get(k, "none")})
+        res.grf.append((p.plate.name or f"FP{k + 1}", data.t0 + np.arange(len(p.force)) / data.analog_rate, p.force))
+        res.cop.append((p.plate.corners, np.where(p.valid[:, None], p.cop, np.nan)))
+        if k not in plate_side and len(s):
+            res.notes.append(f"plate {p.plate.name or k + 1} is loaded but no foot marker is on it: "
+                             "its load goes to no foot")
+    if data.feet is not None:
+        for side, g in data.feet.grf.items():
+            res.grf.append((f"{side} foot", data.feet.t0 + np.arange(len(g.force)) / data.feet.rate, g.force))
+            res.cop.append((None, np.where(g.force[:, 2:3] > fp.DEFAULT_THRESHOLD, g.cop, np.nan)))
+    if not data.plates and data.feet is None:
+        res.notes.append("no force plates in the file: no kinetics, no ZMP, no plate events")
+    _events(data, res, pig, plate_side)
+    stage("events")
+    if options.model != "cgm":
+        res.notes.append(f"marker model {options.model!r}: only the CGM (Plug-in Gait lower body) is "
+                         "implemented for marker analysis; no joint angles")
+    else:
+        try:
+            subject, res.subject_source = _subject(data, pig, options.mass)
+            kin = cgm.kinematics(pig, subject)
+            res.series.update(kin.angles)
+            res.centres = {k: v for k, v in kin.centres.items()}
+            res.centres.update({k: pig[k] for k in ("LASI", "RASI", "SACR") if k in pig})
+            stage("kinematics")
+            res.mass = subject.mass if np.isfinite(subject.mass) else None
+            if res.mass is None:
+                res.notes.append("no body mass (PROCESSING:Bodymass or --mass KG): no kinetics")
+            elif not data.plates and data.feet is None:
+                pass
+            else:
+                loads = _foot_loads(data, res, asg, time)
+                kt = cgm.kinetics(kin, loads, subject, data.markers.rate)
+                res.series.update({k: v for k, v in kt.outputs.items() if k.endswith(("Moment", "Power"))})
+                for side in "LR":
+                    if not loads[side].known.any():
+                        res.notes.append(f"{side} kinetics: the foot is never on an assigned plate nor in swing")
+                    elif not loads[side].known.all():
+                        res.notes.append(f"{side} kinetics NaN on {int((~loads[side].known).sum())} of {n} frames "
+                                         "(stance off the plates, a shared plate, or unknown foot state)")
+            stage("kinetics")
+        except cgm.CGMError as e:
+            res.notes.append(f"no CGM kinematics or kinetics: {e}")
+    _zmp(data, res, pig, time)
+    if res.events is not None and "SACR" in pig:
+        heel = {s: pig.get(s + "HEE", np.full((n, 3), np.nan)) for s in "LR"}
+        try:
+            res.metrics = ge.gait_metrics(res.events, heel, data.markers.rate, data.t0,
+                                          ge.progression_axis(pig["SACR"], _front(pig)))
+            sac = pig["SACR"][np.all(np.isfinite(pig["SACR"]), axis=1)]
+            if len(sac) and np.linalg.norm((sac[-1] - sac[0])[:2]) < 0.1:
+                for k in res.metrics:
+                    if "length" in k or "speed" in k:
+                        res.metrics[k] = float("nan")
+                res.notes.append("the pelvis stays in place (treadmill): stride length and speed are not measurable")
+        except ge.GaitEventError as e:
+            res.notes.append(f"no gait metrics: {e}")
+    stage("zmp+metrics")
+    return res
+
+
+# --- outputs -----------------------------------------------------------------------------------
+
+def _unit(name: str) -> str:
+    return next((u for k, u in UNITS.items() if name.endswith(k)), "")
+
+
+def write_results(res: TrialResult, out: Path) -> list[Path]:
+    """results.npz (PiG names (N, 3) + time), series.csv, events.csv, metrics.csv in out/."""
+    out.mkdir(parents=True, exist_ok=True)
+    n = len(res.time)
+    arrays = {k: res.series.get(k, np.full((n, 3), np.nan)) for k in CGM_OUTPUTS}
+    arrays.update({k: v for k, v in res.series.items() if k not in arrays})
+    arrays["time"] = res.time
+    if res.zmp is not None:
+        arrays["ZMP"] = res.zmp
+        arrays["StabilityMargin"] = res.margin if res.margin is not None else np.full(n, np.nan)
+    np.savez_compressed(out / "results.npz", **arrays)
+    cols = ["time [s]"]
+    data = [res.time[:, None]]
+    for k in sorted(res.series):
+        cols += [f"{k}_{a} [{_unit(k)}]" for a in "XYZ"]
+        data.append(res.series[k])
+    if res.zmp is not None:
+        cols += ["ZMP_x [m]", "ZMP_y [m]", "ZMP_z [m]", "StabilityMargin [m]"]
+        data += [res.zmp, (res.margin if res.margin is not None else np.full(n, np.nan))[:, None]]
+    np.savetxt(out / "series.csv", np.hstack(data), delimiter=",", header=",".join(cols), comments="", fmt="%.6g")
+    with open(out / "events.csv", "w") as f:
+        f.write("side,event,time [s],source\n")
+        if res.events is not None:
+            for side in "LR":
+                for kind, arr in (("strike", res.events.strike[side]), ("off", res.events.off[side])):
+                    for t in arr:
+                        f.write(f"{side},{kind},{t:.4f},{res.events.source.get(side, '')}\n")
+    with open(out / "metrics.csv", "w") as f:
+        f.write("metric,value\n")
+        for k, v in res.metrics.items():
+            f.write(f"{k},{v:.6g}\n")
+    return [out / "results.npz", out / "series.csv", out / "events.csv", out / "metrics.csv"]
+
+
+def cycle_curves(res: TrialResult) -> dict[str, np.ndarray]:
+    """Mean over this trial's strides of each CGM output, 0–100 % of the side's cycle (101, 3)."""
+    out = {}
+    if res.events is None:
+        return out
+    for k in CGM_OUTPUTS:
+        if k in res.series:
+            cyc = ge.normalise_cycles(res.series[k], res.time, res.events.strike[k[0]])
+            if len(cyc) and np.isfinite(cyc).any():
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN phases stay NaN
+                    out[k] = np.nanmean(cyc, axis=0)
+    return out
+
+
+def run_trial(path: str, out_root: str, options: Options = Options()) -> dict:
+    """One job: load, analyse, write DIR/NAME/. Returns a small picklable summary:
+    {name, path, out, notes, metrics, plates, curves, stages} or {path, error} for a file that is
+    not a trial (its one-line message)."""
+    import time as _time
+
+    t0 = _time.perf_counter()
+    try:
+        data = load_trial(path)
+    except (ValueError, OSError) as e:
+        return {"path": str(path), "error": str(e)}
+    t_load = _time.perf_counter() - t0
+    res = analyze_trial(data, options)
+    res.stages = {"load": t_load, **res.stages}
+    out = Path(out_root) / data.name
+    write_results(res, out)
+    t1 = _time.perf_counter()
+    if options.figures:
+        from controller import report
+        report.trial_report(res, out, data)
+    res.stages["report"] = _time.perf_counter() - t1
+    return {"name": data.name, "path": str(path), "out": str(out), "notes": res.notes, "metrics": res.metrics,
+            "plates": res.plates, "curves": cycle_curves(res), "stages": res.stages,
+            "events": {s: len(res.events.strike[s]) for s in "LR"} if res.events else {}}
+
+
+def expand_inputs(inputs: Iterable[str]) -> list[str]:
+    """Files, folders (their .c3d and .trc files) and glob patterns → sorted unique trial paths.
+    A .mot given beside its .trc is its companion, not a trial; a pattern matching nothing and a
+    missing path are kept (the job reports them as errors)."""
+    out: list[str] = []
+    for item in inputs:
+        if any(ch in item for ch in "*?["):
+            matches = sorted(glob.glob(item))
+            out += matches if matches else [item]
+        elif os.path.isdir(item):
+            out += sorted(str(p) for p in Path(item).iterdir() if p.suffix.lower() in TRIAL_SUFFIXES)
+        else:
+            out.append(item)
+    trcs = {str(Path(p).with_suffix("")) for p in out if p.lower().endswith(".trc")}
+    keep = []
+    for p in out:
+        if p.lower().endswith(".mot"):
+            stem = str(Path(p).with_suffix(""))
+            if stem in trcs or (stem.endswith("_grf") and stem[:-4] in trcs):
+                continue
+        if p not in keep:
+            keep.append(p)
+    return keep
+
+
+def run_all(paths: list[str], out_root: str, options: Options, workers: int = 0, dask_address: str | None = None,
+            progress: Callable[[dict], None] | None = None) -> list[dict]:
+    """Run ``run_trial`` for every path: in a process pool (workers, 0 = one per core, 1 = in this
+    process) or on a Dask distributed cluster; progress(summary) after each trial. Results in
+    input order."""
+    results: dict[int, dict] = {}
+    if dask_address:
+        from distributed import Client, as_completed as dask_completed
+
+        with Client(dask_address) as client:
+            futs = {client.submit(run_trial, p, out_root, options, pure=False): i for i, p in enumerate(paths)}
+            for fut in dask_completed(futs):
+                results[futs[fut]] = fut.result()
+                if progress:
+                    progress(results[futs[fut]])
+    elif workers == 1 or len(paths) <= 1:
+        for i, p in enumerate(paths):
+            results[i] = run_trial(p, out_root, options)
+            if progress:
+                progress(results[i])
+    else:
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        n = workers or min(len(paths), os.cpu_count() or 1)
+        with ProcessPoolExecutor(max_workers=n) as pool:
+            futs = {pool.submit(run_trial, p, out_root, options): i for i, p in enumerate(paths)}
+            for fut in as_completed(futs):
+                results[futs[fut]] = fut.result()
+                if progress:
+                    progress(results[futs[fut]])
+    return [results[i] for i in range(len(paths))]

@@ -1,0 +1,71 @@
+"""`walklab analyze`: joint angles, moments, powers, ZMP, events and a report from gait trials.
+
+    walklab analyze INPUT... --out DIR [--model cgm|human15|MODEL] [--mass KG] [--cutoff HZ]
+                    [--workers N] [--dask ADDRESS] [--no-figures]
+
+INPUT: C3D files, OpenSim TRC files (their GRF ``NAME_grf.mot`` or ``NAME.mot`` is read beside
+them), folders, or glob patterns, in any mix. Per trial: DIR/NAME/results.npz (Plug-in Gait
+names, (n_frames, 3), degrees, N·m/kg, W/kg, plus ``time`` s), series.csv, events.csv,
+metrics.csv, PNG figures and report.html; with several trials, DIR/summary.html. A file that is
+not a trial gets one error line and the others go on (exit status 2 at the end). Details:
+docs/analysis.md.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("analyze", help="joint angles, moments, powers, events and a report from gait trials",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="C3D or TRC files, folders or glob patterns")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (one sub-folder per trial)")
+    p.add_argument("--model", default="cgm", metavar="cgm|human15|MODEL",
+                   help="marker model (default cgm: Conventional Gait Model / Plug-in Gait lower body)")
+    p.add_argument("--mass", type=float, metavar="KG", help="body mass in kg (overrides the file's)")
+    p.add_argument("--cutoff", type=float, default=6.0, metavar="HZ",
+                   help="zero-lag Butterworth cutoff for the markers in Hz, 0 = none (default 6)")
+    p.add_argument("--workers", type=int, default=0, metavar="N",
+                   help="parallel trial jobs (default one per core; 1 = in this process)")
+    p.add_argument("--dask", metavar="ADDRESS", help="send the trial jobs to this Dask scheduler instead")
+    p.add_argument("--no-figures", action="store_true", help="results and CSVs only (no PNG, no HTML)")
+    p.set_defaults(func=_analyze)
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from controller import analyze
+
+    if args.mass is not None and not args.mass > 0:
+        raise ValueError(f"--mass must be a positive number of kg, got {args.mass}")
+    if args.workers < 0:
+        raise ValueError(f"--workers must be >= 0, got {args.workers}")
+    paths = analyze.expand_inputs(args.inputs)
+    options = analyze.Options(model=args.model, mass=args.mass, cutoff=args.cutoff, figures=not args.no_figures)
+    errors = 0
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=False, disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task("analysing", total=len(paths))
+
+        def progress(summary: dict) -> None:
+            nonlocal errors
+            if "error" in summary:
+                errors += 1
+                bar.console.print(f"walklab analyze: error: {summary['error']}", highlight=False, markup=False,
+                                  soft_wrap=True)
+            bar.advance(task)
+
+        summaries = analyze.run_all(paths, args.out, options, workers=args.workers, dask_address=args.dask,
+                                    progress=progress)
+    done = [s for s in summaries if "error" not in s]
+    for s in done:
+        print(f"{s['name']}: {s['out']}/report.html" if options.figures else f"{s['name']}: {s['out']}")
+    if len(summaries) > 1 and options.figures:
+        from controller import report
+
+        print(f"summary: {report.summary_report(summaries, Path(args.out))}")
+    return 2 if errors else 0
