@@ -157,6 +157,12 @@ class ForcePlate:
         "m, plate axes (normalised to z <= 0, as ezc3d does)", shape=(3,)))
     cal_matrix: tuple[tuple[float, ...], ...] | None = field(default=None, metadata=_doc(
         "6x6 calibration matrix (type 4 only)", shape=(6, 6)))
+    force_range_n: float | None = field(default=None, metadata=_doc(
+        "amplifier range of the raw force channels, +- N (type 4: as sent, before calibration); a sample "
+        "at or beyond it is flagged saturated; unset: saturation is not detected", gt=0.0))
+    moment_range_nm: float | None = field(default=None, metadata=_doc(
+        "amplifier range of the raw moment channels (Mx My Mz, type 1's Tz), +- N*m; as force_range_n",
+        gt=0.0))
     stream: str = field(default="", metadata=_doc(
         "bus stream name; empty = ``forceplate/NAME``"))
 
@@ -500,11 +506,13 @@ def _unique_streams(lab: Lab, ctx: _Ctx) -> None:
     owner: dict[str, str] = {"events/supervisor": "the supervisor", "health/supervisor": "the supervisor"}
     owner.update({f"health/{p.name}": f"processes[{i}] (its health)" for i, p in enumerate(lab.processes)})
     for name, d in lab.devices.items():
-        key = f"devices.{name}.stream" if isinstance(d, ForcePlate) and d.stream else f"devices.{name}"
+        named = isinstance(d, ForcePlate) and d.stream  # the key to name: the one that set the stream
         for stream in d.streams:
             if stream in owner:
-                raise ctx.error(key, f"stream {stream!r} is already published by {owner[stream]}: "
-                                "stream names must be unique")
+                problem = f"stream {stream!r} is already published by {owner[stream]}: stream names must be unique"
+                if named:
+                    raise ctx.error(f"devices.{name}.stream", problem, d.stream)
+                raise ctx.error(f"devices.{name}", problem)
             owner[stream] = f"devices.{name}"
 
 
