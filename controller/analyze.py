@@ -265,11 +265,17 @@ def _front(pig: dict[str, np.ndarray]) -> np.ndarray | None:
     return (pig["LASI"] + pig["RASI"]) / 2 if "LASI" in pig and "RASI" in pig else None
 
 
-def _plate_side(data: TrialData, pig: dict[str, np.ndarray], time: np.ndarray):
-    """(assignment over the marker frames or None, {plate index: side} of plates with one foot)."""
+def _plate_side(data: TrialData, pig: dict[str, np.ndarray], time: np.ndarray, events: ge.Events | None = None):
+    """(assignment over the marker frames or None, {plate index: side} of the foot on it most).
+
+    With events, a foot's points are left out while it is in swing: a swing foot passing low
+    over the other foot's plate would otherwise make the plate shared."""
     feet_pts = [(s, pig[s + k]) for s in "LR" for k in ("HEE", "TOE", "ANK") if s + k in pig]
     if not data.plates or not feet_pts:
         return None, {}
+    if events is not None:
+        swing = {s: ge.stance_mask(events, s, time) == 0 for s in "LR"}
+        feet_pts = [(s, np.where(swing[s][:, None], np.nan, p)) for s, p in feet_pts]
     pts = np.stack([p for _, p in feet_pts], axis=1)
     which = np.array([0 if s == "L" else 1 for s, _ in feet_pts])
     loads = []
@@ -410,6 +416,8 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
             elif not data.plates and data.feet is None:
                 pass
             else:
+                if data.plates:
+                    asg, _ = _plate_side(data, pig, time, res.events)
                 loads = _foot_loads(data, res, asg, time)
                 kt = cgm.kinetics(kin, loads, subject, data.markers.rate)
                 res.series.update({k: v for k, v in kt.outputs.items() if k.endswith(("Moment", "Power"))})
