@@ -24,8 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "publisher on the name, a corrupt seq; never counted as lost), frames published "
                     "before the monitor joined (BEFORE_JOIN, not a loss), malformed frames (BAD) and the "
                     "publish->receive latency p50/p99/max (local endpoints only). Runs until "
-                    "Ctrl-C, or for --duration seconds and then prints the final table; the last "
-                    "line totals restarts and lost samples (docs/bus.md).")
+                    "Ctrl-C, or for --duration seconds and then prints the final table; its first "
+                    "line totals restarts, losses and faults (docs/bus.md).")
     src = mon.add_mutually_exclusive_group()
     src.add_argument("--config", metavar="FILE",
                      help="lab config whose publishers to watch (default: the shipped configs/sim.toml)")
@@ -58,17 +58,17 @@ def format_table(stats: dict[str, Any], kinds: dict[str, str], header: str) -> s
                      str(st.out_of_order), str(st.missed_at_join), str(st.malformed),
                      ms(st.latency_p50_s), ms(st.latency_p99_s), ms(st.latency_max_s)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
+    if stats:  # the totals on the header line: the rows below stay one per stream
+        total = {f: sum(getattr(st, f) for st in stats.values())
+                 for f in ("restarts", "dropped", "lost_samples", "out_of_order", "malformed")}
+        header += (f" | restarts {total['restarts']}, lost {total['dropped']} frame(s) / "
+                   f"{total['lost_samples']} sample(s), out of order {total['out_of_order']}, "
+                   f"malformed {total['malformed']}")
     lines = [header]
     for r in rows:
         lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
     if len(rows) == 1:
         lines.append("(no frames yet)")
-    else:
-        total = {f: sum(getattr(st, f) for st in stats.values())
-                 for f in ("restarts", "dropped", "lost_samples", "out_of_order", "malformed")}
-        lines.append(f"restarts {total['restarts']}, lost {total['dropped']} frame(s) / "
-                     f"{total['lost_samples']} sample(s), out of order {total['out_of_order']}, "
-                     f"malformed {total['malformed']}")
     return "\n".join(lines)
 
 
