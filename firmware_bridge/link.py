@@ -10,6 +10,10 @@ heartbeats, request/acknowledge with retry, and reconnection with backoff.
 Heartbeats are sent by a background thread only while the application shows it is alive (calls
 `alive()` or `send()` within `liveness_s`): a heartbeat thread unaware of the controller would keep
 the MCU watchdog fed while the controller hangs (the MAVLink advice in ecosystem.md §7).
+
+After a reconnect the link sends HELLO itself (retrying every `hello_timeout_s`, at most
+`hello_tries` times), so `caps` always describes the device now on the port (after an unplug it may
+be another board, or the same one reflashed); `wait_caps()` returns the current connection's CAPS.
 """
 from __future__ import annotations
 
@@ -47,7 +51,8 @@ class LinkStats:
     length, version, type, payload, overflow); lost_frames sums sequence gaps; late_heartbeats counts
     MCU heartbeat intervals (on the MCU's clock) longer than 1.5 periods; open_failures counts
     reconnection attempts that could not open the port (one per backoff period while unplugged);
-    reconnect_backoff_s is the wait before the next attempt (s). tx_failed counts writes that raised:
+    reconnect_backoff_s is the wait before the next attempt (s); auto_hellos counts the HELLOs the link
+    sent by itself (after reconnects and for wait_caps), not those of hello(). tx_failed counts writes that raised:
     with a device that stops reading, pyserial's write timeout can fire after the whole frame was
     written (it then waits for room), so a "failed" frame may still arrive (seen on a full pty)."""
 
@@ -66,6 +71,7 @@ class LinkStats:
     reconnects: int = 0
     open_failures: int = 0
     reconnect_backoff_s: float = 0.0
+    auto_hellos: int = 0
     rx_bytes: int = 0
     queue_overflow: int = 0
 
@@ -83,15 +89,18 @@ class Link:
     heartbeat_hz: host heartbeat rate (0 disables the thread); liveness_s: heartbeats stop when the
     application has not called alive()/send() for this long; reconnect: reopen the port with
     exponential backoff (backoff_s = (first, max)) after it fails; queue_size: received frames kept
-    for recv() (oldest dropped, counted)."""
+    for recv() (oldest dropped, counted); hello_timeout_s, hello_tries: the wait for CAPS after each
+    HELLO the link sends by itself, and how many it sends before giving up (wait_caps asks again)."""
 
     def __init__(self, url: str, *, baudrate: int = 1_000_000, heartbeat_hz: float = 20.0, liveness_s: float = 0.1,
                  reconnect: bool = True, backoff_s: tuple[float, float] = (0.02, 0.2), queue_size: int = 100_000,
-                 read_timeout_s: float = 0.005):
-        if heartbeat_hz < 0 or liveness_s <= 0 or not 0 < backoff_s[0] <= backoff_s[1] or read_timeout_s <= 0:
+                 read_timeout_s: float = 0.005, hello_timeout_s: float = 0.2, hello_tries: int = 10):
+        if heartbeat_hz < 0 or liveness_s <= 0 or not 0 < backoff_s[0] <= backoff_s[1] or read_timeout_s <= 0 \
+                or hello_timeout_s <= 0 or hello_tries < 1:
             raise ValueError(f"Link({url!r}): expected heartbeat_hz >= 0 (got {heartbeat_hz}), liveness_s > 0 "
                              f"(got {liveness_s}), 0 < backoff_s[0] <= backoff_s[1] (got {backoff_s}), "
-                             f"read_timeout_s > 0 (got {read_timeout_s})")
+                             f"read_timeout_s > 0 (got {read_timeout_s}), hello_timeout_s > 0 (got "
+                             f"{hello_timeout_s}), hello_tries >= 1 (got {hello_tries})")
         self.url = url
         self.baudrate = baudrate
         self.heartbeat_hz = heartbeat_hz
@@ -99,6 +108,8 @@ class Link:
         self.reconnect = reconnect
         self.backoff_s = backoff_s
         self.read_timeout_s = read_timeout_s
+        self.hello_timeout_s = hello_timeout_s
+        self.hello_tries = hello_tries
         self.caps: P.Caps | None = None
         self._ser: serial.SerialBase | None = None
         self._decoder = P.StreamDecoder()
@@ -109,6 +120,11 @@ class Link:
         self._qcond = threading.Condition()
         self._waiters: dict[int, _Waiter] = {}
         self._caps_event = threading.Event()
+        self._caps_cond = threading.Condition(self._lock)  # notified when CAPS arrive
+        self._connection = 0  # +1 at every port open
+        self._caps_connection = -1  # the connection the current `caps` came on
+        self._hello_due: float | None = None  # monotonic time of the link's next own HELLO (None: none asked)
+        self._hellos_left = 0
         self._tx_seq = 0
         self._rx_seq: int | None = None
         self._prev_hb_us: int | None = None
@@ -163,6 +179,8 @@ class Link:
         with self._lock:
             self._rx_seq = None  # the device may have rebooted: no gap across a reconnect
             self._prev_hb_us = None
+            self._connection += 1
+            self._hello_due = None
         self._ser = ser
         try:
             ser.write(b"\x00")  # ends any partial frame the device may hold from before
@@ -255,10 +273,51 @@ class Link:
             self._send_frame(P.Hello())
             if self._caps_event.wait(timeout_s) and self.caps is not None:
                 return self.caps
+        raise LinkTimeout(f"no CAPS from {self.url} after {retries + 1} HELLOs of {timeout_s * 1000:.0f} ms"
+                          f"{self._version_hint()}")
+
+    def wait_caps(self, timeout_s: float = 2.0) -> P.Caps:
+        """The CAPS of the device on the current connection, waiting up to timeout_s for them: after a
+        reconnect the link has asked by itself; if nothing is asking (first connection, or the link's
+        HELLOs went unanswered) the link starts asking now. Raise LinkTimeout if none arrive."""
+        end = time.monotonic() + timeout_s
+        with self._caps_cond:
+            while self._caps_connection != self._connection or self.caps is None:
+                if self._hello_due is None:
+                    self._ask_caps()
+                if self._closing.is_set():
+                    raise LinkError(f"waiting for CAPS from {self.url}: the link was closed")
+                left = end - time.monotonic()
+                if left <= 0:
+                    self._stats.timeouts += 1  # _caps_cond holds _lock
+                    raise LinkTimeout(f"no CAPS from {self.url} within {timeout_s:g} s of HELLOs every "
+                                      f"{self.hello_timeout_s * 1000:.0f} ms{self._version_hint()}")
+                self._caps_cond.wait(min(left, self.hello_timeout_s))
+            return self.caps
+
+    def _ask_caps(self) -> None:
+        """Have the reader thread send HELLO now and retry until CAPS come (caller holds _lock)."""
+        self._hello_due = time.monotonic()
+        self._hellos_left = self.hello_tries
+
+    def _version_hint(self) -> str:
         other = self._decoder.errors.get("version", 0)
-        hint = (f" ({other} frames of another protocol version than {P.PROTOCOL_VERSION} were received and "
+        return (f" ({other} frames of another protocol version than {P.PROTOCOL_VERSION} were received and "
                 f"dropped: the device speaks another version)") if other else ""
-        raise LinkTimeout(f"no CAPS from {self.url} after {retries + 1} HELLOs of {timeout_s * 1000:.0f} ms{hint}")
+
+    def _hello_if_due(self) -> None:
+        """Reader thread: send the link's own HELLO when one is due (see _ask_caps)."""
+        with self._lock:
+            due = self._hello_due
+            if due is None or time.monotonic() < due:
+                return
+            if self._caps_connection == self._connection or self._hellos_left <= 0:
+                self._hello_due = None  # answered, or given up: wait_caps asks again
+                return
+            self._hellos_left -= 1
+            self._hello_due = time.monotonic() + self.hello_timeout_s
+            self._stats.auto_hellos += 1
+        self._send_frame(P.Hello())
 
     # ----------------------------------------------------------------- receiving
 
@@ -299,6 +358,7 @@ class Link:
                     with self._lock:
                         self._stats.reconnects += 1
                         self._stats.reconnect_backoff_s = backoff
+                        self._ask_caps()  # the device on the port may have changed: refresh caps
                 except LinkError:
                     backoff = min(2 * backoff, self.backoff_s[1])
                     with self._lock:
@@ -317,6 +377,7 @@ class Link:
                 continue
             if data:
                 self._dispatch(self._decoder.feed(data), len(data))
+            self._hello_if_due()
 
     def _dispatch(self, frames: list[P.Frame], nbytes: int) -> None:
         with self._lock:
@@ -341,7 +402,9 @@ class Link:
                         w.event.set()
                 elif isinstance(msg, P.Caps):
                     self.caps = msg
+                    self._caps_connection = self._connection
                     self._caps_event.set()
+                    self._caps_cond.notify_all()
                 elif isinstance(msg, P.Heartbeat):
                     hz = self.caps.heartbeat_hz if self.caps and self.caps.heartbeat_hz else 20
                     if self._prev_hb_us is not None and \

@@ -56,7 +56,10 @@ class Faults:
     random non-zero byte; drop_rate: probability per frame of not being sent; delay_s: latency added
     to every frame; unplug_at_s / unplug_for_s: a scheduled unplug (MCU time since start) and its
     duration; seed: RNG seed; rx_corrupt_rate: the same corruption on the bytes the MCU receives
-    from the host (host -> MCU)."""
+    from the host (host -> MCU); stall_at_s / stall_for_s: a scheduled stall of the host's frames
+    (MCU time since start) and its duration: the bytes the host sends meanwhile are lost before the
+    firmware sees them, as from a host that stalled, so the watchdog trips when stall_for_s is at
+    least its timeout."""
 
     corrupt_rate: float = 0.0
     drop_rate: float = 0.0
@@ -65,14 +68,19 @@ class Faults:
     unplug_for_s: float = 0.3
     seed: int = 0
     rx_corrupt_rate: float = 0.0
+    stall_at_s: float | None = None
+    stall_for_s: float = 0.3
 
     def __post_init__(self) -> None:
         for name in ("corrupt_rate", "drop_rate", "rx_corrupt_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"Faults.{name} = {getattr(self, name)!r}: expected a probability in [0, 1]")
-        if self.delay_s < 0 or self.unplug_for_s < 0 or (self.unplug_at_s is not None and self.unplug_at_s < 0):
-            raise ValueError(f"Faults: delay_s ({self.delay_s}), unplug_for_s ({self.unplug_for_s}) and "
-                             f"unplug_at_s ({self.unplug_at_s}) must be >= 0 s")
+        times = {"delay_s": self.delay_s, "unplug_for_s": self.unplug_for_s, "unplug_at_s": self.unplug_at_s,
+                 "stall_at_s": self.stall_at_s, "stall_for_s": self.stall_for_s}
+        bad = {k: v for k, v in times.items() if v is not None and not 0 <= v < math.inf}
+        if bad:
+            raise ValueError(f"Faults: {', '.join(f'{k} = {v!r}' for k, v in bad.items())}: expected a finite "
+                             f"time >= 0 s")
 
 
 @dataclass
@@ -93,6 +101,8 @@ class McuStats:
     rx_corrupted_bytes: int = 0
     dropped_frames: int = 0
     unplugs: int = 0
+    stalls: int = 0
+    rx_stalled_bytes: int = 0  # host bytes lost to a stall (Faults.stall_at_s)
     max_catch_up_ticks: int = 0
 
 
@@ -188,6 +198,7 @@ class VirtualMCU:
         self._dir = tempfile.mkdtemp(prefix="walklab-vmcu-")
         self.port = os.path.join(self._dir, "ttyWALKLAB0")
         self._unplugged_until: int | None = None
+        self._stalled_until: int | None = None
         self._plug()
         # The UART transmitter drains the output buffer on its own, as a real board's DMA-driven UART
         # does while the firmware loop runs or waits: bytes the host was too slow to take at a tick
@@ -341,7 +352,18 @@ class VirtualMCU:
         if self._unplugged_until is not None and t >= self._unplugged_until:
             self._unplugged_until = None
             self._plug()
-        data, hit = self._corrupt(self._read(), f.rx_corrupt_rate)
+        if f.stall_at_s is not None and self._stalled_until is None and t - self._t0_us >= f.stall_at_s * 1e6:
+            self.faults = replace(self.faults, stall_at_s=None)
+            self._stalled_until = t + int(f.stall_for_s * 1e6)
+            self._stats.stalls += 1
+        received = self._read()
+        if self._stalled_until is not None:
+            if t < self._stalled_until:
+                self._stats.rx_stalled_bytes += len(received)
+                received = b""
+            else:
+                self._stalled_until = None
+        data, hit = self._corrupt(received, f.rx_corrupt_rate)
         if hit is not None:
             self._stats.rx_corrupted_bytes += int(hit.sum())
         for frame in self._decoder.feed(data):
@@ -590,26 +612,103 @@ class VirtualMCU:
                     self._stop.wait(0.05)
 
 
+PROG = "python -m firmware_bridge.virtual"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (`PROG: error: ...`, exit 2), as the walklab commands print them."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _check_args(a: argparse.Namespace) -> None:
+    """Raise ValueError naming the first option whose value the virtual MCU cannot run with."""
+    def finite(x: float | None) -> bool:
+        return x is None or math.isfinite(x)
+
+    checks = [
+        (0 <= a.motors <= 32, f"--motors {a.motors}: expected 0..32"),
+        (0 < a.cpr < 2**32, f"--cpr {a.cpr}: expected 1..{2**32 - 1} counts per revolution"),
+        (a.control_hz > 0 and 1_000_000 % a.control_hz == 0,
+         f"--control-hz {a.control_hz}: expected a divisor of 1 000 000 (an integer µs period)"),
+        (a.stream_hz in SUPPORTED_RATES and a.control_hz % a.stream_hz == 0,
+         f"--stream-hz {a.stream_hz}: expected one of {', '.join(map(str, SUPPORTED_RATES))} "
+         f"dividing --control-hz {a.control_hz}"),
+        (0 < a.heartbeat_hz <= 0xFFFF, f"--heartbeat-hz {a.heartbeat_hz}: expected 1..65535"),
+        (0 < a.watchdog_ms <= 0xFFFF, f"--watchdog-ms {a.watchdog_ms}: expected 1..65535"),
+        (0 <= a.current_noise_a < math.inf, f"--current-noise-a {a.current_noise_a}: expected a finite value >= 0 A"),
+        (0 < len(a.name.encode()) <= 255, f"--name {a.name!r}: expected 1..255 bytes of UTF-8"),
+    ]
+    for flag in ("drop_rate", "corrupt_rate", "rx_corrupt_rate"):
+        v = getattr(a, flag)
+        checks.append((0.0 <= v <= 1.0, f"--{flag.replace('_', '-')} {v}: expected a probability in [0, 1]"))
+    for flag in ("delay_s", "unplug_at_s", "unplug_for_s", "stall_at_s", "stall_for_s"):
+        v = getattr(a, flag)
+        checks.append((finite(v) and (v is None or v >= 0),
+                       f"--{flag.replace('_', '-')} {v}: expected a finite time >= 0 s"))
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
+
+
+def _counters(mcu: VirtualMCU) -> str:
+    """The MCU's counters (McuStats), one `name value` line each; per-reason dicts as name/reason."""
+    lines = []
+    for key, value in vars(mcu.stats).items():
+        if isinstance(value, dict):
+            lines.append(f"{key} {sum(value.values())}")
+            lines += [f"{key}/{reason} {n}" for reason, n in sorted(value.items())]
+        else:
+            lines.append(f"{key} {value}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m firmware_bridge.virtual`: run a virtual MCU, print its port path, stop on SIGTERM/SIGINT."""
-    ap = argparse.ArgumentParser(prog="python -m firmware_bridge.virtual", description=main.__doc__)
-    ap.add_argument("--motors", type=int, default=8)
-    ap.add_argument("--cpr", type=int, default=4096)
-    ap.add_argument("--stream-hz", type=int, default=1000)
-    ap.add_argument("--watchdog-ms", type=int, default=100)
-    ap.add_argument("--corrupt-rate", type=float, default=0.0)
-    ap.add_argument("--name", default="walklab-virtual")
+    """`python -m firmware_bridge.virtual`: run a virtual MCU in real time, print its port path (first
+    line of stdout), inject the faults asked for, and on SIGTERM/SIGINT stop and print its counters."""
+    ap = _Parser(prog=PROG, description=main.__doc__, allow_abbrev=False)
+    ap.add_argument("--motors", type=int, default=8, help="motors (0..32)")
+    ap.add_argument("--cpr", type=int, default=4096, help="encoder counts per output revolution")
+    ap.add_argument("--control-hz", type=int, default=1000, help="control loop rate")
+    ap.add_argument("--stream-hz", type=int, default=1000, help=f"STATE rate at boot: one of {SUPPORTED_RATES}")
+    ap.add_argument("--heartbeat-hz", type=int, default=20, help="MCU heartbeat rate")
+    ap.add_argument("--watchdog-ms", type=int, default=100, help="boot watchdog timeout (CONFIG overrides it)")
+    ap.add_argument("--current-noise-a", type=float, default=0.0, help="current measurement noise sigma, A")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the fault injection and of the noise")
+    ap.add_argument("--name", default="walklab-virtual", help="device name announced in CAPS")
+    g = ap.add_argument_group("fault injection (MCU time counts from start; MCU -> host unless rx)")
+    g.add_argument("--drop-rate", type=float, default=0.0, help="probability per frame of not sending it")
+    g.add_argument("--corrupt-rate", type=float, default=0.0, help="probability per sent byte of corrupting it")
+    g.add_argument("--rx-corrupt-rate", type=float, default=0.0, help="the same on the bytes received from the host")
+    g.add_argument("--delay-s", type=float, default=0.0, help="latency added to every sent frame, s")
+    g.add_argument("--unplug-at-s", type=float, default=None, help="unplug the port at this MCU time, s")
+    g.add_argument("--unplug-for-s", type=float, default=0.3, help="and replug it after this long, s")
+    g.add_argument("--stall-at-s", type=float, default=None,
+                   help="from this MCU time, lose the host's frames (a stalled host: trips the watchdog)")
+    g.add_argument("--stall-for-s", type=float, default=0.3, help="for this long, s")
     args = ap.parse_args(argv)
+    try:
+        _check_args(args)
+    except ValueError as exc:
+        ap.error(str(exc))
+    faults = Faults(corrupt_rate=args.corrupt_rate, drop_rate=args.drop_rate, delay_s=args.delay_s,
+                    unplug_at_s=args.unplug_at_s, unplug_for_s=args.unplug_for_s, seed=args.seed,
+                    rx_corrupt_rate=args.rx_corrupt_rate, stall_at_s=args.stall_at_s, stall_for_s=args.stall_for_s)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with VirtualMCU(args.motors, cpr=args.cpr, stream_hz=args.stream_hz, watchdog_ms=args.watchdog_ms,
-                    faults=Faults(corrupt_rate=args.corrupt_rate), name=args.name) as mcu:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        mcu = VirtualMCU(args.motors, cpr=args.cpr, control_hz=args.control_hz, stream_hz=args.stream_hz,
+                         heartbeat_hz=args.heartbeat_hz, watchdog_ms=args.watchdog_ms,
+                         current_noise_a=args.current_noise_a, faults=faults, name=args.name, seed=args.seed)
+    except (ValueError, OSError) as exc:
+        ap.error(str(exc))
+    with mcu:
         print(mcu.port, flush=True)
-        try:
-            while not stop.wait(0.2):
-                pass
-        except KeyboardInterrupt:
-            pass
+        stop.wait()
+    print(f"{args.name}: stopped at MCU time {mcu.stats.t_us * 1e-6:.3f} s; counters:", flush=True)
+    print(_counters(mcu), flush=True)
     return 0
 
 

@@ -638,3 +638,175 @@ def test_a_killed_mcu_process_leaves_no_path_into_another_pty():
     finally:
         os.unlink(port)
         os.rmdir(os.path.dirname(port))
+
+
+# ---------------------------------------------------------------- the link's own HELLO after a reconnect
+
+
+def test_link_refreshes_caps_by_itself_after_a_reconnect():
+    """The board comes back from an unplug reflashed under another name: `link.caps` follows without
+    the application calling hello(), and wait_caps() then answers from it without another HELLO. The
+    first connection sends nothing by itself (lockstep users count every frame they send)."""
+    with VirtualMCU(2, name="board-a") as mcu, Link(mcu.port, heartbeat_hz=0) as link:
+        assert wait_for(lambda: mcu.stats.ticks >= 50, 30.0)
+        assert link.stats.tx_frames == 0 and link.stats.auto_hellos == 0
+        assert link.hello(**HELLO).name == "board-a"
+        mcu.unplug()
+        assert wait_for(lambda: link.stats.disconnects == 1, 10.0)
+        mcu.name = "board-b"
+        mcu.replug()
+        assert wait_for(lambda: link.caps.name == "board-b", 30.0), "caps not refreshed after the reconnect"
+        assert link.stats.reconnects == 1 and link.stats.auto_hellos >= 1
+        sent = link.stats.auto_hellos
+        assert link.wait_caps(timeout_s=10.0).name == "board-b"
+        assert link.stats.auto_hellos == sent
+
+
+def test_wait_caps_asks_on_a_first_connection_and_times_out_in_one_line():
+    with VirtualMCU(3, name="fresh") as mcu, Link(mcu.port, heartbeat_hz=0) as link:
+        assert link.wait_caps(timeout_s=30.0).n_motors == 3 and link.stats.auto_hellos >= 1
+    m, s = os.openpty()  # a port that opens but where nothing answers
+    try:
+        tty.setraw(s)
+        with Link(os.ttyname(s), heartbeat_hz=0, reconnect=False, hello_timeout_s=0.05) as link:
+            with pytest.raises(LinkTimeout, match=r"^no CAPS from /dev/pts/\d+ within 0.3 s of HELLOs every 50 ms$"):
+                link.wait_caps(timeout_s=0.3)
+            assert link.stats.auto_hellos >= 2
+    finally:
+        os.close(m)
+        os.close(s)
+
+
+# ---------------------------------------------------------------- python -m firmware_bridge.virtual
+
+VIRTUAL = [sys.executable, "-m", "firmware_bridge.virtual"]
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--corrupt-rate", "2"], "--corrupt-rate 2.0: expected a probability in [0, 1]"),
+    (["--stream-hz", "300"], "--stream-hz 300: expected one of 100, 200, 250, 500, 1000 dividing --control-hz 1000"),
+    (["--motors", "40"], "--motors 40: expected 0..32"),
+    (["--control-hz", "500", "--stream-hz", "1000"], "--stream-hz 1000: expected one of"),
+    (["--control-hz", "300"], "--control-hz 300: expected a divisor of 1 000 000"),
+    (["--drop-rate", "-0.1"], "--drop-rate -0.1: expected a probability"),
+    (["--delay-s", "nan"], "--delay-s nan: expected a finite time >= 0 s"),
+    (["--unplug-at-s", "-1"], "--unplug-at-s -1.0: expected a finite time"),
+    (["--stall-for-s", "inf"], "--stall-for-s inf: expected a finite time"),
+    (["--watchdog-ms", "70000"], "--watchdog-ms 70000: expected 1..65535"),
+    (["--name", "x" * 256], "--name 'xxx"),
+    (["--motors", "two"], "argument --motors: invalid int value: 'two'"),
+    (["--unplug"], "unrecognized arguments: --unplug"),
+])
+def test_virtual_mcu_cli_refuses_bad_arguments_in_one_line(args, flag):
+    r = subprocess.run(VIRTUAL + args, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith(f"python -m firmware_bridge.virtual: error: {flag}"), r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def start_virtual(*args: str) -> tuple[subprocess.Popen, str]:
+    """A virtual MCU process and its port (the first line it prints)."""
+    proc = subprocess.Popen(VIRTUAL + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    port = proc.stdout.readline().strip()
+    assert port, proc.communicate(timeout=30)[1]
+    return proc, port
+
+
+def stop_virtual(proc: subprocess.Popen, sig: int) -> dict[str, int]:
+    """Signal the process; the counters it prints on exit, by name."""
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err == "", err
+    head, *lines = out.splitlines()
+    assert head.startswith("walklab-virtual: stopped at MCU time ") and head.endswith("counters:")
+    counters = {name: int(value) for name, value in (line.split() for line in lines)}
+    assert {"ticks", "tx_frames", "dropped_frames", "corrupted_frames", "unplugs", "stalls", "watchdog_trips",
+            "rx_frames", "rx_errors"} <= set(counters)
+    return counters
+
+
+def test_virtual_mcu_cli_drops_and_corrupts_and_counts_on_exit():
+    """--drop-rate and --corrupt-rate: the host sees sequence gaps and rejected chunks; the counters the
+    process prints on SIGTERM agree with what the host observed (an intact frame received was
+    transmitted uncorrupted; a frame lost was dropped, corrupted, or merged by a corrupted delimiter)."""
+    import signal
+
+    proc, port = start_virtual("--motors", "2", "--stream-hz", "500", "--drop-rate", "0.05",
+                               "--corrupt-rate", "0.001", "--seed", "4")
+    try:
+        with Link(port, heartbeat_hz=0) as link:
+            assert wait_for(lambda: link.stats.frames.get("STATE", 0) >= 1000, 60.0)
+            ls = link.stats
+    finally:
+        c = stop_virtual(proc, signal.SIGTERM)
+    assert ls.lost_frames > 0 and sum(ls.rejected.values()) > 0
+    assert c["dropped_frames"] > 0 and c["corrupted_frames"] > 0
+    assert sum(ls.frames.values()) <= c["tx_frames"] - c["corrupted_frames"]
+    assert ls.lost_frames <= c["dropped_frames"] + 2 * c["corrupted_frames"]
+    assert c["unplugs"] == c["stalls"] == c["tx_overflow"] == 0
+
+
+def test_virtual_mcu_cli_delays_every_frame():
+    """--delay-s 0.4: a HELLO's CAPS cannot come back sooner (a lower bound, whatever the load)."""
+    import signal
+
+    proc, port = start_virtual("--motors", "1", "--stream-hz", "100", "--delay-s", "0.4")
+    try:
+        with Link(port, heartbeat_hz=0) as link:
+            t0 = time.monotonic()
+            assert link.hello(timeout_s=5.0, retries=2).n_motors == 1
+            elapsed = time.monotonic() - t0
+            assert wait_for(lambda: link.stats.frames.get("STATE", 0) >= 20, 30.0)
+            ls = link.stats
+    finally:
+        c = stop_virtual(proc, signal.SIGINT)
+    assert elapsed >= 0.4
+    assert ls.lost_frames == 0 and ls.rejected == {} and c["rx_frames"] >= 1
+
+
+def test_virtual_mcu_cli_unplugs_at_a_time():
+    """--unplug-at-s 1 --unplug-for-s 0.3: one disconnect and one reconnect on the host, after which
+    the link has the board's CAPS again by itself; one unplug counted by the MCU."""
+    import signal
+
+    proc, port = start_virtual("--motors", "1", "--stream-hz", "100", "--unplug-at-s", "1.0", "--unplug-for-s", "0.3")
+    try:
+        with Link(port, heartbeat_hz=0) as link:
+            assert link.hello(**HELLO).n_motors == 1
+            assert wait_for(lambda: link.stats.reconnects == 1, 60.0)
+            assert link.wait_caps(timeout_s=30.0).name == "walklab-virtual"
+            ls = link.stats
+    finally:
+        c = stop_virtual(proc, signal.SIGTERM)
+    assert ls.disconnects == 1 and ls.auto_hellos >= 1
+    assert c["unplugs"] == 1
+
+
+def test_virtual_mcu_cli_stall_trips_the_watchdog():
+    """--stall-at-s 3 --stall-for-s 1.5 --watchdog-ms 1000: the host keeps its heartbeats going, yet
+    the MCU loses them from 3 s of MCU time on, so its watchdog trips in the stall, by the MCU's clock:
+    between 3 s and 3 s + 1000 ms (+ one tick), and stays latched."""
+    import signal
+
+    stall_us, watchdog_us = 3_000_000, 1_000_000
+    proc, port = start_virtual("--motors", "1", "--stream-hz", "100", "--watchdog-ms", "1000",
+                               "--stall-at-s", "3.0", "--stall-for-s", "1.5")
+    frames: list[P.Frame] = []
+    try:
+        with Link(port, heartbeat_hz=50, liveness_s=1.0) as link:
+            assert link.hello(**HELLO).n_motors == 1
+            link.send(P.Command((P.MotorCommand(P.MODE_IDLE, 0.0),)))  # arms the watchdog
+
+            def tripped(fr):
+                link.alive()  # the host is alive throughout: heartbeats keep flowing
+                return any(isinstance(f.msg, P.Heartbeat) and f.msg.status & P.STATUS_WATCHDOG and f.t_us > stall_us
+                           + 1_500_000 for f in fr)
+
+            collect_until(link, frames, tripped, timeout_s=60.0)
+    finally:
+        c = stop_virtual(proc, signal.SIGTERM)
+    armed = [f for f in frames if isinstance(f.msg, P.Heartbeat) and f.msg.status & P.STATUS_ARMED]
+    assert armed and armed[0].t_us < stall_us  # armed before the stall began
+    logs = [f for f in frames if isinstance(f.msg, P.Log) and f.msg.text.startswith("watchdog:")]
+    assert len(logs) == 1 and stall_us <= logs[0].t_us <= stall_us + watchdog_us + PERIOD_US
+    assert c["stalls"] == 1 and c["watchdog_trips"] == 1 and c["rx_stalled_bytes"] > 0
