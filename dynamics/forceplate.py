@@ -330,6 +330,9 @@ def process(plate: Plate, raw, threshold: float = DEFAULT_THRESHOLD, offset=None
     :func:`zero_offset`), or None. threshold: N; the COP and free moment are NaN and ``valid`` is
     False where ``F_lab,z <= threshold`` (flight, unloading, a sign flip from an offset) — no
     division happens there. Saturation is judged on the raw values, before the offset.
+    A sample whose outputs are not finite numbers (a non-finite raw value, or finite raw values
+    so large that the arithmetic overflows float64, e.g. 1e308 N) is invalid: every output NaN,
+    ``valid`` False; no floating-point warning is raised for it.
     Equations: module doc (methods.md d.1).
     """
     r = _check_raw(plate, raw)
@@ -339,19 +342,29 @@ def process(plate: Plate, raw, threshold: float = DEFAULT_THRESHOLD, offset=None
         if off.shape != (plate.n_channels,):
             raise PlateError(f"offset of plate {plate.name!r} must have shape ({plate.n_channels},), "
                              f"got {off.shape}")
-        r = r - off
-    w = _wrench(plate, r)
-    valid = w[:, 8] > threshold
-    valid &= w[:, 2] != 0.0   # plate F_z, the divisor (0 only on a plate tilted by 90°)
-    if plate.type == 1:
-        cxy = np.where(valid[:, None], r[:, 3:5], np.nan)   # the COP channels themselves
-    else:
-        # NaN where not valid, so no division by a small or zero F_z happens there.
-        cxy = w[:, 12:14] * (1.0 / np.where(valid, w[:, 2], np.nan))[:, None]
-        if plate.cop_poly is not None:
-            dx, dy = _cop_poly_correction(plate.cop_poly, cxy[:, 0], cxy[:, 1])
-            cxy = cxy - np.column_stack([dx, dy])
-    tz = w[:, 5] - (cxy * w[:, 14:16]).sum(axis=1)   # T_z = M_s,z − (COP_x F_y − COP_y F_x)
+    # Overflow and inf - inf only happen on absurd inputs; they are found on the outputs below.
+    with np.errstate(over="ignore", invalid="ignore"):
+        if offset is not None:
+            r = r - off
+        w = _wrench(plate, r)
+        valid = w[:, 8] > threshold
+        valid &= w[:, 2] != 0.0   # plate F_z, the divisor (0 only on a plate tilted by 90°)
+        if plate.type == 1:
+            cxy = np.where(valid[:, None], r[:, 3:5], np.nan)   # the COP channels themselves
+        else:
+            # NaN where not valid, so no division by a small or zero F_z happens there.
+            cxy = w[:, 12:14] * (1.0 / np.where(valid, w[:, 2], np.nan))[:, None]
+            if plate.cop_poly is not None:
+                dx, dy = _cop_poly_correction(plate.cop_poly, cxy[:, 0], cxy[:, 1])
+                cxy = cxy - np.column_stack([dx, dy])
+        tz = w[:, 5] - (cxy * w[:, 14:16]).sum(axis=1)   # T_z = M_s,z − (COP_x F_y − COP_y F_x)
+        # One number per sample that is finite iff its force, moment (and, where valid, free
+        # moment and so COP) are, and their sum does not overflow either.
+        ok = np.isfinite(w[:, 6:12].sum(axis=1) + np.where(valid, tz, 0.0))
+    if not ok.all():
+        w[~ok] = np.nan
+        tz[~ok] = cxy[~ok] = np.nan
+        valid &= ok
     return PlateSignals(
         force=w[:, 6:9],
         moment=w[:, 9:12],
@@ -364,8 +377,10 @@ def process(plate: Plate, raw, threshold: float = DEFAULT_THRESHOLD, offset=None
 
 
 def vertical_force(plate: Plate, raw) -> np.ndarray:
-    """(N,) lab-frame vertical reaction F_lab,z, N, from raw channels (N, n_channels), SI."""
-    return _wrench(plate, _check_raw(plate, raw))[:, 8]
+    """(N,) lab-frame vertical reaction F_lab,z, N, from raw channels (N, n_channels), SI
+    (non-finite where the raw values overflow it; no warning)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _wrench(plate, _check_raw(plate, raw))[:, 8]
 
 
 def least_loaded_window(plate: Plate, raw, length: int) -> slice:
@@ -378,11 +393,18 @@ def least_loaded_window(plate: Plate, raw, length: int) -> slice:
     r = _check_raw(plate, raw)
     if not 1 <= length <= len(r):
         raise PlateError(f"zeroing window length must be in [1, {len(r)}] samples, got {length}")
-    fz = vertical_force(plate, r)
-    c = np.concatenate([[0.0], np.cumsum(fz)])
-    means = (c[length:] - c[:-length]) / length
-    i = int(np.argmin(means))
+    means = window_means(vertical_force(plate, r), length)
+    # A window holding a non-finite or overflowing force is never the unloaded one.
+    i = int(np.argmin(np.where(np.isfinite(means), means, np.inf)))
     return slice(i, i + length)
+
+
+def window_means(x: np.ndarray, length: int) -> np.ndarray:
+    """(N − length + 1,) means of every `length` consecutive values of x (N,); a window holding a
+    non-finite value or summing beyond float64 is non-finite (no warning), the others exact
+    (a local sum: one huge value does not spoil later windows, as a running sum would)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.convolve(x, np.full(length, 1.0 / length), "valid")
 
 
 def zero_offset(plate: Plate, raw, window: slice) -> np.ndarray:
@@ -430,9 +452,10 @@ def combine(plates: Sequence[Plate], signals: Sequence[PlateSignals],
                              f"and {sig.moment.shape}, expected ({n}, 3)")
     # Σ_k [F_k, M_k] @ _to_origin_k plate by plate (no (N, 6 K) interleaved copy: slower).
     total = np.zeros((n, 8))
-    for plate, sig in zip(plates, signals):
-        total += sig.force @ plate._to_origin[0:3]
-        total += sig.moment @ plate._to_origin[3:6]
+    with np.errstate(over="ignore", invalid="ignore"):
+        for plate, sig in zip(plates, signals):
+            total += sig.force @ plate._to_origin[0:3]
+            total += sig.moment @ plate._to_origin[3:6]
     return _combined(plates, total, threshold, pz)
 
 
@@ -448,18 +471,27 @@ def combine_wrenches(plates: Sequence[Plate], wrenches, threshold: float = DEFAU
     if not plates or w.ndim != 2 or w.shape[1] != 6 * len(plates):
         raise PlateError(f"wrenches must have shape (N, {6 * len(plates)}) for {len(plates)} "
                          f"plate(s), got {w.shape}")
-    total = w @ (plates[0]._to_origin if len(plates) == 1 else np.vstack([p._to_origin for p in plates]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = w @ (plates[0]._to_origin if len(plates) == 1 else np.vstack([p._to_origin for p in plates]))
     return _combined(plates, total, threshold, pz)
 
 
 def _combined(plates: Sequence[Plate], total: np.ndarray, threshold: float, pz: float | None) -> Combined:
-    """Combined from total (N, 8) = ``[F, n, −n_y, n_x]`` about the lab origin (methods.md d.2)."""
+    """Combined from total (N, 8) = ``[F, n, −n_y, n_x]`` about the lab origin (methods.md d.2).
+    A sample whose total or COP is not finite (a plate's NaN, or an overflow) is NaN, not valid."""
     if pz is None:
         pz = sum(float(p.centre[2]) for p in plates) / len(plates)
-    valid = total[:, 2] > threshold
     cop = np.empty((len(total), 3))
-    # NaN where not valid, so no division by a small or zero F_z happens there.
-    cop[:, 0:2] = (pz * total[:, 0:2] + total[:, 6:8]) * (1.0 / np.where(valid, total[:, 2], np.nan))[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        valid = total[:, 2] > threshold
+        # NaN where not valid, so no division by a small or zero F_z happens there.
+        cop[:, 0:2] = (pz * total[:, 0:2] + total[:, 6:8]) * (1.0 / np.where(valid, total[:, 2], np.nan))[:, None]
+        ok = np.isfinite(total[:, 0:6].sum(axis=1) + np.where(valid, cop[:, 0] + cop[:, 1], 0.0))
+    if not ok.all():
+        total = total.copy()
+        total[~ok] = np.nan
+        cop[~ok, 0:2] = np.nan
+        valid &= ok
     cop[:, 2] = np.where(valid, pz, np.nan)
     return Combined(force=total[:, 0:3], moment=total[:, 3:6], cop=cop, valid=valid)
 

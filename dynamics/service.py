@@ -11,8 +11,10 @@ stream (``forceplate/NAME``, C3D channel layout of its type, SI) and publishes:
   plate's surface centre, lab axes), ``COPx COPy COPz`` [m] (lab frame), ``Tz`` [N·m] (free
   moment, lab z component of ``T_z n̂``), ``valid`` [1] (``F_z > threshold``; COP and Tz
   are NaN where 0) and ``saturated`` [1] (a raw force channel at or beyond ±``force_range_n``
-  or a moment channel beyond ±``moment_range_nm``, the amplifier's range; always 0 when not
-  configured; also counted as ``NAME:saturated_samples``). ``meta``: ``{"zero": status}``.
+  or a moment channel at or beyond ±``moment_range_nm``, the amplifier's range declared in the
+  plate's config section; always 0 when not declared; also counted as
+  ``NAME:saturated_samples``). A sample whose finite raw values overflow the arithmetic (1e308 N)
+  is invalid: NaN, ``valid`` 0, ``NAME:overflow_samples``. ``meta``: ``{"zero": status}``.
 - ``dynamics/zero/NAME``: once, when the plate is zeroed: the raw offset subtracted (1, channels)
   in the raw channels' units (NaN: not used), ``meta`` ``status``, ``base_n``, ``peak_n``,
   ``record_s``, ``window_s``; stamped with the first sample of the zeroing record.
@@ -92,27 +94,20 @@ class Settings:
     """Service parameters (SI): COP validity threshold [N], contact hysteresis on/off [N],
     zeroing record and window lengths [s] (zero_s = 0: no zeroing), how long [s] the
     combination waits for a lagging plate before reporting its samples as missing (also the most
-    NaN it fills in for them), the amplifier's range of the raw force [N] and moment [N·m]
-    channels (inf: not configured; a raw value at or beyond ± the range is saturated), and how far
-    [s] a stamp may run ahead of the host clock before it is a clock fault."""
+    NaN it fills in for them), and how far [s] a stamp may run ahead of the host clock before it
+    is a clock fault. (Amplifier ranges are the plates' own: ``force_range_n``,
+    ``moment_range_nm`` of their config sections.)"""
     threshold_n: float = fp.DEFAULT_THRESHOLD
     on_n: float = 50.0
     off_n: float = fp.DEFAULT_THRESHOLD
     zero_s: float = 2.0
     zero_window_s: float = 0.1
     max_lag_s: float = 0.1
-    force_range_n: float = math.inf
-    moment_range_nm: float = math.inf
     clock_slack_s: float = 0.25
 
     def __post_init__(self) -> None:
-        ranges = (self.force_range_n, self.moment_range_nm)
-        if not all(math.isfinite(v) for k, v in vars(self).items()
-                   if k not in ("force_range_n", "moment_range_nm")):
+        if not all(math.isfinite(v) for v in vars(self).values()):
             raise ValueError(f"dynamics service settings must be finite numbers, got {self}")
-        if not all(v > 0 for v in ranges):  # NaN fails this too
-            raise ValueError(f"dynamics service: --force-range-n and --moment-range-nm must be > 0 "
-                             f"(inf: not configured), got {ranges[0]} and {ranges[1]}")
         if not self.off_n < self.on_n:
             raise ValueError(f"dynamics service: contact hysteresis needs --off-n < --on-n, "
                              f"got {self.off_n} and {self.on_n}")
@@ -150,20 +145,27 @@ def zero_from_record(plate: fp.Plate, raw: np.ndarray, window: int, contrast_n: 
       offset as above (removes the small baseline);
     - else: constant non-zero load (someone stood on it the whole time, or a large offset —
       indistinguishable): ``loaded``, offset None (never silently absorb a load).
-    Rows with a non-finite value are left out; fewer than `window` left: ``unusable``, no offset.
+    Rows with a non-finite or saturated value are left out, and windows whose force overflows;
+    fewer than `window` rows left, no such window, or an offset beyond float64: ``unusable``.
     """
     r = np.asarray(raw, dtype=float)
-    r = r[np.isfinite(r).all(axis=1)]
+    # A saturated sample (beyond the amplifier's range) was not measured: no zero from it.
+    r = r[np.isfinite(r).all(axis=1) & ~fp.saturated(plate, r)]
     if len(r) < window:
         return ZeroResult("unusable", None)
     w = fp.least_loaded_window(plate, r, window)
-    means = np.convolve(fp.vertical_force(plate, r), np.full(window, 1.0 / window), "valid")
-    base, peak = float(means[w.start]), float(means.max())
-    if peak - base >= contrast_n:
-        return ZeroResult("zeroed", fp.zero_offset(plate, r, w), base, peak)
-    if abs(base) <= unloaded_n:
-        return ZeroResult("unloaded", fp.zero_offset(plate, r, w), base, peak)
-    return ZeroResult("loaded", None, base, peak)
+    means = fp.window_means(fp.vertical_force(plate, r), window)
+    finite = means[np.isfinite(means)]     # a window holding an overflowing sample is left out
+    if not len(finite):
+        return ZeroResult("unusable", None)
+    base, peak = float(means[w.start]), float(finite.max())
+    if peak - base < contrast_n and abs(base) > unloaded_n:
+        return ZeroResult("loaded", None, base, peak)
+    with np.errstate(over="ignore", invalid="ignore"):
+        offset = fp.zero_offset(plate, r, w)
+    if not np.isfinite(offset).all():   # absurd values and no declared range to exclude them
+        return ZeroResult("unusable", None, base, peak)
+    return ZeroResult("zeroed" if peak - base >= contrast_n else "unloaded", offset, base, peak)
 
 
 def _raw_units(channels: Sequence[str]) -> tuple[str, ...]:
@@ -175,15 +177,15 @@ class _PlateStream:
     """Live state of one plate: expected layout, zeroing, contact state, sample continuity and
     where its processed rows wait for the combination (its columns of the service's ring)."""
 
-    def __init__(self, device: Any, column: int, settings: Settings) -> None:
+    def __init__(self, device: Any, column: int) -> None:
         self.name = device.name
         self.stream = device.stream_name
         self.channels = tuple(device.channels)
         self.units = _raw_units(self.channels)
-        limit = {"N": settings.force_range_n, "N*m": settings.moment_range_nm, "m": math.inf}
-        # An unconfigured (inf) channel gets the largest float as its limit: never reached.
-        hi = np.array([min(limit[u], np.finfo(float).max) for u in self.units])
-        configured = math.isfinite(settings.force_range_n) or math.isfinite(settings.moment_range_nm)
+        ranges = {"N": device.force_range_n, "N*m": device.moment_range_nm, "m": None}
+        # An unconfigured channel gets the largest float as its limit: never reached.
+        hi = np.array([np.finfo(float).max if ranges[u] is None else float(ranges[u]) for u in self.units])
+        configured = device.force_range_n is not None or device.moment_range_nm is not None
         self.plate = fp.Plate(type=device.type, corners=device.corners, origin=device.origin,
                               cal_matrix=device.cal_matrix, name=device.name,
                               channel_range=np.column_stack([-hi, hi]) if configured else None)
@@ -252,7 +254,7 @@ class GrfService:
         self.zero_n = round(settings.zero_s * self.rate_hz)
         self.window_n = max(1, round(settings.zero_window_s * self.rate_hz))
         capacity = self.zero_n + 4 * self.lag + round(2.0 * self.rate_hz)
-        self.plates = [_PlateStream(d, i, settings) for i, d in enumerate(devices)]
+        self.plates = [_PlateStream(d, i) for i, d in enumerate(devices)]
         self.by_stream = {p.stream: p for p in self.plates}
         self.slack_ns = settings.clock_slack_s * 1e9
         self.floor: float | None = None   # least lead of any plate's accepted frames [ns]
@@ -487,6 +489,12 @@ class GrfService:
                               sig.valid[:, None], sig.saturated[:, None]], axis=1, dtype=float)
         if p.plate.channel_range is not None and sig.saturated.any():
             self.count(f"{p.name}:saturated_samples", int(sig.saturated.sum()))
+        if np.isnan(sig.force[:, 2]).any():   # NaN raw rows are counted when they come in
+            overflow = int((np.isnan(sig.force[:, 2]) & np.isfinite(raw).all(axis=1)).sum())
+            if overflow:
+                self.count(f"{p.name}:overflow_samples", overflow)
+                log.warning("%s: %d sample(s) with finite raw values beyond float64 arithmetic (e.g. "
+                            "1e308 N): invalid", p.name, overflow)
         self.publish(f"{GRF_STREAM}/{p.name}", out, kind="grf", rate_hz=frame.rate_hz,
                      channels=PLATE_CHANNELS, units=PLATE_UNITS, t_device=frame.t_device,
                      t_host=frame.t_host, t=frame.t, meta=p.meta)
@@ -616,10 +624,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--zero-window-s", type=float, default=d.zero_window_s, help="zeroing window [s]")
     p.add_argument("--max-lag-s", type=float, default=d.max_lag_s,
                    help="how long the combination waits for a lagging plate [s]")
-    p.add_argument("--force-range-n", type=float, default=d.force_range_n,
-                   help="amplifier range of the raw force channels, +- [N]; at or beyond: saturated (default: none)")
-    p.add_argument("--moment-range-nm", type=float, default=d.moment_range_nm,
-                   help="amplifier range of the raw moment channels, +- [N*m] (default: none)")
     p.add_argument("--clock-slack-s", type=float, default=d.clock_slack_s,
                    help="how far [s] a block's stamp may run ahead of the host clock before it is a clock fault")
     return p
@@ -629,7 +633,7 @@ def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     """Serve the force plates of process `ctx` until asked to stop (see module doc)."""
     opts = _parser().parse_args(list(args))
     settings = Settings(opts.threshold_n, opts.on_n, opts.off_n, opts.zero_s, opts.zero_window_s,
-                        opts.max_lag_s, opts.force_range_n, opts.moment_range_nm, opts.clock_slack_s)
+                        opts.max_lag_s, opts.clock_slack_s)
     others = [name for name, d in ctx.devices.items() if d.kind != "forceplate"]
     if others:
         raise ValueError(f"process {ctx.name!r}: dynamics.service serves force plates only, not "

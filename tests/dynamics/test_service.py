@@ -3,6 +3,7 @@ test_service_live.py): outputs against the simulator's analytic loads (`daq.simu
 of a known offset, sample gaps, lagging and late plates, rejected frames."""
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -132,12 +133,13 @@ def test_noise_free_stream_equals_the_analytic_load_per_plate_and_combined(batch
 
 
 def test_saturation_from_the_configured_amplifier_range_is_flagged_per_sample_and_counted():
-    """--force-range-n 600, --moment-range-nm 25: a sample is saturated where a raw force channel
-    reaches ±600 N or a raw moment channel ±25 N·m (the raw channels as the amplifier sends them,
-    type 4 before its calibration)."""
+    """Plates declaring force_range_n = 600, moment_range_nm = 25: a sample is saturated where a
+    raw force channel reaches ±600 N or a raw moment channel ±25 N·m (the raw channels as the
+    amplifier sends them, type 4 before its calibration)."""
     n = 2000
     raws = [raw_of(0, n), raw_of(1, n)]
-    box, _ = serve(lockstep(raws, n // 5), Settings(zero_s=0.0, force_range_n=600.0, moment_range_nm=25.0))
+    ranged = [dataclasses.replace(d, force_range_n=600.0, moment_range_nm=25.0) for d in DEVICES]
+    box, _ = serve(lockstep(raws, n // 5), devices=ranged)
     for i, d in enumerate(DEVICES):
         expected = (np.abs(raws[i][:, :3]) >= 600.0).any(axis=1) | (np.abs(raws[i][:, 3:]) >= 25.0).any(axis=1)
         assert 0 < expected.sum() < n  # the gait peaks cross the range, the swing does not
@@ -312,8 +314,10 @@ def test_bad_settings_and_plate_sets_are_clear_errors():
         Settings(on_n=20.0, off_n=30.0)
     with pytest.raises(ValueError, match="--zero-window-s"):
         Settings(zero_s=0.05, zero_window_s=0.1)
-    with pytest.raises(ValueError, match="--force-range-n and --moment-range-nm must be > 0"):
-        Settings(moment_range_nm=float("nan"))
+    with pytest.raises(ValueError, match="must be finite numbers"):
+        Settings(clock_slack_s=float("nan"))
+    with pytest.raises(ValueError, match="--clock-slack-s must be > 0"):
+        Settings(clock_slack_s=0.0)
     fast = ForcePlate(kind="forceplate", name="FP9", corners=DEVICES[0].corners, rate_hz=2000.0)
     with pytest.raises(ValueError, match="different rate_hz"):
         GrfService([DEVICES[0], fast], Settings(), lambda *a, **k: None)

@@ -12,37 +12,29 @@ and obeys SIGTERM.
 """
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import textwrap
-import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from controller.config import ForcePlate, load
-from controller.supervisor import Supervisor
-from daq.bus import Publisher, Subscriber
+from controller.config import ForcePlate
 from daq.frames import Frame
 from daq.health import parse_health
-from daq.ports import free_tcp_ports
 from daq.simulated import Gait, foot_wrench
 from dynamics import forceplate as fp
 from dynamics.service import CLOCK_STREAM, GRF_STREAM, RESET_FRAMES, GrfService, Settings
 
-REPO = Path(__file__).resolve().parents[2]
 GAIT = Gait(body_mass_kg=70.0, stride_s=1.0, stance_fraction=0.62)
 T0 = 7_000_000_000_000          # lab (= host monotonic) time of sample 0 [ns]
 MS = 1_000_000
 BLOCK = 5
+UNITS = ("N", "N", "N", "N*m", "N*m", "N*m")
+# FP1 as the live lab's (tests/faults/conftest.py)
 CORNERS = {"FP1": ((0.6, 0.4, 0.0), (0.0, 0.4, 0.0), (0.0, 0.8, 0.0), (0.6, 0.8, 0.0)),
            "FP2": ((0.6, 0.0, 0.0), (0.0, 0.0, 0.0), (0.0, 0.4, 0.0), (0.6, 0.4, 0.0))}
-DEVICES = [ForcePlate(kind="forceplate", name=n, type=2, corners=c, origin=(0.0, 0.0, -0.04)) for n, c in CORNERS.items()]
+DEVICES = [ForcePlate(kind="forceplate", name=n, type=2, corners=c, origin=(0.0, 0.0, -0.04))
+           for n, c in CORNERS.items()]
 FOOT = [(0.0, 1.0), (0.5, -1.0)]
-UNITS = ("N", "N", "N", "N*m", "N*m", "N*m")
 N = 2000                        # samples per plate (2 s)
 AT = 100                        # FP1 block after which the fault comes
 
@@ -175,99 +167,30 @@ def test_a_plate_whose_first_block_is_stamped_far_ahead_does_not_drag_the_total(
 
 # ------------------------------------------------------------------ the real service process ----
 
-def lab_config(tmp: Path, ports: list[int]) -> Path:
-    text = textwrap.dedent(f"""
-        [lab]
-        name = "stamps"
-        [supervisor]
-        bind = "tcp://127.0.0.1:{ports[0]}"
-        stop_grace_s = 2.0
-        [[processes]]
-        name = "dynamics"
-        module = "dynamics.service"
-        bind = "tcp://127.0.0.1:{ports[1]}"
-        devices = ["FP1"]
-        args = ["--zero-s", "1.2", "--max-lag-s", "0.1"]  # the record holds a swing: zeroed
-        # not started: the test publishes FP1 there
-        [[processes]]
-        name = "plates"
-        module = "controller.healthmon"
-        bind = "tcp://127.0.0.1:{ports[2]}"
-        [devices.FP1]
-        kind = "forceplate"
-        source = "test"
-        corners = {[list(c) for c in CORNERS["FP1"]]}
-        origin = [0.0, 0.0, -0.04]
-    """)
-    path = tmp / "lab.toml"
-    path.write_text(text)
-    return path
-
-
 LIVE_BLOCKS = 800               # 4 s of FP1 at real time
 FAULTS = {200: 1e6, 440: 60.0, 680: -10.0}   # block index -> stamp jump [s] of an extra block
 
 
-def test_live_service_rejects_hostile_stamps_keeps_its_health_and_obeys_sigterm(tmp_path):
-    ports = free_tcp_ports(3)
-    config = lab_config(tmp_path, ports)
-    lab = load(config)
-    stop_grace_s = lab.supervisor.stop_grace_s
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    log_path = tmp_path / "dynamics.log"
+def test_live_service_rejects_hostile_stamps_keeps_its_health_and_obeys_sigterm(tmp_path, service_lab):
     raw = raw_of(0, BLOCK * LIVE_BLOCKS)
-    pub = Publisher(f"tcp://127.0.0.1:{ports[2]}")
-    sub = Subscriber([f"tcp://127.0.0.1:{ports[1]}"], ["dynamics/*", "events/clock", "health/dynamics"],
-                     expect=[f"{GRF_STREAM}/FP1", GRF_STREAM])
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(Supervisor(lab).command(lab.process("dynamics")), cwd=REPO, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
-    got: dict[str, list] = {}
     sent: list[int] = []
-    try:
-        assert pub.wait_for_subscribers(1, timeout_s=20.0), "the service never subscribed to FP1"
-        assert sub.wait_connected(timeout_s=20.0), "the service's outputs never came"
-        t0 = time.monotonic_ns() + 50 * MS
+    # zeroing from a record that holds a swing; the first fault comes while it is held
+    with service_lab(tmp_path, ["--zero-s", "1.2", "--max-lag-s", "0.1"]) as lab:
         for b in range(LIVE_BLOCKS):
-            due = t0 + (b + 1) * BLOCK * MS
-            while (now := time.monotonic_ns()) < due:
-                f = sub.recv(timeout_s=min(0.05, (due - now) * 1e-9))
-                if f is not None:
-                    got.setdefault(f.stream, []).append(f)
+            lab.pump_until(lab.t0 + (b + 1) * BLOCK * MS)
             k0 = BLOCK * b
-            stamps = dict(t_device=k0 * MS, t_host=t0 + k0 * MS, t=t0 + k0 * MS)
-            pub.publish("forceplate/FP1", raw[k0:k0 + BLOCK], kind="force", rate_hz=1000.0,
-                        channels=DEVICES[0].channels, units=UNITS, **stamps)
-            sent.append(stamps["t"])
+            lab.send(raw[k0:k0 + BLOCK], k0)
+            sent.append(lab.stamps(k0)["t"])
             if b in FAULTS:   # the next block's samples, stamped off
-                jump = round(FAULTS[b] * 1e9)
-                pub.publish("forceplate/FP1", raw[k0 + BLOCK:k0 + 2 * BLOCK], kind="force", rate_hz=1000.0,
-                            channels=DEVICES[0].channels, units=UNITS, t_device=(k0 + BLOCK) * MS + jump,
-                            t_host=t0 + (k0 + BLOCK) * MS + jump, t=t0 + (k0 + BLOCK) * MS + jump)
+                lab.send(raw[k0 + BLOCK:k0 + 2 * BLOCK], k0 + BLOCK, round(FAULTS[b] * 1e9))
         # the health frame reports every fault while the service runs on
-        deadline = time.monotonic() + 20.0
-        faults = 0
-        while faults < len(FAULTS) and time.monotonic() < deadline:
-            f = sub.recv(timeout_s=0.2)
-            if f is None:
-                continue
-            got.setdefault(f.stream, []).append(f)
-            if f.stream == "health/dynamics":
-                faults = parse_health(f).get("FP1:clock_faults", {}).get("count", 0)
-        assert faults == len(FAULTS), f"health/dynamics never counted the faults:\n{log_path.read_text()[-3000:]}"
-        assert proc.poll() is None
-        proc.send_signal(signal.SIGTERM)
-        # the contract: out within stop_grace_s (bounded generously here: a loaded machine)
-        status = proc.wait(timeout=10 * stop_grace_s)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        pub.close()
-        sub.close()
-    log = log_path.read_text()
-    assert status == 0, log[-3000:]
-    assert "Warning" not in log and "Traceback" not in log, log[-3000:]
+        counted = lab.wait_for(lambda f: f.stream == "health/dynamics" and parse_health(f).get(
+            "FP1:clock_faults", {}).get("count", 0) == len(FAULTS), timeout_s=20.0)
+        assert counted, f"health/dynamics never counted the faults:\n{lab.log}"
+        status = lab.stop()
+        log, got = lab.log, lab.got
+    assert status == 0, log
+    assert "Warning" not in log and "Traceback" not in log, log
     events = got[CLOCK_STREAM]
     assert [e.meta["event"] for e in events] == ["clock_fault"] * len(FAULTS)
     assert [e.meta["jump_s"] for e in events] == pytest.approx(list(FAULTS.values()), abs=0.1)
