@@ -3,8 +3,10 @@
 A `Publisher` binds one endpoint and publishes frames of any number of streams, numbering each
 stream's frames 0, 1, 2, ... (``seq``) and stamping them with ``time.monotonic_ns()``. A
 `Subscriber` connects to one or more publishers, receives the streams it asked for, and keeps per
-stream counters (`StreamStats`): frames received, sequence gaps and dropped frames, frames missed
-because it joined late, malformed frames, measured rate and publish->receive latency.
+stream counters (`StreamStats`): frames received, sequence gaps and dropped frames, samples lost
+by the sample times, publisher restarts, out-of-order (foreign) seqs, frames missed because it
+joined late, malformed frames, measured rate and publish->receive latency (docs/bus.md, "What the
+counters mean").
 
 Endpoints: ``tcp://127.0.0.1:PORT`` (``PORT`` may be ``*`` to pick a free one; read
 `Publisher.endpoint`), ``ipc:///path/to/socket``, ``inproc://name``, and remote
@@ -20,12 +22,19 @@ Slow joiners (ZeroMQ drops whatever a PUB publishes before a new subscription ha
    blocks a publisher until N subscribers have arrived (use it before publishing the first frame
    when nothing may be lost); `Subscriber.wait_connected` blocks a subscriber until every endpoint
    has welcomed it. Publishers answer during `publish`/`send`/`poll_subscriptions`.
-2. *Late-join detection.* Whatever happens, a subscriber never loses frames silently: the first
+2. *Replay.* A Publisher keeps the frames of its first `REPLAY_S` seconds (bounded) and sends
+   them with the welcome, in the same multipart message; the Subscriber holds a stream's first
+   live frames until that welcome (at most `HOLD_NS`) and delivers the replayed frames it missed
+   first, in ``seq`` order. A process started with the lab misses nothing.
+3. *Late-join detection.* Whatever happens, a subscriber never loses frames silently: the first
    frame of a stream with ``seq = s > 0`` records ``missed_at_join = s`` (frames 0..s-1 were
    published before it joined; a warning is logged), and later jumps in ``seq`` count as gaps.
 
 Publishers are lossy (a PUB at its high-water mark drops frames for the slow subscriber and never
-blocks the acquisition loop); the subscriber counts every such loss from ``seq``.
+blocks the acquisition loop); the subscriber counts every such loss from ``seq`` and the sample
+times. A restart (a dropped connection, then a seq that does not continue) is counted as such,
+and a seq no publisher run can explain (a second publisher on the name, a corrupt seq) as out of
+order, never as a loss.
 
 Sockets are not thread-safe: use each Publisher/Subscriber from one thread. `close` (or the
 ``with`` block) sets a short linger so ``zmq.Context.term`` never hangs.
