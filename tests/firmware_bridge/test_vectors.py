@@ -77,6 +77,66 @@ def test_crc_and_cobs_vectors_are_the_spec_values():
         assert cobs.decode(bytes.fromhex(case["encoded"])).hex() == case["decoded"]
 
 
+def crc_bitwise(data: bytes) -> int:
+    """CRC-16/CCITT-FALSE from its definition, one bit at a time (MSB first, poly 0x1021, init 0xFFFF,
+    no reflection, no final XOR): a reference independent of binascii.crc_hqx, which the code uses."""
+    reg = 0xFFFF
+    for byte in data:
+        reg ^= byte << 8
+        for _ in range(8):
+            reg = ((reg << 1) ^ 0x1021) & 0xFFFF if reg & 0x8000 else (reg << 1) & 0xFFFF
+    return reg
+
+
+# Frames derived by hand from docs/protocol.md §2-3, not by the code: the header written field by
+# field (ver u8 | type u8 | seq u16 | ack u16 | t_us u32 | len u16, little-endian), the payload from
+# the message table, the CRC by crc_bitwise (the hex below), and the wire COBS-encoded by hand:
+# split header | payload | crc at each 00, each block becomes (length + 1) and its bytes, then 00.
+HAND = [
+    # HELLO, seq 0x0102, ack 0x0304, t_us 0x05060708: no payload. Blocks [01 01 02 01 04 03 08 07 06 05]
+    # [] [1b 7c].
+    (P.Hello(), 0x0102, 0x0304, 0x05060708,
+     "01 01 0201 0403 08070605 0000", "", "1b7c",
+     "0b 01010201040308070605 01 03 1b7c 00"),
+    # HEARTBEAT status ESTOP | ARMED = 5 (u16), everything else 0: eight zero bytes in a row.
+    (P.Heartbeat(P.STATUS_ESTOP | P.STATUS_ARMED), 0, 0, 0,
+     "01 03 0000 0000 00000000 0200", "0500", "0f33",
+     "03 0103 01 01 01 01 01 01 01 02 02 02 05 03 0f33 00"),
+    # COMMAND, 2 motors: torque 1.0 (f32 0000803f), velocity -2.5 (f32 000020c0); seq and t_us at their maxima.
+    (P.Command((P.MotorCommand(P.MODE_TORQUE, 1.0), P.MotorCommand(P.MODE_VELOCITY, -2.5))), 0xFFFF, 1, 0xFFFFFFFF,
+     "01 11 ffff 0100 ffffffff 0a00", "03 0000803f 01 000020c0", "f4be",
+     "06 0111ffff01 06 ffffffff0a 02 03 01 04 803f01 01 05 20c0f4be 00"),
+    # STATE, 1 motor: count -2 (i32), vel 16 (i16, x 16 counts/s), current -1000 mA (i16 18fc), flags 0x81;
+    # seq 300 (012c), ack 7, t_us 1 000 000 (000f4240).
+    (P.State((P.MotorState(-2, 16, -1000, 0x81),)), 300, 7, 1_000_000,
+     "01 10 2c01 0700 40420f00 0900", "feffffff 1000 18fc 81", "c49b",
+     "06 01102c0107 04 40420f 02 09 06 feffffff10 06 18fc81c49b 00"),
+]
+
+
+def _hex(spaced: str) -> str:
+    return spaced.replace(" ", "")
+
+
+def test_bitwise_crc_reference_is_the_catalogue_crc():
+    assert crc_bitwise(b"123456789") == 0x29B1 and crc_bitwise(b"") == 0xFFFF  # reveng check, init
+    rng = random.Random(8)
+    for n in range(64):
+        data = bytes(rng.randrange(256) for _ in range(n))
+        assert crc.crc16(data) == crc_bitwise(data)
+
+
+@pytest.mark.parametrize("msg, seq, ack, t_us, header, payload, crc_hex, wire", HAND,
+                         ids=[type(h[0]).__name__ for h in HAND])
+def test_python_matches_hand_derived_frame(msg, seq, ack, t_us, header, payload, crc_hex, wire):
+    frame = bytes.fromhex(_hex(header) + _hex(payload))
+    assert crc_bitwise(frame) == int(crc_hex, 16)
+    assert msg.pack().hex() == _hex(payload)
+    assert P.encode_frame(msg, seq, ack, t_us).hex() == _hex(wire)
+    got = P.decode_frame(bytes.fromhex(_hex(wire))[:-1])
+    assert (got.msg, got.seq, got.ack, got.t_us) == (msg, seq, ack, t_us)
+
+
 @pytest.mark.parametrize("v", VECTORS["frames"], ids=lambda v: f"{v['message']}-{v['seq']}")
 def test_python_matches_frame_vector(v):
     msg = message(v)
@@ -160,6 +220,16 @@ def test_c_frames_and_messages_match_vectors(wl_tool):
     for what, payload in (("command", "00000000"), ("config", "00" * 24), ("heartbeat", "00"), ("estop", "")):
         lines.append(f"unpack {what} {payload}")
         want.append("ERR -1")
+    assert wl_tool(lines) == want
+
+
+def test_c_matches_hand_derived_frames(wl_tool):
+    lines, want = [], []
+    for msg, seq, ack, t_us, header, payload, _, wire in HAND:
+        lines.append(f"frame_enc {msg.TYPE} {seq} {ack} {t_us} {_hex(payload)}")
+        want.append(_hex(wire))
+        lines.append(f"frame_dec {_hex(wire)[:-2]}")
+        want.append(f"{msg.TYPE} {seq} {ack} {t_us} {_hex(payload)}")
     assert wl_tool(lines) == want
 
 
