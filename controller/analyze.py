@@ -44,7 +44,7 @@ ALIASES = {"VSAC": "SACR", "V.Sacral": "SACR", "SACRUM": "SACR",
            "L.Heel": "LHEE", "R.Heel": "RHEE", "L_HEEL": "LHEE", "R_HEEL": "RHEE",
            "L.Toe.Tip": "LTOE", "R.Toe.Tip": "RTOE", "L_MT_1": "LTOE", "R_MT_1": "RTOE"}
 CGM_OUTPUTS = [f"{s}{j}{k}" for k in ("Angles", "Moment", "Power") for s in "LR" for j in ("Hip", "Knee", "Ankle")]
-UNITS = {"Angles": "deg", "Moment": "N.m/kg", "Power": "W/kg", "Force": "N/kg"}
+UNITS = {"Angles": "deg", "Moment": "N.m/kg", "Power": "W/kg", "Force": "N/kg"}  # by name ending
 
 
 class TrialError(ValueError):
@@ -421,6 +421,16 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
                 loads = _foot_loads(data, res, asg, time)
                 kt = cgm.kinetics(kin, loads, subject, data.markers.rate)
                 res.series.update({k: v for k, v in kt.outputs.items() if k.endswith(("Moment", "Power"))})
+                resid = cgm.pelvis_residual(kin, kt, subject, data.markers.rate)
+                res.series["PelvisResidualForce"] = resid / subject.mass  # N/kg, lab axes
+                ok = np.all(np.isfinite(resid), axis=1)
+                if ok.sum() > 10:
+                    bw = subject.mass * 9.81
+                    res.metrics["pelvis_residual_rms_pct_bw"] = float(
+                        100 * np.sqrt(np.mean(np.sum(resid[ok] ** 2, axis=1))) / bw)
+                    res.metrics["pelvis_residual_frames"] = float(ok.sum())
+                else:
+                    res.notes.append("no pelvis residual: both legs' loads are never known at once")
                 for side in "LR":
                     if not loads[side].known.any():
                         res.notes.append(f"{side} kinetics: the foot is never on an assigned plate nor in swing")
@@ -434,8 +444,8 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
     if res.events is not None and "SACR" in pig:
         heel = {s: pig.get(s + "HEE", np.full((n, 3), np.nan)) for s in "LR"}
         try:
-            res.metrics = ge.gait_metrics(res.events, heel, data.markers.rate, data.t0,
-                                          ge.progression_axis(pig["SACR"], _front(pig)))
+            res.metrics.update(ge.gait_metrics(res.events, heel, data.markers.rate, data.t0,
+                                               ge.progression_axis(pig["SACR"], _front(pig))))
             sac = pig["SACR"][np.all(np.isfinite(pig["SACR"]), axis=1)]
             if len(sac) and np.linalg.norm((sac[-1] - sac[0])[:2]) < 0.1:
                 for k in res.metrics:

@@ -43,7 +43,8 @@ class CGMSubject:
     mass kg; leg_length m (ASIS to medial malleolus); knee_width, ankle_width m;
     asis_trochanter m (None: 0.1288·LegLength − 0.04856 m); inter_asis m (None: mean LASI–RASI
     distance of the trial); angles rad: thigh_rotation, shank_rotation, tibial_torsion,
-    ankle_abadd, static_plantflex, static_rotoff (default 0); marker_radius m.
+    ankle_abadd, static_plantflex, static_rotoff (default 0); marker_radius m; height m (None:
+    mean leg length / 0.52, used only for the pelvis residual).
     """
 
     mass: float
@@ -59,6 +60,7 @@ class CGMSubject:
     static_plantflex: Mapping[str, float] = field(default_factory=lambda: {"L": 0.0, "R": 0.0})
     static_rotoff: Mapping[str, float] = field(default_factory=lambda: {"L": 0.0, "R": 0.0})
     marker_radius: float = MARKER_RADIUS
+    height: float | None = None
 
 
 # PROCESSING parameter → (field, unit factor to SI). Angles are already rad in C3D (cgm.md §2).
@@ -88,7 +90,8 @@ def subject_from_processing(params: Mapping[str, float], mass: float | None = No
     m = mass if mass is not None else params.get("Bodymass")
     if m is None or not m > 0:
         raise CGMError("CGM kinetics need the body mass: PROCESSING:Bodymass or --mass KG")
-    return CGMSubject(mass=float(m), **kw)
+    h = params.get("Height")
+    return CGMSubject(mass=float(m), height=float(h) * 1e-3 if h else None, **kw)
 
 
 # --- small vector helpers (N, 3) -------------------------------------------------------------
@@ -392,7 +395,6 @@ def kinetics(kin: CGMKinematics, loads: Mapping[str, FootLoad], subject: CGMSubj
             fp = m * (acc - G) - fd
             mp = (np.einsum("nij,nj->ni", inertia, alpha) + np.cross(w, iw) - md
                   - np.cross(pd - com, fd) - np.cross(pp - com, fp))
-            prox[side + joint] = (fp, mp)
             ml = np.einsum("nji,nj->ni", r_out, mp) / mass  # components in the distal frame
             fl = np.einsum("nji,nj->ni", r_out, fp) / mass
             if joint == "Hip":
@@ -409,9 +411,31 @@ def kinetics(kin: CGMKinematics, loads: Mapping[str, FootLoad], subject: CGMSubj
             bad = ~load.known
             for arr in (mom, frc, pw):
                 arr[bad] = np.nan
+            prox[side + joint] = (np.where(bad[:, None], np.nan, fp), np.where(bad[:, None], np.nan, mp))
             out[side + joint + "Moment"] = mom
             out[side + joint + "Force"] = frc
             out[side + joint + "Power"] = pw
             # next segment up: the negated proximal load of this one, at the shared joint centre
             fd, md, pd = -fp, -mp, pp
     return CGMKinetics(outputs=out, proximal=prox)
+
+
+# Head-arms-trunk (Dempster via Winter): mass = body − both legs; CoM 0.626 of the greater
+# trochanter → glenohumeral length (0.288 × height) above the hips.
+HAT_COM_HEIGHT = 0.626 * 0.288
+
+
+def pelvis_residual(kin: CGMKinematics, kt: CGMKinetics, subject: CGMSubject, fs: float) -> np.ndarray:
+    """Residual force (N, 3) N on the pelvis + head-arms-trunk (HAT), lab axes: what the measured
+    ground reactions, carried up both legs (``kinetics``), leave unexplained by the HAT's motion,
+    R = m_HAT (a_HAT − g) + F_hip,L + F_hip,R (F_hip: force of the pelvis on the femur).
+
+    The HAT is taken rigid with the pelvis: mass M (1 − 2 (0.100 + 0.0465 + 0.0145)), CoM
+    0.18 × height above mid-HJC along the pelvis Z. Zero for consistent data; NaN where a side's
+    load is unknown. A quality figure (divide by M g), not a correction: arm and trunk swing
+    relative to the pelvis show in its horizontal components."""
+    m_hat = subject.mass * (1 - 2 * sum(BSP[k][0] for k in BSP))
+    height = subject.height or (subject.leg_length["L"] + subject.leg_length["R"]) / 2 / 0.52
+    c = (kin.centres["LHJC"] + kin.centres["RHJC"]) / 2 + HAT_COM_HEIGHT * height * kin.frames["Pelvis"][:, :, 2]
+    acc = np.gradient(np.gradient(c, 1.0 / fs, axis=0), 1.0 / fs, axis=0)
+    return m_hat * (acc - G) + kt.proximal["LHip"][0] + kt.proximal["RHip"][0]

@@ -53,6 +53,8 @@ def test_results_use_plug_in_gait_names_and_shapes(run):
     assert n == 493 and res["time"][0] == pytest.approx(0.62)  # first frame 62 at 100 Hz
     for k in CGM_OUTPUTS:
         assert res[k].shape == (n, 3), k
+    metrics = dict(ln.split(",") for ln in (out / PYCGM2 / "metrics.csv").read_text().splitlines()[1:])
+    assert float(metrics["pelvis_residual_rms_pct_bw"]) < 15  # quality figure, measured 10.2 % BW
     header = (out / PYCGM2 / "series.csv").read_text().splitlines()[0]
     assert "LHipAngles_X [deg]" in header and "LAnkleMoment_X [N.m/kg]" in header and "LKneePower_Z [W/kg]" in header
 
