@@ -5,14 +5,14 @@ to the lab: a serial device speaking the walklab protocol (`firmware_bridge.virt
 a real pseudo-terminal) that the encoder daemon (`daq.encoder`) opens like a USB CDC port. The
 pty's path is ``--port``, a symlink (like /dev/serial/by-id; its folder is created) to
 ``/proc/PID/fd/N``, which opens the pty only while this process lives (`pty_handle`). The MCU's
-one motor, ``crank``, is a geared DC motor (`firmware_bridge.plant`) whose output-shaft load is
-the crank plant of `dynamics.plant`:
+one motor, ``crank``, is a geared DC motor (`dynamics.plants.motor`) whose output-shaft load is
+the crank plant of `dynamics.plants.crank` (legs read by `dynamics.linkage.read_crank_legs`):
 
     (J_m + I(θ)/N²) ω̇_m = K_t i − b ω_m − τ_c tanh(ω_m/ω_ε) − τ_load/N
     τ_load = ½ I′(θ) θ̇² + G(θ) − Σ_l J_l(θ)ᵀ F_l        (reduced form of every leg, summed)
 
 with F_l the penalty ground contact of each foot below the ground line (held chassis, see
-`dynamics.plant`). Killing the process is pulling the cable: the pty disappears and the encoder
+`dynamics.plants.crank`). Killing the process is pulling the cable: the pty disappears and the encoder
 daemon reconnects when the supervisor restarts it.
 
 ``args``: ``--port PATH`` (required), ``--model NAME|FILE`` (``jansen_walker``), ``--table-size``
@@ -25,71 +25,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import time
-import tomllib
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from daq.context import ProcessContext
 from dynamics.contact import Friction, NormalLaw
-from dynamics.linkage.model import Linkage, LinkageError, load_linkage
-from dynamics.plant import CrankPlant, crank_plant, motor_load
-from firmware_bridge.plant import MotorParams
+from dynamics.linkage import read_crank_legs
+from dynamics.plants.crank import CrankPlant, crank_plant, motor_load
+from dynamics.plants.motor import MotorParams
 from firmware_bridge.virtual import VirtualMCU
 
 log = logging.getLogger("walklab.simulated_robot")
 
 CONTACT_LAWS = ("none", "hunt_crossley_constant", "hertz", "kelvin_voigt")
-
-
-def model_path(model: str) -> Path:
-    """The TOML file of a linkage model: a path, or a shipped name (``jansen_walker`` -> configs/models)."""
-    p = Path(model)
-    if p.suffix == ".toml" or p.exists():
-        if not p.is_file():
-            raise FileNotFoundError(f"--model {model!r}: no such file")
-        return p
-    import configs
-
-    try:
-        return configs.path(f"models/{model}.toml")
-    except FileNotFoundError:
-        raise FileNotFoundError(f"--model {model!r}: not a file and no configs/models/{model}.toml") from None
-
-
-def crank_legs(model: str) -> list[tuple[Linkage, float]]:
-    """(leg linkage, crank phase rad) of every leg on the crank of a leg or walker file.
-
-    A walker's ``[[legs]]`` entries that differ only by phase share one Linkage (built at phase 0),
-    so `dynamics.plant.crank_plant` tabulates each distinct leg once.
-    """
-    p = model_path(model)
-    try:
-        with open(p, "rb") as fh:
-            data = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise LinkageError(f"{p}: not valid TOML: {exc}") from None
-    if "legs" not in data:
-        return [(load_linkage(data, str(p)), 0.0)]
-    built: dict[tuple, Linkage] = {}
-    legs = []
-    for k, leg in enumerate(data["legs"] if isinstance(data["legs"], list) else []):
-        if not isinstance(leg, dict):
-            raise LinkageError(f"{p}: legs[{k}]: expected a table")
-        key = (leg.get("model"), leg.get("mirror", False))
-        if key not in built:
-            one = {"kind": "linkage", "name": f"{data.get('name', p.stem)}.{leg.get('prefix', k)}",
-                   "gravity": data.get("gravity", 9.81), "legs": [{**leg, "phase_deg": 0.0}]}
-            built[key] = load_linkage(one, str(p))
-        phase = leg.get("phase_deg", 0.0)
-        if isinstance(phase, bool) or not isinstance(phase, (int, float)) or not math.isfinite(phase):
-            raise LinkageError(f"{p}: legs[{k}].phase_deg = {phase!r}: expected a finite number of degrees")
-        legs.append((built[key], math.radians(phase)))
-    if not legs:
-        raise LinkageError(f"{p}: legs: expected a non-empty array of [[legs]] tables")
-    return legs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -120,7 +69,7 @@ def build_plant(opts: argparse.Namespace) -> CrankPlant:
     else:
         law = NormalLaw(opts.contact, opts.stiffness, damping=opts.damping)
         friction = Friction(opts.mu, kind="tanh", v_s=opts.slip_velocity) if opts.mu > 0 else None
-    return crank_plant(crank_legs(opts.model), size=opts.table_size, law=law, friction=friction,
+    return crank_plant(read_crank_legs(opts.model), size=opts.table_size, law=law, friction=friction,
                        ground_penetration=None if law is None else opts.penetration)
 
 

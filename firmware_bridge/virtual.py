@@ -40,7 +40,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import plant
+from dynamics.plants import motor as plant
 from . import protocol as P
 
 FIRMWARE = (1, 0, 0)

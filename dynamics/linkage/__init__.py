@@ -7,10 +7,10 @@ gamma), `assembly` (constructive assembly), `position` (Newton-Raphson with bran
 `report` (`linkage_report`). Planar frame: x forward, y up, angles counter-clockwise from +x.
 """
 from .model import (AssemblyError, Linkage, LinkageError, SingularConfigurationError, load_linkage,
-                    read_linkage)
+                    read_crank_legs, read_linkage)
 
 __all__ = ["AssemblyError", "Linkage", "LinkageError", "SingularConfigurationError", "load_linkage",
-           "read_linkage", "linkage_report"]
+           "read_crank_legs", "read_linkage", "linkage_report"]
 
 
 def linkage_report(name_or_path: str, crank_speed: float = 6.283185307179586,

@@ -258,6 +258,30 @@ def read_linkage(name_or_path: str | Path) -> Linkage:
     return load_linkage(read_toml(p), str(p))
 
 
+def read_crank_legs(name_or_path: str | Path) -> list[tuple[Linkage, float]]:
+    """(leg linkage, crank phase rad) of every leg on the crank of a leg or walker TOML file (a
+    path, or a shipped model name as for `read_linkage`): a leg file is one leg at phase 0.
+
+    A walker's ``[[legs]]`` entries that differ only by phase share one Linkage (built at phase 0,
+    a one-leg walker of the same file), so a crank plant (`dynamics.plants.crank.crank_plant`)
+    tabulates each distinct leg once.
+    """
+    p = resolve(name_or_path)
+    data, source = read_toml(p), str(p)
+    if not isinstance(data, dict) or "legs" not in data:
+        return [(load_linkage(data, source), 0.0)]
+    built: dict[str, Linkage] = {}
+    legs = []
+    for k, leg in enumerate(_table_list(source, data, "legs")):
+        key = repr((leg.get("model"), leg.get("mirror", False)))
+        if key not in built:
+            one = {**{n: v for n, v in data.items() if n != "legs"},
+                   "name": f"{data.get('name', p.stem)}.{leg.get('prefix', k)}", "legs": [{**leg, "phase_deg": 0.0}]}
+            built[key] = load_linkage(one, source)
+        legs.append((built[key], math.radians(_num(source, f"legs[{k}].phase_deg", leg.get("phase_deg", 0.0)))))
+    return legs
+
+
 def _parse_end(source: str, key: str, spec: Any, body_index: dict[str, int]) -> tuple[int, str]:
     """'AB+' -> (index of body AB, '+')."""
     if not isinstance(spec, str) or len(spec) < 2 or spec[-1] not in "+-":

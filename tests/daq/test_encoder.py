@@ -22,7 +22,7 @@ from daq.frames import Frame
 from daq.health import parse_health
 from daq.ports import free_tcp_ports
 from firmware_bridge import protocol as P
-from firmware_bridge.plant import MotorParams
+from dynamics.plants.motor import MotorParams
 from firmware_bridge.virtual import VirtualMCU
 
 REPO = Path(__file__).resolve().parents[2]

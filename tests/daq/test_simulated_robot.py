@@ -22,9 +22,10 @@ from controller.config import load
 from daq.bus import Subscriber
 from daq.health import parse_health
 from daq.ports import free_tcp_ports
-from daq.simulated_robot import crank_legs, link_port
+from daq.simulated_robot import link_port
+from dynamics.linkage import read_crank_legs
 from firmware_bridge import protocol as P
-from firmware_bridge.plant import MotorParams
+from dynamics.plants.motor import MotorParams
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,13 +90,13 @@ def sessions(h: dict) -> float:
 
 
 def test_walker_legs_share_two_tables_with_their_phases():
-    legs = crank_legs("jansen_walker")
+    legs = read_crank_legs("jansen_walker")
     assert len(legs) == 12 and len({id(m) for m, _ in legs}) == 2
     assert sorted(np.degrees([p for _, p in legs]).round(6)) == sorted([0, 0, 60, 60, 120, 120, 180, 180, 240, 240,
                                                                          300, 300])
-    assert len(crank_legs("jansen_leg")) == 1
+    assert len(read_crank_legs("jansen_leg")) == 1
     with pytest.raises(FileNotFoundError, match="no_such_walker"):
-        crank_legs("no_such_walker")
+        read_crank_legs("no_such_walker")
 
 
 def test_port_symlink_never_replaces_a_real_file(tmp_path):

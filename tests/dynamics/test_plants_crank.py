@@ -1,15 +1,14 @@
-"""The crank plant of sim mode (dynamics/plant.py) against independent truths: the KKT inverse dynamics
+"""The crank plant of sim mode (dynamics/plants/crank.py) against independent truths: the KKT inverse dynamics
 of the full linkage (dynamics.linkage.inverse, no tables), the contact law written out, the energy
 dissipated per contact episode by dynamics.contact, and conservation over a revolution."""
 import numpy as np
 import pytest
 
-from daq.simulated_robot import crank_legs
 from dynamics.contact import ContactError, NormalLaw, Plane, contact_forces, penetration
 from dynamics.linkage import inverse, kinematics, position
 from dynamics.linkage.constraints import point_jacobian, point_positions
-from dynamics.linkage.model import load_linkage, read_linkage
-from dynamics.plant import crank_load, crank_plant, crank_torque, motor_load
+from dynamics.linkage.model import load_linkage, read_crank_legs, read_linkage
+from dynamics.plants.crank import crank_load, crank_plant, crank_torque, motor_load
 
 LAW = NormalLaw("hunt_crossley_constant", 2e4, damping=1.0)
 
@@ -21,7 +20,7 @@ def leg():
 
 @pytest.fixture(scope="module")
 def walker_plant():
-    return crank_plant(crank_legs("jansen_walker"))
+    return crank_plant(read_crank_legs("jansen_walker"))
 
 
 def kkt_torque(model, th, om, al, foot_force=None):

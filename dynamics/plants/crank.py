@@ -30,9 +30,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .contact import ContactError, Friction, NormalLaw, friction_force, normal_force
-from .linkage.model import Linkage, LinkageError
-from .linkage.reduced import lookup, tabulate
+from ..contact import ContactError, Friction, NormalLaw, friction_force, normal_force
+from ..linkage.model import Linkage, LinkageError
+from ..linkage.reduced import lookup, tabulate
 
 _I, _DI, _G, _X, _Y, _JX, _JY = range(7)  # reduced.CHANNELS
 

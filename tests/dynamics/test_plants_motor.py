@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from firmware_bridge import plant
+from dynamics.plants import motor as plant
 
 P0 = plant.MotorParams(tau_c=0.0, b=2e-5)
 
