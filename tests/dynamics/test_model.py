@@ -54,10 +54,28 @@ def test_rpy_and_full_inertia(tmp_path):
     np.testing.assert_array_equal(s.inertia, [[0.04, 0.001, 0.002], [0.001, 0.05, 0.003], [0.002, 0.003, 0.02]])
 
 
+# models.md 8.2, de Leva (1996) male: segment mass in % of body mass, as printed; the reference subject
+# (73.0 kg, 1.741 m) is the one human15 was generated for. human15's thorax is the C7 upper trunk
+# plus the middle trunk, its pelvis the lower trunk (the file's notes).
+DE_LEVA_MALE_MASS_PCT = {"head": 6.94, "thorax": 15.96 + 16.33, "pelvis": 11.17, "upper_arm": 2.71,
+                         "forearm": 1.62, "hand": 0.61, "thigh": 14.16, "shank": 4.33, "foot": 1.37}
+DE_LEVA_MALE_BODY_MASS = 73.0
+
+
 def test_shipped_model_by_name():
+    """A name is the file configs/models/NAME.toml, and human15 is the published subject: every
+    segment's mass is its printed de Leva fraction of 73.0 kg, the floating base at the pelvis."""
     m = dynamics.load_model("human15")
-    assert m.segments[0].joint.type == "free_flyer"
-    assert m.total_mass > 10
+    from_file = dynamics.load_model(REPO / "configs" / "models" / "human15.toml")
+    assert m.name == "human15" and [s.name for s in m.segments] == [s.name for s in from_file.segments]
+    assert m.segments[0].name == "pelvis" and m.segments[0].joint.type == "free_flyer"
+    massive = {s.name: s.mass for s in m.segments if s.mass > 0}
+    assert len(massive) == 15  # head, thorax, pelvis and six pairs of limb segments
+    for name, mass in massive.items():
+        kind = name.removesuffix("_l").removesuffix("_r")
+        assert mass == pytest.approx(DE_LEVA_MALE_MASS_PCT[kind] / 100 * DE_LEVA_MALE_BODY_MASS, abs=1e-9), name
+    assert m.total_mass == pytest.approx(DE_LEVA_MALE_BODY_MASS, abs=1e-9)  # the printed % sum to 100.00
+    assert dynamics.load_model("exoskeleton").total_mass > m.total_mass  # a name reaches its own file
 
 
 def test_linkage_files_go_to_the_linkage_loader(tmp_path):
