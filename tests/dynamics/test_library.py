@@ -79,14 +79,30 @@ def random_states(model, rng, N):
     return q, rng.uniform(-3, 3, (N, model.nv)), rng.uniform(-5, 5, (N, model.nv))
 
 
+JOINT_DOF = {"free_flyer": 6, "planar": 3, "revolute": 1, "prismatic": 1, "fixed": 0}  # docs/models.md
+# Published body mass (kg) and where the file must say the data come from: models.md 1 (Σm as
+# printed), 5.2 (Surla: ≈ 60 kg, the file's stated trunk-mass assumption), 8.2 (de Leva's male
+# reference subject, 73.0 kg; the exoskeleton adds its declared meta.exoskeleton_mass).
+PUBLISHED = {**{n: (m, f"Table {n[-3]}.{n[-1]}") for n, (m, _, _) in ZINKOVSKY.items()},
+             "surla_bidyn": (60.0, "Surla"), "human15": (73.0, "de Leva"), "exoskeleton": (73.0, "de Leva")}
+
+
 @pytest.mark.parametrize("name", LIBRARY)
 def test_library_model_loads_validates_and_documents_itself(name):
+    """Every segment of the file (read here with tomllib) is in the model with its mass, the DOF are
+    those of the file's joint types, the total is the published body mass, and the source cites it."""
     model = dynamics.load_model(name)
     assert isinstance(model, dynamics.Model)
     assert model.name == name
     data = raw(name)
-    assert data["source"] and data["notes"]
-    assert model.total_mass > 0 and model.nv > 0
+    segments = data["segment"]
+    assert [s.name for s in model.segments] == [s["name"] for s in segments]
+    assert [s.mass for s in model.segments] == [s.get("mass", 0.0) for s in segments]
+    assert model.nv == sum(JOINT_DOF[s["joint"]] for s in segments)
+    mass, cited = PUBLISHED[name]
+    mass += data.get("meta", {}).get("exoskeleton_mass", 0.0)
+    assert model.total_mass == pytest.approx(mass, abs=1e-9)
+    assert cited in data["source"] and data["notes"]
 
 
 # models.md section 1, rows (m kg, l m, a1 m, a2 m, J_c kg*m^2) in segment order, as printed.
