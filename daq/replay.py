@@ -1,0 +1,137 @@
+"""Replay: a recorded session published on the bus again, frame for frame.
+
+Every frame goes out with its recorded ``seq``, ``t``, ``t_host``, ``t_device``, channels, units,
+meta and buffers (``t_pub`` is the replay's own publish time, as on any publisher), in the order
+the recorder received them (file order: each stream's ``seq`` order is kept). Pacing:
+
+- real time (``speed`` 1): frame ``k`` leaves at ``W0 + (t_k − t_0) / speed`` on the host monotonic
+  clock, ``W0`` the start of the replay and ``t_0`` the lab time of the first frame replayed; a
+  frame whose time has already passed leaves at once (never dropped);
+- scaled (``speed`` 0.5, 4, ...): the same with another ``speed``;
+- as fast as the consumers keep up (``speed`` None): no pacing; the publisher's socket is switched to
+  ``ZMQ_XPUB_NODROP``, so a subscriber whose queue is full makes the replay *wait* (back-pressure)
+  instead of losing frames. A subscriber that stops reading stops the replay.
+
+Selection: stream names or ``prefix*`` patterns, and a time window [start, end) in seconds from the
+first frame of the session. Deterministic: the same file and options give the same frames in the same
+order, whatever the speed.
+
+Process entry point `run(ctx, args)` (a ``[[processes]]`` entry ``module = "daq.replay"`` puts a
+recording where the devices would be, e.g. in front of the dynamics service); stand-alone:
+``walklab replay FILE`` (``controller/commands/replay.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from daq.frames import Frame
+from daq.sessions import SessionError, read, session_parts
+
+
+def window(paths: Sequence[Path], start_s: float | None, end_s: float | None) -> tuple[int | None, int | None]:
+    """Lab times [ns] of a window given in seconds from the session's first frame."""
+    if start_s is None and end_s is None:
+        return None, None
+    if start_s is not None and end_s is not None and end_s <= start_s:
+        raise SessionError(f"time window: --end {end_s} s must be after --start {start_s} s")
+    first = next(iter(read(paths)), None)
+    if first is None:
+        raise SessionError(f"{paths[0]}: the session holds no frame")
+    t0 = first.t
+    return (None if start_s is None else t0 + round(start_s * 1e9),
+            None if end_s is None else t0 + round(end_s * 1e9))
+
+
+def frames(path: str | Path, streams: Sequence[str] = (), start_s: float | None = None,
+           end_s: float | None = None) -> Iterator[Frame]:
+    """The frames a replay of ``path`` (and its rotated parts) publishes, in order."""
+    paths = session_parts(path)
+    start_ns, end_ns = window(paths, start_s, end_s)
+    return read(paths, streams, start_ns=start_ns, end_ns=end_ns)
+
+
+def set_backpressure(publisher: Any) -> None:
+    """Make ``publisher`` (a `daq.bus.Publisher`) wait for a full subscriber queue instead of dropping."""
+    import zmq
+
+    # daq.bus.Publisher has no option for it (yet): set it on its XPUB socket.
+    publisher._sock.setsockopt(zmq.XPUB_NODROP, 1)
+
+
+def replay(source: Iterable[Frame], publisher: Any, *, speed: float | None = 1.0,
+           should_stop: Callable[[], bool] = lambda: False,
+           progress: Callable[[int, Frame], None] | None = None,
+           clock: Callable[[], int] = time.monotonic_ns, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Publish ``source``'s frames with their recorded seq and stamps; returns the frames sent.
+
+    ``speed``: replay speed (1 real time); None: as fast as the subscribers keep up (call
+    `set_backpressure` on the publisher first, or frames beyond a subscriber's queue are dropped
+    for it). ``progress(n, frame)`` is called after every 500th frame.
+    """
+    if speed is not None and not speed > 0:
+        raise ValueError(f"replay speed must be > 0 (or None: as fast as possible), got {speed!r}")
+    n = 0
+    w0 = t0 = None
+    for frame in source:
+        if should_stop():
+            break
+        if speed is not None:
+            if t0 is None:
+                t0, w0 = frame.t, clock()
+            due = w0 + (frame.t - t0) / speed
+            while True:
+                remaining = due - clock()
+                if remaining <= 0 or should_stop():
+                    break
+                publisher.poll_subscriptions()
+                sleep(min(remaining, 50_000_000) * 1e-9)
+            if should_stop():
+                break
+        publisher.send(frame)
+        n += 1
+        if progress is not None and n % 500 == 0:
+            progress(n, frame)
+    return n
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by `run` and ``walklab replay``."""
+    p.add_argument("--stream", metavar="PATTERN", action="append", default=[],
+                   help="stream name or prefix* to replay (repeatable; default: every stream)")
+    p.add_argument("--start", metavar="S", type=float, help="start S seconds after the session's first frame")
+    p.add_argument("--end", metavar="S", type=float, help="end S seconds after the session's first frame")
+    speed = p.add_mutually_exclusive_group()
+    speed.add_argument("--speed", type=float, default=1.0, help="replay speed, 1 = real time (default)")
+    speed.add_argument("--fast", action="store_true",
+                       help="as fast as the subscribers keep up (back-pressure: a full subscriber makes it wait)")
+    p.add_argument("--wait-subscribers", metavar="N", type=int, default=0,
+                   help="wait until N subscribers are connected before the first frame (default 0)")
+
+
+def run(ctx: Any, args: Sequence[str]) -> int:
+    """Process entry point: replay ``--file FILE`` on the process's publisher (options as ``walklab replay``)."""
+    p = argparse.ArgumentParser(prog="daq.replay", add_help=False)
+    p.add_argument("--file", required=True, help="session file (.mcap)")
+    add_options(p)
+    opts = p.parse_args(list(args))
+    source = frames(opts.file, opts.stream, opts.start, opts.end)
+    if opts.fast:
+        set_backpressure(ctx.publisher)
+    if opts.wait_subscribers:
+        while not ctx.stopping and not ctx.publisher.wait_for_subscribers(opts.wait_subscribers, 0.1):
+            ctx.health.tick()
+
+    def stop() -> bool:
+        ctx.health.tick()
+        return ctx.stopping
+
+    n = replay(source, ctx.publisher, speed=None if opts.fast else opts.speed, should_stop=stop)
+    ctx.health.count("replay/frames", n)
+    ctx.health.state = "finished"
+    # a finished replay idles (health keeps flowing) until the lab stops, so the supervisor does not restart it
+    while ctx.sleep_until(time.monotonic_ns() + 1_000_000_000):
+        pass
+    return 0
