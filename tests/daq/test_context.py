@@ -1,0 +1,254 @@
+"""The process contract and the daemon skeleton (daq/context.py).
+
+The example daemon of docs/daemons.md, read from that page, runs as a real process
+(`python -m controller.proc`) on a real pseudo-terminal: this test plays the amplifier on the
+pty's master side. Truths: the values this test wrote, in the order written; sample counts for
+the device clock; the pty's life (closing it is pulling the cable). In-process: `serve` against a
+Source that never opens (the retry is counted, a stop request ends it, a ValueError goes through).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import tty
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.config import load
+from controller.proc import make_context
+from daq.bus import Subscriber
+from daq.health import parse_health
+from daq.ports import free_tcp_ports
+
+REPO = Path(__file__).resolve().parents[2]
+RATE = 1000.0
+BLOCK = 10
+
+
+def doc_example() -> str:
+    """The Python block of docs/daemons.md that defines the example daemon's run()."""
+    text = (REPO / "docs" / "daemons.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    (example,) = [b for b in blocks if "class LinePlate" in b]
+    return example
+
+
+def lab(tmp_path: Path, module: str, port: Path) -> tuple[Path, list[int]]:
+    ports = free_tcp_ports(2)
+    path = tmp_path / "lab.toml"
+    path.write_text(textwrap.dedent(f"""
+        [lab]
+        name = "skeleton"
+        [supervisor]
+        bind = "tcp://127.0.0.1:{ports[0]}"
+        [[processes]]
+        name = "plates"
+        module = "{module}"
+        bind = "tcp://127.0.0.1:{ports[1]}"
+        devices = ["FP1"]
+        [devices.FP1]
+        kind = "forceplate"
+        source = "{port}"
+        rate_hz = {RATE}
+        block = {BLOCK}
+        corners = [[0.6, 0.4, 0.0], [0.0, 0.4, 0.0], [0.0, 0.0, 0.0], [0.6, 0.0, 0.0]]
+    """))
+    return path, ports
+
+
+class Amplifier:
+    """The device side: a pty whose slave is linked at `path`; writes sample lines on the master."""
+
+    def __init__(self, path: Path):
+        self.master, slave = os.openpty()
+        tty.setraw(slave)  # no echo, no line editing: bytes pass as written
+        self.slave_name = os.ttyname(slave)
+        os.close(slave)  # the daemon opens it by path
+        tmp = path.with_suffix(".new")
+        os.symlink(self.slave_name, tmp)
+        os.replace(tmp, path)
+
+    def write(self, lines: list[bytes]) -> None:
+        """`lines` at most at the plate's rate, 10 per write: line i leaves no earlier than
+        ``t_start + (i // 10) * 10 ms`` (host monotonic clock)."""
+        self.t_start = time.monotonic_ns()
+        for i in range(0, len(lines), 10):
+            os.write(self.master, b"".join(lines[i:i + 10]))
+            time.sleep(10 / RATE)
+
+    def unplug(self) -> None:
+        os.close(self.master)
+
+
+def rows(k0: int, n: int) -> np.ndarray:
+    """Sample k: Fx = k/8, Fy = −k, Fz = 700 + k mod 13, Mx = k/64, My = 0.5, Mz = −k/4 (exact in decimal)."""
+    k = np.arange(k0, k0 + n, dtype=float)
+    return np.column_stack([k / 8, -k, 700 + k % 13, k / 64, np.full(n, 0.5), -k / 4])
+
+
+def lines(data: np.ndarray) -> list[bytes]:
+    return [(" ".join(repr(float(v)) for v in row) + "\n").encode() for row in data]
+
+
+class Bus:
+    def __init__(self, port: int):
+        self.sub = Subscriber([f"tcp://127.0.0.1:{port}"], ["forceplate/FP1", "health/plates"])
+        self.frames: list = []
+        self.health: dict = {}
+
+    def until(self, pred, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s  # a hang guard
+        while time.monotonic() < deadline:
+            f = self.sub.recv(timeout_s=0.1)
+            if f is None:
+                continue
+            if f.kind == "health":
+                self.health = {**parse_health(f), "meta": f.meta}
+            else:
+                self.frames.append(f)
+            if pred():
+                return
+        pytest.fail(f"{what}: not within {timeout_s} s; health {self.health}")
+
+    def drain(self) -> None:
+        """Everything still queued (the stopped process's last health frame among it)."""
+        self.until(lambda: self.health.get("meta", {}).get("state") == "stopped", 30, "the last health frame")
+
+    def count(self, subject: str) -> float:
+        return self.health.get(subject, {}).get("count", 0)
+
+
+def test_the_documented_daemon_publishes_what_the_device_sent_and_reconnects(tmp_path):
+    (tmp_path / "line_plate.py").write_text(doc_example())
+    port = tmp_path / "amp"
+    config, ports = lab(tmp_path, "line_plate", port)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    bus = Bus(ports[1])
+    proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(config), "--name", "plates"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # No device yet: the daemon waits and retries.
+        bus.until(lambda: bus.count("device/open_failures") >= 2, 60, "open retries")
+        assert bus.health["meta"]["state"] == "connecting"
+        amp = Amplifier(port)
+        bus.until(lambda: bus.count("device/sessions") == 1 and bus.health["meta"]["state"] == "running", 60,
+                  "session 1")
+        first = rows(0, 300)
+        sent = lines(first)
+        sent[123] = b"12.5 oops 3\n"  # a garbled sample
+        amp.write(sent)
+        bus.until(lambda: sum(f.samples for f in bus.frames) >= 300, 60, "300 samples")
+        amp.unplug()
+        starts = [amp.t_start]
+        bus.until(lambda: bus.count("device/lost") == 1, 60, "the loss")
+        assert bus.health["meta"]["state"] == "disconnected"
+        session1 = list(bus.frames)
+        amp = Amplifier(port)  # plugged back: a new pty at the same path
+        bus.until(lambda: bus.count("device/sessions") == 2, 60, "session 2")
+        second = rows(1000, 200)
+        amp.write(lines(second))
+        bus.until(lambda: sum(f.samples for f in bus.frames) >= 500, 60, "200 more samples")
+        amp.unplug()
+        starts.append(amp.t_start)
+    finally:
+        proc.terminate()
+        try:
+            _, err = proc.communicate(timeout=30)  # a hang guard: the stop takes one read timeout
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            pytest.fail(f"the daemon did not stop on SIGTERM:\n{err}")
+        try:
+            bus.drain()
+        finally:
+            bus.sub.close()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    session2 = bus.frames[len(session1):]
+    got1 = np.vstack([f.data for f in session1])
+    expected = first.copy()
+    expected[123] = np.nan
+    np.testing.assert_array_equal(got1, expected)  # every value, in order; the garbled one NaN
+    np.testing.assert_array_equal(np.vstack([f.data for f in session2]), second)
+    assert bus.count("device/bad_lines") == 1 and bus.count("forceplate/FP1/samples") == 500
+    for frames, t_start in zip((session1, session2), starts):
+        assert [f.seq for f in frames] == list(range(frames[0].seq, frames[0].seq + len(frames)))
+        # the device clock is the session's sample count: block j starts at j * BLOCK / RATE
+        assert [f.t_device for f in frames] == [round(j * BLOCK * 1e9 / RATE) for j in range(len(frames))]
+        assert all(f.rate_hz == RATE and f.channels == ("Fx", "Fy", "Fz", "Mx", "My", "Mz") for f in frames)
+        # t_host: arrival of the block's last sample minus the block's span (sample counts); the
+        # block's last line (10 j + 9) left at >= t_start + 10 j ms = t_start + t_device
+        span = round((BLOCK - 1) * 1e9 / RATE)
+        assert all(f.t_host + span >= t_start + f.t_device for f in frames)
+        # Lab time t (ClockSync, the minimum-delay envelope; a session is shorter than its 1 s
+        # window, so the envelope is the least t_recv - t_device so far): the first block defines it,
+        # no sample is placed after its block's arrival, and none before this test wrote it
+        # (line i left at >= t_start + (i // 10) * 10 ms: at most BLOCK - 1 ms before i ms).
+        assert frames[0].t == frames[0].t_host
+        assert all(f.t <= f.t_host for f in frames)
+        assert all(f.t >= t_start + f.t_device - span for f in frames)
+
+
+class NeverThere:
+    """A Source whose device never appears (or whose config is wrong: `error`)."""
+
+    def __init__(self, error: Exception):
+        self.error, self.closed = error, 0
+
+    def open(self) -> None:
+        raise self.error
+
+    def read(self, timeout_s: float):
+        raise AssertionError("read() before a successful open()")
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def context(tmp_path: Path):
+    config, _ = lab(tmp_path, "daq.simulated", tmp_path / "none")
+    lab_ = load(config)
+    return make_context(lab_, lab_.process("plates"))
+
+
+def test_serve_retries_a_missing_device_until_asked_to_stop(tmp_path):
+    from daq.context import serve
+
+    ctx = context(tmp_path)
+    source = NeverThere(FileNotFoundError("no such port /dev/ttyUSB9"))
+    stopper = threading.Timer(1.0, ctx.request_stop)
+    stopper.start()
+    try:
+        assert serve(ctx, source, retry_s=0.1) == 0  # returns once stop is set (a hang here = a bug)
+    finally:
+        stopper.cancel()
+        ctx.close()
+    assert ctx.health._counts["device/open_failures"] >= 2 and "device/sessions" not in ctx.health._counts
+    assert source.closed == 1
+
+
+def test_serve_lets_a_config_mistake_through(tmp_path):
+    from daq.context import serve
+
+    ctx = context(tmp_path)
+    try:
+        with pytest.raises(ValueError, match="6 channels expected"):
+            serve(ctx, NeverThere(ValueError("FP1: the amplifier sends 8 channels, 6 channels expected")))
+    finally:
+        ctx.close()
+
+
+def test_the_context_finds_its_one_device_of_a_kind(tmp_path):
+    ctx = context(tmp_path)
+    try:
+        assert ctx.device("forceplate").name == "FP1" and ctx.config.devices == ("FP1",)
+        with pytest.raises(ValueError, match=r"expected exactly one device of kind 'mcu'.*listed: FP1 \(forceplate\)"):
+            ctx.device("mcu")
+    finally:
+        ctx.close()
