@@ -71,8 +71,7 @@ def normalize(itab, q, qn):
 def joint_transform(jt, f, q, iq, RJ, tJ):
     """RJ (3, 3), tJ (3,): the child frame in the joint placement frame for joint type jt, its
     ftab row f (axis) and coordinates q[iq:]."""
-    RJ[:, :] = 0.0
-    tJ[:] = 0.0
+    tJ[0] = tJ[1] = tJ[2] = 0.0
     if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED:
         if jt == REVOLUTE:
             c, s = math.cos(q[iq]), math.sin(q[iq])
@@ -106,129 +105,206 @@ def joint_transform(jt, f, q, iq, RJ, tJ):
     elif jt == PLANAR:
         c, s = math.cos(q[iq + 2]), math.sin(q[iq + 2])
         RJ[0, 0], RJ[0, 1], RJ[1, 0], RJ[1, 1], RJ[2, 2] = c, -s, s, c, 1.0
+        RJ[0, 2] = RJ[1, 2] = RJ[2, 0] = RJ[2, 1] = 0.0
         tJ[0], tJ[1] = q[iq], q[iq + 1]
     else:
-        RJ[0, 0] = RJ[1, 1] = RJ[2, 2] = 1.0
+        for r in range(3):
+            for c in range(3):
+                RJ[r, c] = 1.0 if r == c else 0.0
         if jt == PRISMATIC:
             for r in range(3):
                 tJ[r] = f[AXIS + r] * q[iq]
 
 
 @njit(cache=True, inline="always")
-def subspace(jt, f, RJ, S):
-    """Motion subspace columns S[:, :nv] (6, 6) of the joint in the child frame."""
-    S[:, :] = 0.0
+def subspace(jt, ftab, i, nv, RJ, S):
+    """Motion subspace columns S[i, :, :nv] of joint i (nv coordinates) in the child frame."""
+    for r in range(6):
+        for c in range(nv):
+            S[i, r, c] = 0.0
     if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED:
         for r in range(3):
-            S[3 + r, 0] = f[AXIS + r]
+            S[i, 3 + r, 0] = ftab[i, AXIS + r]
     elif jt == PRISMATIC:
         for r in range(3):
-            S[r, 0] = f[AXIS + r]
+            S[i, r, 0] = ftab[i, AXIS + r]
     elif jt == SPHERICAL:
         for r in range(3):
-            S[3 + r, r] = 1.0
+            S[i, 3 + r, r] = 1.0
     elif jt == FREE_FLYER:
         for r in range(6):
-            S[r, r] = 1.0
+            S[i, r, r] = 1.0
     elif jt == PLANAR:       # x, y translations fixed in the placement frame, seen from the child
         for r in range(3):
-            S[r, 0] = RJ[0, r]
-            S[r, 1] = RJ[1, r]
-        S[5, 2] = 1.0
+            S[i, r, 0] = RJ[0, r]
+            S[i, r, 1] = RJ[1, r]
+        S[i, 5, 2] = 1.0
 
 
 @njit(cache=True, inline="always")
-def joint_bias(jt, S, v, iv, cJ):
-    """c_J = Ṡ v (6,) in the child frame: (−ω_J × v_J,lin, 0) for the planar joint, else 0."""
-    cJ[:] = 0.0
-    if jt == PLANAR:
-        lx = S[0, 0] * v[iv] + S[0, 1] * v[iv + 1]
-        ly = S[1, 0] * v[iv] + S[1, 1] * v[iv + 1]
-        w = v[iv + 2]
-        cJ[0], cJ[1] = w * ly, -w * lx        # −(0, 0, w) × (lx, ly, 0)
-
-
-@njit(cache=True, inline="always")
-def placement(itab, ftab, i, qn, RJ, tJ, R, t, X):
-    """Joint i: RJ, tJ; the child frame's axes R and origin t in the parent frame
-    (R = R0 RJ, t = t0 + R0 tJ); X the motion transform parent → child (6, 6)."""
-    f = ftab[i]
-    joint_transform(itab[i, TYPE], f, qn, itab[i, IQ], RJ, tJ)
-    for r in range(3):
-        t[r] = f[TRANS + r]
-        for c in range(3):
-            acc = 0.0
-            for k in range(3):
-                acc += f[ROT + 3 * r + k] * RJ[k, c]
-            R[r, c] = acc
-            t[r] += f[ROT + 3 * r + c] * tJ[c]
-    X[:, :] = 0.0
-    for r in range(3):
-        for c in range(3):
-            X[r, c] = X[3 + r, 3 + c] = R[c, r]
-        # −Rᵀ [t]×, column by column: −Rᵀ (t × e_c)
-        X[r, 3] = R[2, r] * t[1] - R[1, r] * t[2]      # t × e_x = (0, t_z, −t_y)
-        X[r, 4] = R[0, r] * t[2] - R[2, r] * t[0]      # t × e_y = (−t_z, 0, t_x)
-        X[r, 5] = R[1, r] * t[0] - R[0, r] * t[1]      # t × e_z = (t_y, −t_x, 0)
-
-
-@njit(cache=True, inline="always")
-def motion_cross(a, b, out):
-    """out = a × b for motions (lin, ang): (ω_a × v_b + v_a × ω_b, ω_a × ω_b)."""
-    out[0] = a[4] * b[2] - a[5] * b[1] + a[1] * b[5] - a[2] * b[4]
-    out[1] = a[5] * b[0] - a[3] * b[2] + a[2] * b[3] - a[0] * b[5]
-    out[2] = a[3] * b[1] - a[4] * b[0] + a[0] * b[4] - a[1] * b[3]
-    out[3] = a[4] * b[5] - a[5] * b[4]
-    out[4] = a[5] * b[3] - a[3] * b[5]
-    out[5] = a[3] * b[4] - a[4] * b[3]
-
-
-@njit(cache=True, inline="always")
-def force_cross(a, f, out):
-    """out = a ×* f, motion a, force f: (ω × f_lin, ω × f_ang + v × f_lin)."""
-    out[0] = a[4] * f[2] - a[5] * f[1]
-    out[1] = a[5] * f[0] - a[3] * f[2]
-    out[2] = a[3] * f[1] - a[4] * f[0]
-    out[3] = a[4] * f[5] - a[5] * f[4] + a[1] * f[2] - a[2] * f[1]
-    out[4] = a[5] * f[3] - a[3] * f[5] + a[2] * f[0] - a[0] * f[2]
-    out[5] = a[3] * f[4] - a[4] * f[3] + a[0] * f[1] - a[1] * f[0]
-
-
-@njit(cache=True, inline="always")
-def body_inertia(ftab, i, Y):
+def joint_bias(jt, S, i, v, iv, cJ):
+    """cJ[i] = Ṡ v (6,) in the child frame: (−ω_J × v_J,lin, 0) for the planar joint, else 0."""
     for r in range(6):
-        for c in range(6):
-            Y[r, c] = ftab[i, Y6 + 6 * r + c]
+        cJ[i, r] = 0.0
+    if jt == PLANAR:
+        lx = S[i, 0, 0] * v[iv] + S[i, 0, 1] * v[iv + 1]
+        ly = S[i, 1, 0] * v[iv] + S[i, 1, 1] * v[iv + 1]
+        w = v[iv + 2]
+        cJ[i, 0], cJ[i, 1] = w * ly, -w * lx        # −(0, 0, w) × (lx, ly, 0)
 
 
 @njit(cache=True, inline="always")
-def ext_force_in_body(Rw, pw, w, out):
-    """A lab-frame force w (6,) about the lab origin, expressed in the frame (Rw, pw):
-    (Rwᵀ f, Rwᵀ (n − pw × f))."""
-    m0 = w[3] - (pw[1] * w[2] - pw[2] * w[1])
-    m1 = w[4] - (pw[2] * w[0] - pw[0] * w[2])
-    m2 = w[5] - (pw[0] * w[1] - pw[1] * w[0])
+def placement(itab, ftab, i, qn, RJ, tJ, R, t):
+    """Joint i: RJ, tJ; R[i], t[i] the child frame's axes and origin in the parent frame
+    (R = R0 RJ, t = t0 + R0 tJ)."""
+    joint_transform(itab[i, TYPE], ftab[i], qn, itab[i, IQ], RJ, tJ)
+    for r in range(3):            # scalar accumulators: numba is several times slower otherwise
+        x = ftab[i, TRANS + r]
+        for c in range(3):
+            x += ftab[i, ROT + 3 * r + c] * tJ[c]
+        t[i, r] = x
+        for c in range(3):
+            R[i, r, c] = (ftab[i, ROT + 3 * r] * RJ[0, c] + ftab[i, ROT + 3 * r + 1] * RJ[1, c]
+                          + ftab[i, ROT + 3 * r + 2] * RJ[2, c])
+
+
+@njit(cache=True, inline="always")
+def motion_transform(R, t, i, X):
+    """X (6, 6) = ⁱX_p of segment i (for the 6×6 products of crba and aba)."""
+    t0, t1, t2 = t[i, 0], t[i, 1], t[i, 2]
     for r in range(3):
-        out[r] = Rw[0, r] * w[0] + Rw[1, r] * w[1] + Rw[2, r] * w[2]
-        out[3 + r] = Rw[0, r] * m0 + Rw[1, r] * m1 + Rw[2, r] * m2
+        for c in range(3):
+            X[r, c] = R[i, c, r]
+            X[3 + r, 3 + c] = R[i, c, r]
+            X[3 + r, c] = 0.0
+        # −Rᵀ [t]×, column by column: −Rᵀ (t × e_c)
+        X[r, 3] = R[i, 2, r] * t1 - R[i, 1, r] * t2      # t × e_x = (0, t_z, −t_y)
+        X[r, 4] = R[i, 0, r] * t2 - R[i, 2, r] * t0      # t × e_y = (−t_z, 0, t_x)
+        X[r, 5] = R[i, 1, r] * t0 - R[i, 0, r] * t1      # t × e_z = (t_y, −t_x, 0)
+
+
+@njit(cache=True, inline="always")
+def to_child(R, t, i, m, jp, out, io):
+    """out[io] = ⁱX_p m[jp]: a motion of the parent in segment i's frame,
+    (Rᵀ (v + ω × t), Rᵀ ω)."""
+    w0, w1, w2 = m[jp, 3], m[jp, 4], m[jp, 5]
+    v0 = m[jp, 0] + w1 * t[i, 2] - w2 * t[i, 1]
+    v1 = m[jp, 1] + w2 * t[i, 0] - w0 * t[i, 2]
+    v2 = m[jp, 2] + w0 * t[i, 1] - w1 * t[i, 0]
+    for r in range(3):
+        out[io, r] = R[i, 0, r] * v0 + R[i, 1, r] * v1 + R[i, 2, r] * v2
+        out[io, 3 + r] = R[i, 0, r] * w0 + R[i, 1, r] * w1 + R[i, 2, r] * w2
+
+
+@njit(cache=True, inline="always")
+def gravity_to_child(R, i, g, out, io):
+    """out[io] = ⁱX_0 (−g, 0): gravity as the base acceleration, in root segment i's frame."""
+    for r in range(3):
+        out[io, r] = -(R[i, 0, r] * g[0] + R[i, 1, r] * g[1] + R[i, 2, r] * g[2])
+        out[io, 3 + r] = 0.0
+
+
+@njit(cache=True, inline="always")
+def force_to_parent(R, t, i, f, jf, out, p):
+    """out[p] += ⁱX_pᵀ f[jf]: a force of segment i in its parent's frame, (R f, R n + t × R f)."""
+    l0 = R[i, 0, 0] * f[jf, 0] + R[i, 0, 1] * f[jf, 1] + R[i, 0, 2] * f[jf, 2]
+    l1 = R[i, 1, 0] * f[jf, 0] + R[i, 1, 1] * f[jf, 1] + R[i, 1, 2] * f[jf, 2]
+    l2 = R[i, 2, 0] * f[jf, 0] + R[i, 2, 1] * f[jf, 1] + R[i, 2, 2] * f[jf, 2]
+    out[p, 0] += l0
+    out[p, 1] += l1
+    out[p, 2] += l2
+    out[p, 3] += R[i, 0, 0] * f[jf, 3] + R[i, 0, 1] * f[jf, 4] + R[i, 0, 2] * f[jf, 5] + t[i, 1] * l2 - t[i, 2] * l1
+    out[p, 4] += R[i, 1, 0] * f[jf, 3] + R[i, 1, 1] * f[jf, 4] + R[i, 1, 2] * f[jf, 5] + t[i, 2] * l0 - t[i, 0] * l2
+    out[p, 5] += R[i, 2, 0] * f[jf, 3] + R[i, 2, 1] * f[jf, 4] + R[i, 2, 2] * f[jf, 5] + t[i, 0] * l1 - t[i, 1] * l0
+
+
+@njit(cache=True, inline="always")
+def motion_cross(a, ia, b, ib):
+    """a[ia] × b[ib] for motions (lin, ang): (ω_a × v_b + v_a × ω_b, ω_a × ω_b), a 6-tuple."""
+    a0, a1, a2, a3, a4, a5 = a[ia, 0], a[ia, 1], a[ia, 2], a[ia, 3], a[ia, 4], a[ia, 5]
+    b0, b1, b2, b3, b4, b5 = b[ib, 0], b[ib, 1], b[ib, 2], b[ib, 3], b[ib, 4], b[ib, 5]
+    return (a4 * b2 - a5 * b1 + a1 * b5 - a2 * b4,
+            a5 * b0 - a3 * b2 + a2 * b3 - a0 * b5,
+            a3 * b1 - a4 * b0 + a0 * b4 - a1 * b3,
+            a4 * b5 - a5 * b4,
+            a5 * b3 - a3 * b5,
+            a3 * b4 - a4 * b3)
+
+
+@njit(cache=True, inline="always")
+def force_cross(a, ia, f, jf):
+    """a[ia] ×* f[jf], motion a, force f: (ω × f_lin, ω × f_ang + v × f_lin), a 6-tuple."""
+    a0, a1, a2, a3, a4, a5 = a[ia, 0], a[ia, 1], a[ia, 2], a[ia, 3], a[ia, 4], a[ia, 5]
+    f0, f1, f2, f3, f4, f5 = f[jf, 0], f[jf, 1], f[jf, 2], f[jf, 3], f[jf, 4], f[jf, 5]
+    return (a4 * f2 - a5 * f1,
+            a5 * f0 - a3 * f2,
+            a3 * f1 - a4 * f0,
+            a4 * f5 - a5 * f4 + a1 * f2 - a2 * f1,
+            a5 * f3 - a3 * f5 + a2 * f0 - a0 * f2,
+            a3 * f4 - a4 * f3 + a0 * f1 - a1 * f0)
+
+
+@njit(cache=True, inline="always")
+def inertia_times(ftab, i, x, ix, out, io):
+    """out[io] = Y_i x[ix] (the body's spatial inertia, ftab)."""
+    for r in range(6):
+        y = 0.0
+        for k in range(6):
+            y += ftab[i, Y6 + 6 * r + k] * x[ix, k]
+        out[io, r] = y
 
 
 @njit(cache=True, inline="always")
 def world_placement(itab, i, R, t, Rw, pw):
-    """Rw[i], pw[i] from the parent's and the joint's (R, t)."""
+    """Rw[i], pw[i]: segment i's axes and origin in the lab, from its parent's and (R[i], t[i])."""
     p = itab[i, PARENT]
-    if p < 0:
-        Rw[i] = R
-        pw[i] = t
-        return
     for r in range(3):
-        pw[i, r] = pw[p, r]
-        for c in range(3):
-            pw[i, r] += Rw[p, r, c] * t[c]
-            acc = 0.0
-            for k in range(3):
-                acc += Rw[p, r, k] * R[k, c]
-            Rw[i, r, c] = acc
+        if p < 0:
+            pw[i, r] = t[i, r]
+            for c in range(3):
+                Rw[i, r, c] = R[i, r, c]
+        else:
+            pw[i, r] = pw[p, r] + Rw[p, r, 0] * t[i, 0] + Rw[p, r, 1] * t[i, 1] + Rw[p, r, 2] * t[i, 2]
+            for c in range(3):
+                Rw[i, r, c] = Rw[p, r, 0] * R[i, 0, c] + Rw[p, r, 1] * R[i, 1, c] + Rw[p, r, 2] * R[i, 2, c]
+
+
+@njit(cache=True, inline="always")
+def subtract_external(Rw, pw, i, Fext, s, f):
+    """f[i] −= the lab-frame force Fext[s, i] (about the lab origin) in segment i's frame:
+    (Rwᵀ F, Rwᵀ (n − pw × F))."""
+    F0, F1, F2 = Fext[s, i, 0], Fext[s, i, 1], Fext[s, i, 2]
+    m0 = Fext[s, i, 3] - (pw[i, 1] * F2 - pw[i, 2] * F1)
+    m1 = Fext[s, i, 4] - (pw[i, 2] * F0 - pw[i, 0] * F2)
+    m2 = Fext[s, i, 5] - (pw[i, 0] * F1 - pw[i, 1] * F0)
+    for r in range(3):
+        f[i, r] -= Rw[i, 0, r] * F0 + Rw[i, 1, r] * F1 + Rw[i, 2, r] * F2
+        f[i, 3 + r] -= Rw[i, 0, r] * m0 + Rw[i, 1, r] * m1 + Rw[i, 2, r] * m2
+
+
+@njit(cache=True, inline="always")
+def forward_motion(itab, i, R, t, S, v, a, vJ, cJ, g, vel, acc):
+    """vJ[i] = S v, vel[i] = X vel[p] + vJ, acc[i] = X acc[p] + S a + c_J + vel[i] × vJ[i] (the
+    root's parent acceleration (−g, 0))."""
+    p, iv, nv = itab[i, PARENT], itab[i, IV], itab[i, NV]
+    if p >= 0:
+        to_child(R, t, i, vel, p, vel, i)
+        to_child(R, t, i, acc, p, acc, i)
+    else:
+        gravity_to_child(R, i, g, acc, i)
+        for r in range(6):
+            vel[i, r] = 0.0
+    for r in range(6):
+        x, y = 0.0, cJ[i, r]
+        for k in range(nv):
+            x += S[i, r, k] * v[iv + k]
+            y += S[i, r, k] * a[iv + k]
+        vJ[i, r] = x
+        vel[i, r] += x
+        acc[i, r] += y
+    c = motion_cross(vel, i, vJ, i)
+    for r in range(6):
+        acc[i, r] += c[r]
 
 
 @njit(cache=True)
@@ -238,58 +314,34 @@ def rnea(itab, ftab, g, Q, V, A, Fext, tau):
     body frame (Pinocchio's form)."""
     n, N = itab.shape[0], Q.shape[0]
     ext = Fext.shape[0] > 0
-    qn = np.empty(Q.shape[1])
-    RJ, R, Rw = np.empty((3, 3)), np.empty((3, 3)), np.empty((n, 3, 3))
-    tJ, t, pw = np.empty(3), np.empty(3), np.empty((n, 3))
-    X, S, Y = np.empty((n, 6, 6)), np.empty((n, 6, 6)), np.empty((6, 6))
-    vel, acc, f = np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6))
-    vJ, cJ, tmp, Yv, w = np.empty(6), np.empty(6), np.empty(6), np.empty(6), np.empty(6)
+    qn, RJ, tJ = np.empty(Q.shape[1]), np.empty((3, 3)), np.empty(3)
+    R, t, Rw, pw = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 3, 3)), np.empty((n, 3))
+    S = np.empty((n, 6, 6))
+    vel, acc, f, vJ, cJ, Yv = (np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)),
+                               np.empty((n, 6)), np.empty((n, 6)))
     for s in range(N):
         bad = normalize(itab, Q[s], qn)
         if bad >= 0:
             return s * n + bad
         v, a = V[s], A[s]
         for i in range(n):
-            jt, p, iv, nv = itab[i, TYPE], itab[i, PARENT], itab[i, IV], itab[i, NV]
-            placement(itab, ftab, i, qn, RJ, tJ, R, t, X[i])
-            subspace(jt, ftab[i], RJ, S[i])
-            joint_bias(jt, S[i], v, iv, cJ)
-            Xi, Si = X[i], S[i]
-            for r in range(6):
-                x, y = 0.0, cJ[r]
-                for k in range(nv):
-                    x += Si[r, k] * v[iv + k]
-                    y += Si[r, k] * a[iv + k]
-                vJ[r] = x
-                xv, xa = 0.0, 0.0
-                if p >= 0:
-                    for k in range(6):
-                        xv += Xi[r, k] * vel[p, k]
-                        xa += Xi[r, k] * acc[p, k]
-                else:
-                    for k in range(3):
-                        xa -= Xi[r, k] * g[k]
-                vel[i, r] = xv + x
-                acc[i, r] = xa + y
-            motion_cross(vel[i], vJ, tmp)
-            for r in range(6):
-                acc[i, r] += tmp[r]
-            body_inertia(ftab, i, Y)
-            for r in range(6):
-                x, y = 0.0, 0.0
-                for k in range(6):
-                    x += Y[r, k] * vel[i, k]
-                    y += Y[r, k] * acc[i, k]
-                Yv[r] = x
-                f[i, r] = y
-            force_cross(vel[i], Yv, tmp)
-            for r in range(6):
-                f[i, r] += tmp[r]
+            jt = itab[i, TYPE]
+            placement(itab, ftab, i, qn, RJ, tJ, R, t)
+            subspace(jt, ftab, i, itab[i, NV], RJ, S)
+            joint_bias(jt, S, i, v, itab[i, IV], cJ)
+            forward_motion(itab, i, R, t, S, v, a, vJ, cJ, g, vel, acc)
+            if ftab[i, MASS] > 0.0:
+                inertia_times(ftab, i, vel, i, Yv, i)          # f = Y a + v ×* (Y v)
+                inertia_times(ftab, i, acc, i, f, i)
+                c = force_cross(vel, i, Yv, i)
+                for r in range(6):
+                    f[i, r] += c[r]
+            else:
+                for r in range(6):
+                    f[i, r] = 0.0
             if ext:
                 world_placement(itab, i, R, t, Rw, pw)
-                ext_force_in_body(Rw[i], pw[i], Fext[s, i], w)
-                for r in range(6):
-                    f[i, r] -= w[r]
+                subtract_external(Rw, pw, i, Fext, s, f)
         for i in range(n - 1, -1, -1):
             p, iv, nv = itab[i, PARENT], itab[i, IV], itab[i, NV]
             for k in range(nv):
@@ -298,17 +350,13 @@ def rnea(itab, ftab, g, Q, V, A, Fext, tau):
                     x += S[i, r, k] * f[i, r]
                 tau[s, iv + k] = x
             if p >= 0:
-                for r in range(6):
-                    x = 0.0
-                    for k in range(6):
-                        x += X[i, k, r] * f[i, k]
-                    f[p, r] += x
+                force_to_parent(R, t, i, f, i, f, p)
     return -1
 
 
 @njit(cache=True, inline="always")
-def transform_inertia(X, Yc, out, tmp):
-    """out += Xᵀ Yc X (a child's inertia in its parent's frame)."""
+def transform_inertia(X, Yc, out, p, tmp):
+    """out[p] += Xᵀ Yc X (a child's inertia in its parent's frame; X, Yc (6, 6))."""
     for r in range(6):
         for c in range(6):
             x = 0.0
@@ -316,75 +364,81 @@ def transform_inertia(X, Yc, out, tmp):
                 x += Yc[r, k] * X[k, c]
             tmp[r, c] = x
     for r in range(6):
-        for c in range(6):
+        for c in range(r, 6):
             x = 0.0
             for k in range(6):
                 x += X[k, r] * tmp[k, c]
-            out[r, c] += x
+            out[p, r, c] += x
+            if c > r:
+                out[p, c, r] += x
 
 
 @njit(cache=True)
 def crba(itab, ftab, Q, M):
     """M (N, nv, nv), the joint-space mass matrix (composite-rigid-body algorithm)."""
     n, N = itab.shape[0], Q.shape[0]
-    qn = np.empty(Q.shape[1])
-    RJ, R, tJ, t = np.empty((3, 3)), np.empty((3, 3)), np.empty(3), np.empty(3)
-    X, S, Yc = np.empty((n, 6, 6)), np.empty((n, 6, 6)), np.empty((n, 6, 6))
-    tmp, F, F2 = np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6))
+    qn, RJ, tJ = np.empty(Q.shape[1]), np.empty((3, 3)), np.empty(3)
+    R, t, S, Yc = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 6, 6)), np.empty((n, 6, 6))
+    X, tmp, F, F2 = np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6))
     for s in range(N):
         bad = normalize(itab, Q[s], qn)
         if bad >= 0:
             return s * n + bad
         for i in range(n):
-            placement(itab, ftab, i, qn, RJ, tJ, R, t, X[i])
-            subspace(itab[i, TYPE], ftab[i], RJ, S[i])
-            body_inertia(ftab, i, Yc[i])
+            placement(itab, ftab, i, qn, RJ, tJ, R, t)
+            subspace(itab[i, TYPE], ftab, i, itab[i, NV], RJ, S)
+            for r in range(6):
+                for c in range(6):
+                    Yc[i, r, c] = ftab[i, Y6 + 6 * r + c]
         for i in range(n - 1, -1, -1):
             p = itab[i, PARENT]
             if p >= 0:
-                transform_inertia(X[i], Yc[i], Yc[p], tmp)
-        Ms = M[s]
-        Ms[:, :] = 0.0
+                motion_transform(R, t, i, X)
+                transform_inertia(X, Yc[i], Yc, p, tmp)
+        for r in range(M.shape[1]):
+            for c in range(M.shape[2]):
+                M[s, r, c] = 0.0
         for i in range(n):
             iv, nv = itab[i, IV], itab[i, NV]
             if nv == 0:
                 continue
-            for r in range(6):
+            for r in range(6):                  # F = Yc_i S_i
                 for c in range(nv):
                     x = 0.0
                     for k in range(6):
                         x += Yc[i, r, k] * S[i, k, c]
                     F[r, c] = x
             j = i
-            while True:
+            while True:                         # M[j, i] = S_jᵀ F up the ancestors, F moved to j's frame
                 jv, jn = itab[j, IV], itab[j, NV]
                 for r in range(jn):
                     for c in range(nv):
                         x = 0.0
                         for k in range(6):
                             x += S[j, k, r] * F[k, c]
-                        Ms[jv + r, iv + c] = x
-                        Ms[iv + c, jv + r] = x
+                        M[s, jv + r, iv + c] = x
+                        M[s, iv + c, jv + r] = x
                 p = itab[j, PARENT]
                 if p < 0:
                     break
+                motion_transform(R, t, j, X)
                 for r in range(6):
                     for c in range(nv):
                         x = 0.0
                         for k in range(6):
-                            x += X[j, k, r] * F[k, c]
+                            x += X[k, r] * F[k, c]
                         F2[r, c] = x
-                F[:, :nv] = F2[:, :nv]
+                for r in range(6):
+                    for c in range(nv):
+                        F[r, c] = F2[r, c]
                 j = p
     return -1
 
 
 @njit(cache=True, inline="always")
-def ldl_inverse(D, k, Dinv, scale):
-    """Dinv[:k, :k] = D⁻¹ for symmetric D[:k, :k] by LDLᵀ; False if a pivot is not above
-    PIVOT_RTOL · scale (singular)."""
-    L = np.zeros((6, 6))
-    d = np.empty(6)
+def ldl_inverse(D, k, Dinv, i, scale, L, d, y):
+    """Dinv[i, :k, :k] = D⁻¹ for symmetric D[:k, :k] by LDLᵀ; False if a pivot is not above
+    PIVOT_RTOL · scale (singular). L (6, 6), d, y (6,): scratch."""
     for j in range(k):
         x = D[j, j]
         for m in range(j):
@@ -392,24 +446,22 @@ def ldl_inverse(D, k, Dinv, scale):
         if not x > PIVOT_RTOL * scale:
             return False
         d[j] = x
-        L[j, j] = 1.0
-        for i in range(j + 1, k):
-            y = D[i, j]
+        for r in range(j + 1, k):
+            z = D[r, j]
             for m in range(j):
-                y -= L[i, m] * L[j, m] * d[m]
-            L[i, j] = y / x
-    for c in range(k):          # column c of D⁻¹: solve L d Lᵀ x = e_c
-        y = np.zeros(6)
-        for i in range(k):
-            z = 1.0 if i == c else 0.0
-            for m in range(i):
-                z -= L[i, m] * y[m]
-            y[i] = z
-        for i in range(k - 1, -1, -1):
-            z = y[i] / d[i]
-            for m in range(i + 1, k):
-                z -= L[m, i] * Dinv[m, c]
-            Dinv[i, c] = z
+                z -= L[r, m] * L[j, m] * d[m]
+            L[r, j] = z / x
+    for c in range(k):          # column c of D⁻¹: solve L diag(d) Lᵀ x = e_c
+        for r in range(k):
+            z = 1.0 if r == c else 0.0
+            for m in range(r):
+                z -= L[r, m] * y[m]
+            y[r] = z
+        for r in range(k - 1, -1, -1):
+            z = y[r] / d[r]
+            for m in range(r + 1, k):
+                z -= L[m, r] * Dinv[i, m, c]
+            Dinv[i, r, c] = z
     return True
 
 
@@ -419,82 +471,82 @@ def aba(itab, ftab, g, Q, V, T, Fext, out):
     the body frame)."""
     n, N = itab.shape[0], Q.shape[0]
     ext = Fext.shape[0] > 0
-    qn = np.empty(Q.shape[1])
-    RJ, R, Rw, tJ, t, pw = np.empty((3, 3)), np.empty((3, 3)), np.empty((n, 3, 3)), np.empty(3), np.empty(3), np.empty((n, 3))
-    X, S, YA = np.empty((n, 6, 6)), np.empty((n, 6, 6)), np.empty((n, 6, 6))
-    U, Dinv, Ya, tmp = np.empty((n, 6, 6)), np.empty((n, 6, 6)), np.empty((6, 6)), np.empty((6, 6))
-    vel, c, pA, acc, u = np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6))
-    vJ, cJ, w, Yv, pa, ap, DU = np.empty(6), np.empty(6), np.empty(6), np.empty(6), np.empty(6), np.empty(6), np.empty(6)
-    D = np.empty((6, 6))
+    qn, RJ, tJ = np.empty(Q.shape[1]), np.empty((3, 3)), np.empty(3)
+    R, t, Rw, pw = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 3, 3)), np.empty((n, 3))
+    S, YA, U, Dinv = np.empty((n, 6, 6)), np.empty((n, 6, 6)), np.empty((n, 6, 6)), np.empty((n, 6, 6))
+    vel, c, pA, acc, u, vJ, cJ, Yv = (np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)),
+                                      np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)))
+    X, Ya, tmp, D, L = np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6))
+    pa, ap = np.empty((1, 6)), np.empty((n, 6))
+    DU, d, ys = np.empty(6), np.empty(6), np.empty(6)
     for s in range(N):
         bad = normalize(itab, Q[s], qn)
         if bad >= 0:
             return s * n + bad
         v, tau = V[s], T[s]
-        for i in range(n):                     # pass 1: velocities, bias accelerations, bias forces
-            jt, p, iv, nv = itab[i, TYPE], itab[i, PARENT], itab[i, IV], itab[i, NV]
-            placement(itab, ftab, i, qn, RJ, tJ, R, t, X[i])
-            subspace(jt, ftab[i], RJ, S[i])
-            joint_bias(jt, S[i], v, iv, cJ)
+        for i in range(n):                     # pass 1: velocities, bias accelerations c, bias forces
+            jt = itab[i, TYPE]
+            placement(itab, ftab, i, qn, RJ, tJ, R, t)
+            subspace(jt, ftab, i, itab[i, NV], RJ, S)
+            joint_bias(jt, S, i, v, itab[i, IV], cJ)
+            p, iv, nv = itab[i, PARENT], itab[i, IV], itab[i, NV]
+            if p >= 0:
+                to_child(R, t, i, vel, p, vel, i)
+            else:
+                for r in range(6):
+                    vel[i, r] = 0.0
             for r in range(6):
                 x = 0.0
                 for k in range(nv):
                     x += S[i, r, k] * v[iv + k]
-                vJ[r] = x
-                y = 0.0
-                if p >= 0:
-                    for k in range(6):
-                        y += X[i, r, k] * vel[p, k]
-                vel[i, r] = y + x
-            motion_cross(vel[i], vJ, c[i])
+                vJ[i, r] = x
+                vel[i, r] += x
+            b = motion_cross(vel, i, vJ, i)      # c_i = c_J + v_i × v_J
             for r in range(6):
-                c[i, r] += cJ[r]
-            body_inertia(ftab, i, YA[i])
+                c[i, r] = cJ[i, r] + b[r]
             for r in range(6):
-                x = 0.0
                 for k in range(6):
-                    x += YA[i, r, k] * vel[i, k]
-                Yv[r] = x
-            force_cross(vel[i], Yv, pA[i])
+                    YA[i, r, k] = ftab[i, Y6 + 6 * r + k]
+            inertia_times(ftab, i, vel, i, Yv, i)
+            b = force_cross(vel, i, Yv, i)
+            for r in range(6):
+                pA[i, r] = b[r]
             if ext:
                 world_placement(itab, i, R, t, Rw, pw)
-                ext_force_in_body(Rw[i], pw[i], Fext[s, i], w)
-                for r in range(6):
-                    pA[i, r] -= w[r]
+                subtract_external(Rw, pw, i, Fext, s, pA)
         for i in range(n - 1, -1, -1):         # pass 2: articulated inertias and bias forces
             p, iv, nv = itab[i, PARENT], itab[i, IV], itab[i, NV]
-            Ya[:, :] = YA[i]
             for r in range(6):
-                pa[r] = pA[i, r]
+                pa[0, r] = pA[i, r]
+                for k in range(6):
+                    Ya[r, k] = YA[i, r, k]
             if nv > 0:
+                scale = 0.0
                 for r in range(6):
+                    scale = max(scale, abs(YA[i, r, r]))
                     for k in range(nv):
                         x = 0.0
                         for m in range(6):
                             x += YA[i, r, m] * S[i, m, k]
-                        U[i, r, k] = x
-                scale = 0.0
-                for r in range(6):
-                    scale = max(scale, abs(YA[i, r, r]))
+                        U[i, r, k] = x          # U = Y^A S
                 for a_ in range(nv):
                     x = tau[iv + a_]
                     for r in range(6):
                         x -= S[i, r, a_] * pA[i, r]
-                    u[i, a_] = x
+                    u[i, a_] = x                # u = τ − Sᵀ p^A
                     for b_ in range(nv):
-                        y = 0.0
+                        z = 0.0
                         for r in range(6):
-                            y += S[i, r, a_] * U[i, r, b_]
-                        D[a_, b_] = y
-                if not ldl_inverse(D, nv, Dinv[i], scale):
+                            z += S[i, r, a_] * U[i, r, b_]
+                        D[a_, b_] = z           # D = Sᵀ U
+                if not ldl_inverse(D, nv, Dinv, i, scale, L, d, ys):
                     return s * n + i
-                # Ya = YA − U D⁻¹ Uᵀ;  pa = pA + U D⁻¹ u (the Ya c term below)
-                for r in range(6):
+                for r in range(6):              # Y^a = Y^A − U D⁻¹ Uᵀ,  p^a = p^A + U D⁻¹ u
                     for k in range(nv):
                         x = 0.0
                         for m in range(nv):
                             x += U[i, r, m] * Dinv[i, m, k]
-                        tmp[r, k] = x          # U D⁻¹
+                        tmp[r, k] = x
                 for r in range(6):
                     for cc in range(6):
                         x = 0.0
@@ -504,35 +556,29 @@ def aba(itab, ftab, g, Q, V, T, Fext, out):
                     x = 0.0
                     for k in range(nv):
                         x += tmp[r, k] * u[i, k]
-                    pa[r] += x
+                    pa[0, r] += x
             if p < 0:
                 continue
-            for r in range(6):
+            for r in range(6):                  # + Y^a c
                 x = 0.0
                 for k in range(6):
                     x += Ya[r, k] * c[i, k]
-                pa[r] += x
-            transform_inertia(X[i], Ya, YA[p], tmp)
-            for r in range(6):
-                x = 0.0
-                for k in range(6):
-                    x += X[i, k, r] * pa[k]
-                pA[p, r] += x
+                pa[0, r] += x
+            motion_transform(R, t, i, X)
+            transform_inertia(X, Ya, YA, p, tmp)
+            force_to_parent(R, t, i, pa, 0, pA, p)
         for i in range(n):                     # pass 3: accelerations
             p, iv, nv = itab[i, PARENT], itab[i, IV], itab[i, NV]
+            if p >= 0:
+                to_child(R, t, i, acc, p, ap, i)
+            else:
+                gravity_to_child(R, i, g, ap, i)
             for r in range(6):
-                x = c[i, r]
-                if p >= 0:
-                    for k in range(6):
-                        x += X[i, r, k] * acc[p, k]
-                else:
-                    for k in range(3):
-                        x -= X[i, r, k] * g[k]
-                ap[r] = x
+                ap[i, r] += c[i, r]
             for k in range(nv):
                 x = u[i, k]
                 for r in range(6):
-                    x -= U[i, r, k] * ap[r]
+                    x -= U[i, r, k] * ap[i, r]
                 DU[k] = x
             for k in range(nv):
                 x = 0.0
@@ -540,7 +586,7 @@ def aba(itab, ftab, g, Q, V, T, Fext, out):
                     x += Dinv[i, k, m] * DU[m]
                 out[s, iv + k] = x
             for r in range(6):
-                x = ap[r]
+                x = ap[i, r]
                 for k in range(nv):
                     x += S[i, r, k] * out[s, iv + k]
                 acc[i, r] = x
@@ -556,44 +602,44 @@ def kinematics(itab, ftab, Q, V, A, Rw, pw, Slab, Vel, Acc):
     body S_k is fixed in (the parent for the planar joint's translations, else the child)."""
     n, N = itab.shape[0], Q.shape[0]
     order = 2 if A.shape[0] > 0 else 1 if V.shape[0] > 0 else 0
-    qn = np.empty(Q.shape[1])
-    RJ, R, tJ, t, X, S = np.empty((3, 3)), np.empty((3, 3)), np.empty(3), np.empty(3), np.empty((6, 6)), np.empty((6, 6))
-    col, cr, Vc = np.empty(6), np.empty(6), np.empty(6)
+    qn, RJ, tJ = np.empty(Q.shape[1]), np.empty((3, 3)), np.empty(3)
+    R, t, S = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 6, 6))
+    Vc = np.empty((1, 6))
     for s in range(N):
         bad = normalize(itab, Q[s], qn)
         if bad >= 0:
             return s * n + bad
-        Rws, pws = Rw[s], pw[s]
+        Rws, pws, Ss = Rw[s], pw[s], Slab[s]
         for i in range(n):
             jt, p, iv, nv = itab[i, TYPE], itab[i, PARENT], itab[i, IV], itab[i, NV]
-            placement(itab, ftab, i, qn, RJ, tJ, R, t, X)
-            subspace(jt, ftab[i], RJ, S)
+            placement(itab, ftab, i, qn, RJ, tJ, R, t)
+            subspace(jt, ftab, i, itab[i, NV], RJ, S)
             world_placement(itab, i, R, t, Rws, pws)
             if order >= 1:
                 for r in range(6):
                     Vel[s, i, r] = Vel[s, p, r] if p >= 0 else 0.0
             for k in range(nv):       # S_k in the lab about the origin: (R s_lin + p × R s_ang, R s_ang)
                 for r in range(3):
-                    col[3 + r] = Rws[i, r, 0] * S[3, k] + Rws[i, r, 1] * S[4, k] + Rws[i, r, 2] * S[5, k]
-                for r in range(3):
-                    col[r] = Rws[i, r, 0] * S[0, k] + Rws[i, r, 1] * S[1, k] + Rws[i, r, 2] * S[2, k]
-                col[0] += pws[i, 1] * col[5] - pws[i, 2] * col[4]
-                col[1] += pws[i, 2] * col[3] - pws[i, 0] * col[5]
-                col[2] += pws[i, 0] * col[4] - pws[i, 1] * col[3]
-                Slab[s, iv + k] = col
+                    Ss[iv + k, 3 + r] = Rws[i, r, 0] * S[i, 3, k] + Rws[i, r, 1] * S[i, 4, k] + Rws[i, r, 2] * S[i, 5, k]
+                w0, w1, w2 = Ss[iv + k, 3], Ss[iv + k, 4], Ss[iv + k, 5]
+                p0, p1, p2 = pws[i, 0], pws[i, 1], pws[i, 2]
+                Ss[iv + k, 0] = Rws[i, 0, 0] * S[i, 0, k] + Rws[i, 0, 1] * S[i, 1, k] + Rws[i, 0, 2] * S[i, 2, k] + p1 * w2 - p2 * w1
+                Ss[iv + k, 1] = Rws[i, 1, 0] * S[i, 0, k] + Rws[i, 1, 1] * S[i, 1, k] + Rws[i, 1, 2] * S[i, 2, k] + p2 * w0 - p0 * w2
+                Ss[iv + k, 2] = Rws[i, 2, 0] * S[i, 0, k] + Rws[i, 2, 1] * S[i, 1, k] + Rws[i, 2, 2] * S[i, 2, k] + p0 * w1 - p1 * w0
                 if order >= 1:
                     for r in range(6):
-                        Vel[s, i, r] += col[r] * V[s, iv + k]
+                        Vel[s, i, r] += Ss[iv + k, r] * V[s, iv + k]
         if order == 2:
+            Vs, As = Vel[s], Acc[s]
             for i in range(n):
                 jt, p, iv, nv = itab[i, TYPE], itab[i, PARENT], itab[i, IV], itab[i, NV]
                 for r in range(6):
-                    Acc[s, i, r] = Acc[s, p, r] if p >= 0 else 0.0
+                    As[i, r] = As[p, r] if p >= 0 else 0.0
                 for k in range(nv):
                     in_parent = jt == PLANAR and k < 2
                     for r in range(6):
-                        Vc[r] = (Vel[s, p, r] if p >= 0 else 0.0) if in_parent else Vel[s, i, r]
-                    motion_cross(Vc, Slab[s, iv + k], cr)
+                        Vc[0, r] = (Vs[p, r] if p >= 0 else 0.0) if in_parent else Vs[i, r]
+                    cr = motion_cross(Vc, 0, Ss, iv + k)
                     for r in range(6):
-                        Acc[s, i, r] += Slab[s, iv + k, r] * A[s, iv + k] + cr[r] * V[s, iv + k]
+                        As[i, r] += Ss[iv + k, r] * A[s, iv + k] + cr[r] * V[s, iv + k]
     return -1
