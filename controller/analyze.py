@@ -32,6 +32,7 @@ import numpy as np
 from daq.formats import c3d
 from daq.formats import opensim as osim
 from dynamics import cgm, forceplate as fp, gait_events as ge, markers as mk, smoothing as sm
+from dynamics.model import G
 from dynamics.plate_id import assign_plates, plate_load
 from dynamics.support import stability_margin, support_polygon
 
@@ -425,7 +426,7 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
                 res.series["PelvisResidualForce"] = resid / subject.mass  # N/kg, lab axes
                 ok = np.all(np.isfinite(resid), axis=1)
                 if ok.sum() > 10:
-                    bw = subject.mass * 9.81
+                    bw = subject.mass * G
                     res.metrics["pelvis_residual_rms_pct_bw"] = float(
                         100 * np.sqrt(np.mean(np.sum(resid[ok] ** 2, axis=1))) / bw)
                     res.metrics["pelvis_residual_frames"] = float(ok.sum())

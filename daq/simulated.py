@@ -39,8 +39,8 @@ import numpy as np
 
 from daq.context import ProcessContext
 from dynamics.forceplate import Plate, load_moment
+from dynamics.model import G
 
-G = 9.80665  # m/s^2, standard gravity
 SIMULATED_TYPES = (1, 2, 4)  # C3D plate types the simulator writes (a noise model for 6 channels)
 
 

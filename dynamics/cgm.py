@@ -18,6 +18,8 @@ from typing import Mapping
 
 import numpy as np
 
+from .model import GRAVITY
+
 MARKER_RADIUS = 0.007  # m, 14 mm markers (pyCGM2 default)
 SIDES = ("L", "R")
 SIGN = {"L": 1.0, "R": -1.0}
@@ -29,7 +31,7 @@ DAVIS_BETA = 0.314
 BSP = {"femur": (0.100, 0.567, 0.540), "tibia": (0.0465, 0.567, 0.528), "foot": (0.0145, 0.5, 0.690)}
 REQUIRED_MARKERS = ("LASI", "RASI", "LTHI", "LKNE", "LTIB", "LANK", "LTOE",
                     "RTHI", "RKNE", "RTIB", "RANK", "RTOE")
-G = np.array([0.0, 0.0, -9.81])
+G = np.array(GRAVITY)
 
 
 class CGMError(ValueError):

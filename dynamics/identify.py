@@ -19,9 +19,10 @@ import numpy as np
 from scipy import optimize
 from scipy.stats import qmc
 
+from .model import GRAVITY
 from .smoothing import butterworth, differentiate
 
-G = np.array([0.0, 0.0, -9.81])
+G = np.array(GRAVITY)
 
 
 class IdentifyError(ValueError):

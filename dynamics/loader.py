@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .model import JOINT_NQ_NV, Actuator, Joint, Model, ModelError, Segment
+from .model import GRAVITY, JOINT_NQ_NV, Actuator, Joint, Model, ModelError, Segment
 
 TOP_KEYS = {"name", "kind", "description", "source", "notes", "gravity", "meta", "segment", "actuator"}
 SEGMENT_KEYS = {"name", "parent", "joint", "joint_name", "axis", "origin", "rpy", "mass", "com",
@@ -156,7 +156,7 @@ def model_from_dict(data: dict, name: str = "model") -> Model:
         name=_string(data.get("name", name), "name"),
         segments=tuple(_segment(d, k) for k, d in enumerate(segs)),
         actuators=tuple(_actuator(d, k) for k, d in enumerate(acts)),
-        gravity=np.array(_numbers(data.get("gravity", [0.0, 0.0, -9.81]), "gravity")),
+        gravity=np.array(_numbers(data.get("gravity", list(GRAVITY)), "gravity")),
         source=str(data.get("source", "")),
     )
 

@@ -51,7 +51,10 @@ JOINT_NQ_NV: Mapping[str, tuple[int, int]] = MappingProxyType({
     "planar": (3, 3),
 })
 
-GRAVITY = (0.0, 0.0, -9.81)  # m/s^2, lab frame z up (methods.md section 0)
+#: The one gravity constant of walklab [m/s²] (methods.md section 0: g = 9.81, as the sources use;
+#: every default gravity, the simulators' body weight and the ZMP forms refer to it).
+G = 9.81
+GRAVITY = (0.0, 0.0, -G)  # m/s^2, lab frame z up (methods.md section 0)
 
 
 class ModelError(ValueError):

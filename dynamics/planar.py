@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-G = 9.81  # m/s^2, methods.md section 0
+from .model import G
+
 CHUNK = 2048  # samples per block: the (N, n+2, n+2) matrices stay in cache
 
 

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .model import JOINT_NQ_NV, Joint, Model, Segment
+from .model import JOINT_NQ_NV, G, Joint, Model, Segment
 from .spatial import quat_to_matrix
 
 
@@ -28,7 +28,7 @@ def random_model(rng: np.random.Generator, n: int = 8, joint_types: Sequence[str
     """A random branching tree of n segments: segment k > 0 hangs on a random earlier segment with a
     joint drawn from joint_types (random axis, half of them axis-aligned; random placement); the
     root joint is `root`; masses 0.5–3 kg, random CoM and box inertia; one marker and one contact
-    point per segment; random gravity of magnitude 9.81 m/s²."""
+    point per segment; random gravity of magnitude G (9.81 m/s²)."""
     segs = []
     for k in range(n):
         t = root if k == 0 else str(rng.choice(list(joint_types)))
@@ -47,7 +47,7 @@ def random_model(rng: np.random.Generator, n: int = 8, joint_types: Sequence[str
             markers={f"m{k}": rng.normal(scale=0.2, size=3)}, contacts={f"c{k}": rng.normal(scale=0.2, size=3)},
         ))
     g = rng.normal(size=3)
-    return Model(name, tuple(segs), gravity=9.81 * g / np.linalg.norm(g))
+    return Model(name, tuple(segs), gravity=G * g / np.linalg.norm(g))
 
 
 def random_configuration(model: Model, rng: np.random.Generator, N: int | None = None) -> np.ndarray:

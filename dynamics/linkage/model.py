@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..loader import read_toml, resolve
+from ..model import G
 
 GROUND = "ground"
 
@@ -295,7 +296,7 @@ def _build(data: dict, source: str) -> Linkage:
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise _err(source, "name", "expected a non-empty string")
-    gravity = _num(source, "gravity", data.get("gravity", 9.81), nonneg=True)
+    gravity = _num(source, "gravity", data.get("gravity", G), nonneg=True)
     ground = data.get("ground")
     if not isinstance(ground, dict) or not ground:
         raise _err(source, "ground", "expected a table of fixed points, e.g. O1 = [0.0, 0.0]")

@@ -13,7 +13,7 @@ from dynamics.linkage.assembly import joint_points
 from dynamics.linkage.model import LinkageError, read_linkage
 from dynamics.linkage.report import linkage_report
 
-G = 9.81
+from dynamics.model import G
 
 
 def cli(*args):

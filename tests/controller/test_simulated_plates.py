@@ -9,7 +9,8 @@ import pytest
 from ezc3d import ezc3d as ezc3d_swig
 
 from controller.config import ForcePlate
-from daq.simulated import G, Gait, SimulatedPlate, foot_wrench
+from daq.simulated import Gait, SimulatedPlate, foot_wrench
+from dynamics.model import G
 from dynamics import forceplate as fp
 
 RATE = 1000.0

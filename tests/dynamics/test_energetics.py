@@ -13,7 +13,7 @@ from dynamics.linkage import kinematics as K
 from dynamics.linkage import position as P
 from dynamics.linkage.model import load_linkage, read_linkage
 
-G = 9.81
+from dynamics.model import G
 
 
 def test_absolute_and_positive_work_of_a_sign_changing_ramp_are_exact():

@@ -18,7 +18,7 @@ from dynamics.linkage import position as P
 from dynamics.linkage import reduced as R
 from dynamics.linkage.model import LinkageError, load_linkage, read_linkage
 
-G = 9.81
+from dynamics.model import G
 
 
 @pytest.fixture(scope="module")

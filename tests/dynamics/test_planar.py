@@ -11,7 +11,7 @@ import pytest
 from dynamics.planar import (PlanarChain, external_generalized_forces, joint_moments, planar_chain_from_model,
                              planar_inverse_dynamics, planar_terms, structure_matrix)
 
-G = 9.81
+from dynamics.model import G
 
 
 def random_chain(rng, n):

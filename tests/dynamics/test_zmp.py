@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dynamics.forceplate import Plate, process
+from dynamics.model import G
 from dynamics.zmp import (
     ZMPError,
     ground_wrench,
@@ -48,7 +49,7 @@ def test_static_zmp_is_com_ground_projection(humanoid):
         zero = np.zeros(model.nv)
         f, n = base_ground_wrench(model, data, q, zero, zero)
         com = pin.centerOfMass(model, data, q)
-        np.testing.assert_allclose(f, [0, 0, mass * 9.81], atol=1e-10)
+        np.testing.assert_allclose(f, [0, 0, mass * G], atol=1e-10)
         p = zmp_of_wrench(f[None], n[None], ground_z=0.0).point[0]
         np.testing.assert_allclose(p, [com[0], com[1], 0.0], atol=1e-12)
         pin.computeCentroidalMomentumTimeVariation(model, data, q, zero, zero)
@@ -71,7 +72,7 @@ def test_centroidal_zmp_equals_rnea_base_wrench_zmp(humanoid):
     np.testing.assert_allclose(fk, f, atol=1e-9)
     np.testing.assert_allclose(nk, n, atol=1e-9)
     kin = zmp_centroidal(mass, com, pdot, ldot, ground_z=0.02, min_fraction=0.05)
-    ref = zmp_of_wrench(f, n, ground_z=0.02, min_fz=0.05 * mass * 9.81)
+    ref = zmp_of_wrench(f, n, ground_z=0.02, min_fz=0.05 * mass * G)
     np.testing.assert_array_equal(kin.valid, ref.valid)
     assert kin.valid.sum() >= 10
     np.testing.assert_allclose(kin.point[kin.valid], ref.point[ref.valid], atol=1e-10)
@@ -103,7 +104,7 @@ def test_plate_cop_equals_kinematic_zmp_single_support(humanoid):
         rows.append((f, n, data.com[0].copy(), data.dhg.linear.copy(), data.dhg.angular.copy()))
     f, n, com, pdot, ldot = (np.array(x) for x in zip(*rows))
     sig = process(plate, plate_raw(plate, f, n), threshold=20.0)
-    kin = zmp_centroidal(mass, com, pdot, ldot, ground_z=0.0, min_fraction=20.0 / (mass * 9.81))
+    kin = zmp_centroidal(mass, com, pdot, ldot, ground_z=0.0, min_fraction=20.0 / (mass * G))
     np.testing.assert_array_equal(sig.valid, kin.valid)
     assert sig.valid.sum() >= 20
     np.testing.assert_allclose(sig.cop[sig.valid], kin.point[kin.valid], atol=1e-9, rtol=0)
@@ -137,7 +138,7 @@ def test_invalid_in_flight_is_nan_not_inf():
     # Free fall: Ṗ = −M g, no ground reaction; and pulling (f_z < 0).
     M = 70.0
     com = np.array([[0.1, 0, 1.0]] * 3)
-    pdot = np.array([[0, 0, -M * 9.81], [0.0, 0, -M * 9.81 * 1.5], [0, 0, 0.0]])
+    pdot = np.array([[0, 0, -M * G], [0.0, 0, -M * G * 1.5], [0, 0, 0.0]])
     z = zmp_centroidal(M, com, pdot, np.zeros((3, 3)))
     assert z.valid.tolist() == [False, False, True]
     assert np.isnan(z.point[:2]).all() and np.isfinite(z.point[2]).all()
@@ -194,7 +195,7 @@ def test_model_zmp_static_and_plate_cop_with_walklab_dynamics():
     corners = np.array([[0.3, 0.2, 0.0], [-0.3, 0.2, 0.0], [-0.3, -0.2, 0.0], [0.3, -0.2, 0.0]])
     plate = Plate(type=2, corners=corners, origin=np.array([0.0, 0.0, -0.035]))
     sig = process(plate, plate_raw(plate, f, nO))
-    kin = zmp_model(model, q, v, a, min_fraction=20.0 / (model.total_mass * 9.81))
+    kin = zmp_model(model, q, v, a, min_fraction=20.0 / (model.total_mass * G))
     np.testing.assert_array_equal(sig.valid, kin.valid)
     assert sig.valid.sum() >= 20
     np.testing.assert_allclose(sig.cop[sig.valid], kin.point[kin.valid], atol=1e-9, rtol=0)
@@ -211,7 +212,7 @@ def test_model_zmp_planar_chain():
     for k, (name, par) in enumerate((("thigh", "trunk"), ("shank", "thigh"))):
         segs.append(Segment(name, par, Joint("revolute", ez, translation=np.array([0, -0.4 if k else 0.0, 0])),
                             6.0 - 2 * k, np.array([0, -0.2, 0]), np.diag([0.1, 0.02, 0.1 + 0.01 * k])))
-    model = Model("planar3", tuple(segs), gravity=np.array([0.0, -9.81, 0.0]))
+    model = Model("planar3", tuple(segs), gravity=np.array([0.0, -G, 0.0]))
     rng = np.random.default_rng(6)
     q, v, a = (rng.standard_normal((30, model.nv)) for _ in range(3))
     q[:, 1] += 1.0
