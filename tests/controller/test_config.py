@@ -240,18 +240,57 @@ GOOD_TREE = tomllib.loads(GOOD)
 GOOD_PATHS = list(_paths(GOOD_TREE))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(path=st.sampled_from(GOOD_PATHS), value=_values)
-def test_any_value_anywhere_is_accepted_or_one_line_config_error(tmp_path, path, value):
+def _like(v) -> st.SearchStrategy:
+    """Values of the same TOML type as `v` (so that many are accepted, and the accepted branch is
+    exercised): any boolean, integer, float (NaN and infinities too), string, or list of such."""
+    if isinstance(v, bool):
+        return st.booleans()
+    if isinstance(v, int):
+        return st.integers(-2**63, 2**63 - 1)
+    if isinstance(v, float):
+        return st.floats()
+    if isinstance(v, str):
+        return st.one_of(st.just(v), st.text(max_size=12), st.sampled_from(["FP1", "a.b", "tcp://127.0.0.1:5799"]))
+    if isinstance(v, list) and v:
+        return st.lists(_like(v[0]), min_size=max(len(v) - 1, 0), max_size=len(v) + 1)
+    return _values
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(GOOD_PATHS), data=st.data())
+def test_any_value_anywhere_is_accepted_or_one_line_config_error(tmp_path, path, data):
     tree = json.loads(json.dumps(GOOD_TREE))
     node = tree
     for p in path[:-1]:
         node = node[p]
+    value = data.draw(st.one_of(_values, _like(node[path[-1]]), _like(node[path[-1]])), label="value")
     node[path[-1]] = value
     text = "\n".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in tree.items())
     file = write(tmp_path, text)
     try:
-        config.load(file)
+        lab = config.load(file)
     except config.ConfigError as exc:
         msg = str(exc)
         assert "\n" not in msg and msg.startswith(f"{file}: ")
+    else:
+        _holds(lab, tree, "")  # accepted: the typed config holds exactly what the file says
+
+
+def _holds(obj, value, where: str) -> None:
+    """Assert that the loaded config object `obj` holds the TOML `value` (the truth: what was
+    written): every key of a table, every item of a list (a tuple), booleans as booleans, numbers
+    equal as numbers (an integer may become a float), strings as written."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _holds(obj[k] if isinstance(obj, dict) else getattr(obj, k), v, f"{where}.{k}")
+    elif isinstance(value, list):
+        assert isinstance(obj, tuple) and len(obj) == len(value), (where, obj, value)
+        for i, (o, v) in enumerate(zip(obj, value)):
+            _holds(o, v, f"{where}[{i}]")
+    elif isinstance(value, bool):
+        assert obj is value, (where, obj, value)
+    elif isinstance(value, (int, float)):
+        assert isinstance(obj, (int, float)) and not isinstance(obj, bool), (where, obj, value)
+        assert obj == value or (isinstance(obj, float) and obj == float(value)), (where, obj, value)
+    else:
+        assert isinstance(obj, str) and obj == value, (where, obj, value)
