@@ -36,7 +36,7 @@ def _plt():
 
 
 def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=90, bbox_inches="tight")
+    fig.savefig(path, dpi=90)  # no bbox_inches="tight": it lays every axis out twice (seconds per figure)
     _plt().close(fig)
     return path
 
@@ -54,6 +54,7 @@ def cycle_figure(curves: dict[str, np.ndarray], kind: str, title: str, path: Pat
         return None
     plt = _plt()
     fig, axes = plt.subplots(3, 3, figsize=(11, 8), sharex=True)
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.07, top=0.92, hspace=0.3, wspace=0.25)
     pct = np.linspace(0, 100, 101)
     _, unit = KINDS[kind]
     for r, joint in enumerate(JOINTS):
@@ -75,7 +76,8 @@ def cycle_figure(curves: dict[str, np.ndarray], kind: str, title: str, path: Pat
                 ax.set_ylabel(unit)
             if r == 2:
                 ax.set_xlabel("% gait cycle")
-            ax.legend(fontsize=7, loc="best")
+    handles = [h for ax in axes.ravel() for h in ax.get_legend_handles_labels()[0]][:2]
+    fig.legend(handles, [h.get_label() for h in handles], loc="upper right", fontsize=8)
     fig.suptitle(title)
     return _save(fig, path)
 
@@ -108,8 +110,8 @@ def _grf_figure(res, path: Path) -> Path | None:
                 axes[0].axvline(t, color=COLORS[side], lw=0.6)
             for t in res.events.off[side]:
                 axes[0].axvline(t, color=COLORS[side], lw=0.6, ls=":")
-    axes[0].legend(fontsize=7)
-    axes[1].legend(fontsize=7, ncol=2)
+    axes[0].legend(fontsize=7, loc="upper right")
+    axes[1].legend(fontsize=7, ncol=2, loc="upper right")
     axes[0].set_title("ground reactions on the body (event lines: strike solid, off dotted; L red, R blue)")
     return _save(fig, path)
 
@@ -133,7 +135,7 @@ def _cop_figure(res, path: Path) -> Path | None:
     ax.set_aspect("equal", adjustable="datalim")
     ax.set_xlabel("x (m)")
     ax.set_ylabel("y (m)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper right")
     ax.set_title("centre of pressure on the plate outlines (lab frame, top view)")
     return _save(fig, path)
 

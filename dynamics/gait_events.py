@@ -109,29 +109,24 @@ def match_events(found, reference, tolerance: float = 0.1) -> np.ndarray:
     return np.asarray(d)
 
 
-def _stance(strikes: np.ndarray, offs: np.ndarray, t: float) -> bool | None:
-    """Is the foot on the ground at t? From the last event before t; None if no event before."""
-    last_s = strikes[strikes <= t].max(initial=-np.inf)
-    last_o = offs[offs <= t].max(initial=-np.inf)
-    if not np.isfinite(max(last_s, last_o)):
-        return None
-    return bool(last_s > last_o)
+def _last_next(events: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per time: the last event at or before it (−inf if none) and the next one after it (+inf)."""
+    e = np.concatenate(([-np.inf], np.sort(events), [np.inf]))
+    k = np.searchsorted(e, t, side="right")
+    return e[k - 1], e[k]
 
 
 def stance_mask(events: Events, side: str, times) -> np.ndarray:
-    """(N,) float: 1 where the foot is in stance at times (s), 0 in swing, NaN before the first
-    event when the next event does not tell (a strike next means swing, an off next stance)."""
-    st, of = events.strike[side], events.off[side]
-    out = np.full(len(times), np.nan)
-    for i, t in enumerate(times):
-        s = _stance(st, of, t)
-        if s is None:
-            nxt_s = st[st > t].min(initial=np.inf)
-            nxt_o = of[of > t].min(initial=np.inf)
-            if np.isfinite(min(nxt_s, nxt_o)):
-                s = nxt_o < nxt_s
-        if s is not None:
-            out[i] = float(s)
+    """(N,) float: 1 where the foot is in stance at times (s), 0 in swing: the state after the
+    last event at or before each time; before the first event, the state the next event ends
+    (a strike next means swing, an off next stance); NaN without events."""
+    t = np.asarray(times, float)
+    last_s, next_s = _last_next(events.strike[side], t)
+    last_o, next_o = _last_next(events.off[side], t)
+    out = np.where(last_s > last_o, 1.0, 0.0)
+    before = ~np.isfinite(np.maximum(last_s, last_o))
+    out[before] = np.where(next_o < next_s, 1.0, 0.0)[before]
+    out[before & ~np.isfinite(np.minimum(next_s, next_o))] = np.nan
     return out
 
 

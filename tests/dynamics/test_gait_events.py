@@ -115,3 +115,13 @@ def test_normalise_cycles_resamples_each_stride_to_0_100_percent():
     phase = np.linspace(0, 1, 101)
     np.testing.assert_allclose(cycles[:, :, 0], np.sin(2 * np.pi * (0.1 / 1.2 + phase))[None].repeat(2, 0), atol=2e-3)
     np.testing.assert_allclose(cycles[1, :, 1], 1.3 + 1.2 * phase, atol=1e-9)
+
+
+def test_stance_mask_before_between_and_after_events():
+    ev = ge.Events(strike={"L": np.array([1.0, 3.0]), "R": np.array([])},
+                   off={"L": np.array([2.0]), "R": np.array([])})
+    got = ge.stance_mask(ev, "L", [0.5, 1.0, 1.5, 2.0, 2.5, 3.5])
+    np.testing.assert_array_equal(got, [0, 1, 1, 0, 0, 1])  # a strike next: swing before it
+    ev = ge.Events(strike={"L": np.array([2.0])}, off={"L": np.array([1.0])})
+    np.testing.assert_array_equal(ge.stance_mask(ev, "L", [0.5, 1.5, 2.5]), [1, 0, 1])
+    assert np.isnan(ge.stance_mask(ge.Events({"L": np.array([])}, {"L": np.array([])}), "L", [0.0])).all()
