@@ -81,27 +81,30 @@ class Synergy:
     def name(self) -> str:
         return str(self.meta["name"])
 
-    def _spline(self, key: str) -> CubicSpline:
-        s = self._splines.get(key)
-        if s is None:
-            y = getattr(self, key)
-            if key == "q":
-                y = y - self.wrap * self.u[:, None]
-            x = np.append(self.u, 1.0)
-            s = CubicSpline(x, np.vstack([y, y[:1]]), bc_type="periodic")
-            self._splines[key] = s
-        return s
+    def _table(self) -> np.ndarray:
+        """Periodic cubic spline coefficients of (q - wrap u, qd, qdd, tau): (M, A, 4 powers, 4 channels),
+        highest power first, on [u_k, u_k + 1/M]."""
+        c = self._splines.get("coef")
+        if c is None:
+            y = np.stack([self.q - self.wrap * self.u[:, None], self.qd, self.qdd, self.tau], axis=-1)  # (M, A, 4)
+            spl = CubicSpline(np.append(self.u, 1.0), np.concatenate([y, y[:1]]), bc_type="periodic")
+            c = np.ascontiguousarray(np.moveaxis(spl.c, 0, 2))  # (M, A, 4 powers, 4 channels)
+            self._splines["coef"] = c
+        return c
 
     def reference(self, phase) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """q (rad), qd (rad/s), qdd (rad/s^2), tau (N m), each (A,), at phase (A,) in cycles (any real
         value: the integer part counts whole cycles, q grows by wrap per cycle)."""
-        ph = np.broadcast_to(np.asarray(phase, dtype=float), (len(self.actuators),))
-        whole = np.floor(ph)
-        frac = ph - whole
-        idx = np.arange(len(self.actuators))
-        out = [self._spline(k)(frac)[idx, idx] for k in ("q", "qd", "qdd", "tau")]
-        out[0] = out[0] + self.wrap * ph
-        return out[0], out[1], out[2], out[3]
+        A = len(self.actuators)
+        ph = np.broadcast_to(np.asarray(phase, dtype=float), (A,))
+        c = self._table()
+        M = c.shape[0]
+        x = (ph - np.floor(ph)) * M
+        k = np.minimum(x.astype(np.intp), M - 1)
+        t = ((x - k) / M)[:, None]
+        sel = c[k, np.arange(A)]                                  # (A, 4 powers, 4 channels)
+        v = ((sel[:, 0] * t + sel[:, 1]) * t + sel[:, 2]) * t + sel[:, 3]
+        return v[:, 0] + self.wrap * ph, v[:, 1], v[:, 2], v[:, 3]
 
     def summary(self) -> dict:
         """The index entry: meta plus the number of samples and actuators."""

@@ -29,12 +29,15 @@ def test_round_trip_and_reference_matches_the_programme(tmp_path, nominal):
     assert back.meta == json.loads(json.dumps(back.meta)) and back.meta["name"] == "t"
     for k in ("q", "qd", "qdd", "tau", "contact_force", "period", "wrap"):
         np.testing.assert_array_equal(getattr(back, k), getattr(nominal, k))
-    # between samples: the q spline's time derivative equals the programme's shaft rate there
-    u = (np.arange(50) + 0.37) / 50
-    for j in range(2):
-        qs = [back.reference(np.full(2, x)) for x in u]
-        dq = back._spline("q")(u, 1)[:, j] + back.wrap[j]
-        np.testing.assert_allclose(dq / back.period[j], [r[1][j] for r in qs], rtol=2e-4)
+    # between samples: the time derivative of the q reference equals the qd reference (and the
+    # programme's rate at the samples: the stored arrays come back at u_k)
+    e = 1e-6
+    for x in (np.arange(50) + 0.37) / 50:
+        q, qd, _, _ = back.reference(np.full(2, x))
+        dq = (back.reference(np.full(2, x + e))[0] - back.reference(np.full(2, x - e))[0]) / (2 * e * back.period)
+        np.testing.assert_allclose(dq, qd, rtol=2e-4)
+    for k in (0, 17, 200):
+        np.testing.assert_allclose(back.reference(np.full(2, back.u[k]))[1], nominal.qd[k], rtol=1e-12)
     q0 = back.reference(np.array([0.25, 0.25]))[0]
     q1 = back.reference(np.array([1.25, 1.25]))[0]
     np.testing.assert_allclose(q1 - q0, 2 * np.pi)
@@ -84,3 +87,92 @@ def test_cli_build_list_show(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no nominal 'nope'" in r.stderr
     r = _walklab("synergies", "build", "--robot", "exo", cwd=tmp_path)
     assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------ selection and transitions
+
+from hypothesis import example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from controller.synergies.robot import load_robot  # noqa: E402
+from controller.synergies.select import Request, SelectionError, select  # noqa: E402
+from controller.synergies.track import Tracker  # noqa: E402
+
+SLEW = np.array([10.0, 10.0])
+
+
+_LIBRARY: list = []
+
+
+def small_library_nominals():
+    if not _LIBRARY:
+        _LIBRARY.extend(jansen.build({"robot": "jansen", "model": "jansen_walker", "speed": v, "turn": r, "profile": "constant",
+                          "samples": 256, "contact": CONTACT, "name": jansen.name_of(v, r, "constant")})
+            for v in (0.15, 0.3, 0.45) for r in (-0.3, 0.0, 0.3))
+        # a profiled programme: its shape differs from the constant ones, so switches move the setpoint
+        opt = jansen.build({"robot": "jansen", "model": "jansen_walker", "speed": 0.3, "turn": 0.0, "profile": "optimised",
+                            "samples": 256, "contact": CONTACT, "name": "opt"})
+        assert opt is not None
+        _LIBRARY.append(opt)
+    return _LIBRARY
+
+
+@pytest.fixture(scope="module")
+def small_library():
+    return small_library_nominals()
+
+
+def test_select_nearest_valid_nominal(small_library):
+    limits = load_robot("jansen").limits
+    assert select(small_library, Request(0.32, 0.05), limits).name == "jansen_v0.30_r+0.00_constant"
+    assert select(small_library, Request(0.5, -1.0), limits).name == "jansen_v0.45_r-0.30_constant"
+    # between 0.15 and 0.30 at 0.225: the measured speed breaks the tie
+    assert select(small_library, Request(0.225, 0.0), limits, measured_speed=0.3).meta["speed"] == 0.3
+    assert select(small_library, Request(0.225, 0.0), limits, measured_speed=0.15).meta["speed"] == 0.15
+    import dataclasses
+    tight = dataclasses.replace(limits, torque=(0.1, 0.1))
+    with pytest.raises(SelectionError, match="no valid nominal"):
+        select(small_library, Request(0.3), tight)
+
+
+@settings(max_examples=12, deadline=None)
+@example(switches=[(0.5, 9), (1.7, 4), (2.9, 9)], first=4)  # constant <-> profiled shape at 0.3 m/s
+@given(st.lists(st.tuples(st.floats(0.05, 2.0), st.integers(0, 9)), min_size=1, max_size=4), st.integers(0, 9))
+def test_switching_speed_mid_walk_never_steps_beyond_the_slew_limit(switches, first):
+    small_library = small_library_nominals()
+    dt = 0.002
+    tr = Tracker(small_library[first], SLEW, min_transition_s=0.3)
+    prev = tr.step(dt)
+    t, plan = 0.0, sorted(switches)
+    end = plan[-1][0] + 6.0
+    max_step = max_jerk = 0.0
+    while t < end:
+        t += dt
+        while plan and plan[0][0] <= t:
+            tr.request(small_library[plan.pop(0)[1]])
+        ref = tr.step(dt)
+        max_step = max(max_step, float(np.max(np.abs(ref.q - prev.q) / (SLEW * dt))))
+        # the rate is continuous too: its step is what the accelerations at both ends give
+        bound = np.maximum(np.abs(ref.qdd), np.abs(prev.qdd)) * dt + 1e-9
+        max_jerk = max(max_jerk, float(np.max(np.abs(ref.qd - prev.qd) / bound)))
+        prev = ref
+        if not plan and not tr.blending and tr.pending is None:
+            break
+    assert max_step <= 1.0, f"setpoint step {max_step:.3f} x the slew limit"
+    assert max_jerk <= 1.5
+    assert not tr.blending and tr.pending is None
+
+
+def test_after_a_transition_the_reference_is_the_new_nominal(small_library):
+    a, b = small_library[4], small_library[7]  # 0.30 and 0.45 m/s straight
+    tr = Tracker(a, SLEW, min_transition_s=0.3)
+    for _ in range(100):
+        tr.step(0.002)
+    tr.request(b)
+    refs = [tr.step(0.002) for _ in range(1000)]
+    assert any(r.blending for r in refs) and not refs[-1].blending
+    q, qd, _, tau = b.reference(refs[-1].phase)
+    np.testing.assert_allclose(refs[-1].q, q)
+    np.testing.assert_allclose(refs[-1].qd, qd)
+    with pytest.raises(SelectionError, match="slew"):
+        Tracker(b, [1.0, 1.0])

@@ -1,0 +1,167 @@
+"""The reference generator of the real-time loop: phase clocks over the current nominal and the
+transition to the next one (methods.md j.6; the lower level of the two-level scheme).
+
+Phase: each actuator of a crank programme has its own clock (cycles; the shafts turn at different
+rates while turning); a joint nominal (wrap 0: biped, exoskeleton) has one clock shared by all
+actuators. The clock is the phase estimate: the loop's PD corrects the tracking error, and
+`Tracker.align` re-synchronises it to a measured state (start, resume after a stop).
+
+Nominal coordinate over phase: Q(p) = periodic part + wrap p, so q(t) = Q(p(t)) with p' = 1/T and
+Q' = T q', Q'' = T^2 q''. Every nominal of one robot starts its cycle at the same configuration
+event (a crank programme: shaft angle 0 at phase 0; a gait: the same gait event), so two nominals
+are compared at the same phase.
+
+Switching: `request` queues a nominal; it starts at the next safe phase of the current one
+(meta["switch_phases"], cycles, e.g. the start of double support of a stride; any phase when absent:
+a Jansen walker's shafts keep turning forward). During the transition (duration D, quintic weight
+a(s) of `dynamics.synthesis.transition.blend_weight`, s = t/D) the clock rate and the shape blend:
+
+    p' = (1 - a)/T_f + a/T_t,    q = (1 - a) Q_f(p) + a Q_t(p)
+    q' = [(1 - a) Q_f' + a Q_t'] p' + (a'/D) (Q_t - Q_f)
+
+so q, q', q'' are continuous at both ends (no setpoint jump). The rate is at most
+B + (15/8) max|Q_t - Q_f| / D, B the bound of the first term (`Tracker._rate_bound`, 15/8 = max a'), so
+D = max(min_transition_s, (15/8) max|Q_t - Q_f| / (slew - B)) keeps every setpoint step within slew x dt. A request during a transition waits for its end.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dynamics.synthesis.transition import blend_weight
+
+from .format import Synergy
+from .select import SelectionError
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Setpoint of one cycle, each (A,): q rad, qd rad/s, qdd rad/s^2, tau N m (feed-forward)."""
+
+    q: np.ndarray
+    qd: np.ndarray
+    qdd: np.ndarray
+    tau: np.ndarray
+    nominal: str
+    phase: np.ndarray
+    blending: bool
+
+
+class Tracker:
+    """Phase clocks, switching and transitions (module doc). slew (A,) rad/s."""
+
+    def __init__(self, nominal: Synergy, slew, min_transition_s: float = 0.5) -> None:
+        self.slew = np.asarray(slew, dtype=float)
+        self.min_transition_s = float(min_transition_s)
+        self._rate_bound(nominal, nominal)
+        self.nominal = nominal
+        self.phase = np.zeros(len(nominal.actuators))
+        self.pending: Synergy | None = None
+        self._from: Synergy | None = None
+        self._t = 0.0
+        self._D = 0.0
+        self.switches = 0
+
+    def _rate_bound(self, f: Synergy, t: Synergy) -> np.ndarray:
+        """Bound of the shape-blend rate [(1 - a) Q_f' + a Q_t'] p' per actuator: with |Q'| <= v T,
+        max over a in [0, 1] of ((1 - a) v_f T_f + a v_t T_t)((1 - a)/T_f + a/T_t) (= max(v_f, v_t)
+        for constant-rate cranks). SelectionError if it reaches the slew limit."""
+        a = np.linspace(0.0, 1.0, 101)[:, None]
+        vf, vt = np.abs(f.qd).max(axis=0), np.abs(t.qd).max(axis=0)
+        bound = (((1 - a) * vf * f.period + a * vt * t.period) * ((1 - a) / f.period + a / t.period)).max(axis=0)
+        if np.any(bound >= self.slew):
+            raise SelectionError(f"nominals {f.name} -> {t.name}: rates up to {bound.round(3).tolist()} rad/s "
+                                 f"reach the setpoint slew limits {self.slew.tolist()} rad/s")
+        return bound
+
+    def align(self, q) -> None:
+        """Set the clock to the phase of the current nominal nearest the measured coordinates q (A,)."""
+        self.phase = nearest_phase(self.nominal, np.asarray(q, dtype=float))
+
+    def request(self, nominal: Synergy) -> None:
+        """Queue a switch to `nominal` (nothing to do if it is the current one and nothing is queued)."""
+        if nominal is self.nominal and self.pending is None:
+            return
+        if tuple(nominal.actuators) != tuple(self.nominal.actuators) or np.any(nominal.wrap != self.nominal.wrap):
+            raise SelectionError(f"nominal {nominal.name}: actuators {nominal.actuators} (wrap {nominal.wrap.tolist()}) "
+                                 f"differ from {self.nominal.actuators}")
+        self._rate_bound(self.nominal, nominal)
+        self.pending = nominal
+
+    @property
+    def blending(self) -> bool:
+        return self._from is not None
+
+    def _safe(self, old: np.ndarray, new: np.ndarray) -> bool:
+        sp = self.nominal.meta.get("switch_phases")
+        if not sp:
+            return True
+        return any(np.floor(new[0] - s) > np.floor(old[0] - s) for s in sp)  # a safe phase crossed in (old, new]
+
+    def step(self, dt: float) -> Reference:
+        """Advance the clocks by dt (s) and return the setpoint (switching when due)."""
+        if self._from is None:
+            old = self.phase
+            self.phase = self.phase + dt / self.nominal.period
+            if self.pending is not None and self._safe(old, self.phase):
+                self._start(self.pending)
+            else:
+                q, qd, qdd, tau = self.nominal.reference(self.phase)
+                return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), False)
+        else:
+            a = blend_weight(self._t / self._D)[0]
+            self.phase = self.phase + dt * ((1 - a) / self._from.period + a / self.nominal.period)
+            self._t += dt
+            if self._t >= self._D:
+                self._from = None
+                q, qd, qdd, tau = self.nominal.reference(self.phase)
+                return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), False)
+        return self._blended()
+
+    def _blended(self) -> Reference:
+        f, t, D = self._from, self.nominal, self._D
+        a, da, dda = (float(x) for x in blend_weight(self._t / D))
+        qf, vf, af, tf = f.reference(self.phase)
+        qt, vt, at, tt = t.reference(self.phase)
+        Qf1, Qt1 = vf * f.period, vt * t.period        # dQ/dp
+        Qf2, Qt2 = af * f.period ** 2, at * t.period ** 2
+        dQ = qt - qf
+        p1 = (1 - a) / f.period + a / t.period
+        p2 = da / D * (1 / t.period - 1 / f.period)
+        q = qf + a * dQ
+        qd = ((1 - a) * Qf1 + a * Qt1) * p1 + da / D * dQ
+        qdd = (((1 - a) * Qf2 + a * Qt2) * p1 ** 2 + ((1 - a) * Qf1 + a * Qt1) * p2
+               + 2 * da / D * (Qt1 - Qf1) * p1 + dda / D ** 2 * dQ)
+        return Reference(q, qd, qdd, (1 - a) * tf + a * tt, t.name, self.phase.copy(), True)
+
+    def _start(self, new: Synergy) -> None:
+        bound = self._rate_bound(self.nominal, new)
+        dQ = np.abs(periodic_part(new, new.u) - periodic_part(self.nominal, new.u)).max(axis=0)
+        self._D = float(max(self.min_transition_s, np.max(1.875 * dQ / (self.slew - bound))))
+        self._from, self._t = self.nominal, 0.0
+        self.nominal, self.pending = new, None
+        self.switches += 1
+
+
+def nearest_phase(syn: Synergy, q: np.ndarray) -> np.ndarray:
+    """Phase (A,) cycles of `syn` nearest coordinates q (A,): per actuator for wrapped coordinates
+    (cranks: the angle modulo wrap, with the nearest whole cycle), one shared phase for joints
+    (least squares over the coordinates)."""
+    if np.all(syn.wrap != 0):
+        out = np.empty(len(syn.actuators))
+        for j, w in enumerate(syn.wrap):
+            k = np.round((q[j] - syn.q[:, j]) / w)
+            m = int(np.argmin(np.abs(q[j] - syn.q[:, j] - w * k)))
+            out[j] = k[m] + syn.u[m]
+        return out
+    return np.full(len(syn.actuators), syn.u[int(np.argmin(((syn.q - q) ** 2).sum(axis=1)))])
+
+
+def periodic_part(syn: Synergy, u: np.ndarray) -> np.ndarray:
+    """Q(p) - wrap p (rad), shape (K, A), at phases u (K,) in [0, 1), linear between the stored samples
+    (for transition sizing: cheap, no spline)."""
+    y = syn.q - syn.wrap * syn.u[:, None]
+    x = np.append(syn.u, 1.0)
+    y = np.vstack([y, y[:1]])
+    return np.column_stack([np.interp(u, x, y[:, j]) for j in range(y.shape[1])])
