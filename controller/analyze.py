@@ -178,9 +178,15 @@ def _pig_markers(m: c3d.Markers) -> dict[str, np.ndarray]:
     return out
 
 
+# the markers the pipeline uses (CGM lower body, heels, PSIS); the others are not processed
+USED_MARKERS = frozenset(cgm.REQUIRED_MARKERS + ("SACR", "LPSI", "RPSI", "LHEE", "RHEE"))
+
+
 def _prepare_markers(m: c3d.Markers, cutoff: float, notes: list[str]) -> dict[str, np.ndarray]:
-    pig = _pig_markers(m)
+    pig = {k: v for k, v in _pig_markers(m).items() if k in USED_MARKERS}
     labels = list(pig)
+    if not labels:
+        return {}
     pos = np.stack([pig[k] for k in labels], axis=1)
     filled, flags = mk.fill_gaps(pos, max_spline_gap=max(1, int(0.1 * m.rate)))
     n_spline = int(np.sum(flags == mk.SPLINE))
@@ -197,15 +203,17 @@ def _prepare_markers(m: c3d.Markers, cutoff: float, notes: list[str]) -> dict[st
 def _subject(data: TrialData, pig: dict[str, np.ndarray], mass: float | None) -> tuple[cgm.CGMSubject, str]:
     """The CGM subject from the file's PROCESSING parameters; without them, estimated from the
     markers (leg length ASIS → knee → ankle, knee 0.10 m and ankle 0.07 m wide), said so."""
+    missing = cgm.missing_markers(pig)
+    if missing:
+        raise cgm.CGMError(f"CGM lower body needs markers {', '.join(missing)} (the file has none of that name "
+                           "or a known alias)")
     try:
         return cgm.subject_from_processing(data.processing, mass), "file (PROCESSING)"
     except cgm.CGMError:
         pass
     leg = {}
     for s in "LR":
-        a, k, an = pig.get(s + "ASI"), pig.get(s + "KNE"), pig.get(s + "ANK")
-        if a is None or k is None or an is None:
-            raise cgm.CGMError(f"CGM lower body needs markers {s}ASI, {s}KNE, {s}ANK")
+        a, k, an = pig[s + "ASI"], pig[s + "KNE"], pig[s + "ANK"]
         leg[s] = float(np.nanmedian(np.linalg.norm(a - k, axis=1) + np.linalg.norm(k - an, axis=1)))
     m = mass if mass is not None else data.processing.get("Bodymass")
     subj = cgm.CGMSubject(mass=float(m) if m else float("nan"), leg_length=leg,
@@ -239,6 +247,9 @@ def _events(data: TrialData, res: TrialResult, pig: dict[str, np.ndarray], plate
     sacrum = pig.get("SACR")
     for side in "LR":
         heel, toe = pig.get(side + "HEE"), pig.get(side + "TOE")
+        if (heel is None or not np.isfinite(heel).any()) and side + "ANK" in pig:
+            heel = pig[side + "ANK"]  # the lateral malleolus stands in for an untracked heel
+            res.notes.append(f"{side}: no {side}HEE marker data; Zeni strikes from {side}ANK instead")
         if sacrum is None or heel is None or toe is None:
             res.notes.append(f"{side}: no Zeni events (needs SACR or PSIS, {side}HEE, {side}TOE markers)")
             continue
@@ -443,7 +454,8 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
             res.notes.append(f"no CGM kinematics or kinetics: {e}")
     _zmp(data, res, pig, time)
     if res.events is not None and "SACR" in pig:
-        heel = {s: pig.get(s + "HEE", np.full((n, 3), np.nan)) for s in "LR"}
+        heel = {s: pig[s + "HEE"] if s + "HEE" in pig and np.isfinite(pig[s + "HEE"]).any()
+                else pig.get(s + "ANK", np.full((n, 3), np.nan)) for s in "LR"}
         try:
             res.metrics.update(ge.gait_metrics(res.events, heel, data.markers.rate, data.t0,
                                                ge.progression_axis(pig["SACR"], _front(pig))))

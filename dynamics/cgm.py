@@ -243,11 +243,18 @@ class CGMKinematics:
     angles: dict[str, np.ndarray]
 
 
+def missing_markers(labels) -> list[str]:
+    """The CGM lower-body markers absent from labels (SACR may be replaced by LPSI + RPSI)."""
+    have = set(labels)
+    missing = [k for k in REQUIRED_MARKERS if k not in have]
+    if "SACR" not in have and not ("LPSI" in have and "RPSI" in have):
+        missing.append("SACR or LPSI+RPSI")
+    return missing
+
+
 def _markers(markers: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     m = {k: np.asarray(v, float) for k, v in markers.items()}
-    missing = [k for k in REQUIRED_MARKERS if k not in m]
-    if "SACR" not in m and not ("LPSI" in m and "RPSI" in m):
-        missing.append("SACR or LPSI+RPSI")
+    missing = missing_markers(m)
     if missing:
         raise CGMError(f"CGM lower body needs markers {', '.join(missing)}")
     if "SACR" not in m:

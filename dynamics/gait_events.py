@@ -79,6 +79,9 @@ def zeni_events(heel, toe, sacrum, rate: float, t0: float = 0.0,
     front (N, 3) m, mid-ASIS: the walking direction on a treadmill (``progression_axis``).
     """
     e = progression_axis(sacrum, front)
+    for name, x in (("heel", heel), ("toe", toe)):
+        if np.sum(np.all(np.isfinite(np.asarray(x, float)), axis=1)) < 3:
+            raise GaitEventError(f"the {name} marker is (almost) never seen")
     out = []
     for x, sign in ((heel, 1.0), (toe, -1.0)):
         s = sign * np.einsum("ni,i->n", np.asarray(x, float) - np.asarray(sacrum, float), e)
