@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import warnings
 from pathlib import Path
 

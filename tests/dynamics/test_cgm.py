@@ -88,19 +88,25 @@ def test_stored_tibial_torsion_changes_only_knee_rotation_by_the_documented_offs
         assert np.nanmedian(d[:, 2]) == pytest.approx(offset, abs=0.05)
 
 
-def test_moments_and_powers_match_nexus(nexus, shared_data):
-    markers, get, proc = nexus
-    subject = _subject(proc, True)
-    kin = cgm.kinematics(markers, subject)
+def _plate_loads(shared_data, n: int):
+    """The trial and its foot loads as Nexus assigned them (Left-FP): the plate on the left foot
+    while loaded, zero load elsewhere on both feet (compare only where Nexus computed)."""
     trial = c3d.load(shared_data / NAME)
     plate = trial.plates[0]
-    n = len(markers["LASI"])
     idx = np.arange(n) * round(trial.analogs.rate / trial.markers.rate)  # analog sample at each frame
     on = plate.valid[idx][:, None]
     zero = np.zeros((n, 3))
     loads = {"L": cgm.FootLoad(np.where(on, plate.force[idx], 0.0), np.where(on, plate.cop[idx], np.nan),
                                np.where(on, plate.free_moment[idx], 0.0), np.ones(n, bool)),
              "R": cgm.FootLoad(zero, zero + np.nan, zero, np.ones(n, bool))}
+    return trial, loads
+
+
+def test_moments_and_powers_match_nexus(nexus, shared_data):
+    markers, get, proc = nexus
+    subject = _subject(proc, True)
+    kin = cgm.kinematics(markers, subject)
+    trial, loads = _plate_loads(shared_data, len(markers["LASI"]))
     out = cgm.kinetics(kin, loads, subject, trial.markers.rate).outputs
     # Nexus computes a side only on its plate or in swing (cgm.md §11): compare where it did.
     for side in "LR":
@@ -163,15 +169,8 @@ def test_pelvis_residual_is_small_against_body_weight_in_single_support(nexus, s
     markers, get, proc = nexus
     subject = _subject(proc, True)
     kin = cgm.kinematics(markers, subject)
-    trial = c3d.load(shared_data / NAME)
-    plate = trial.plates[0]
+    trial, loads = _plate_loads(shared_data, len(markers["LASI"]))
     n = len(markers["LASI"])
-    idx = np.arange(n) * round(trial.analogs.rate / trial.markers.rate)
-    on = plate.valid[idx][:, None]
-    zero = np.zeros((n, 3))
-    loads = {"L": cgm.FootLoad(np.where(on, plate.force[idx], 0.0), np.where(on, plate.cop[idx], np.nan),
-                               np.where(on, plate.free_moment[idx], 0.0), np.ones(n, bool)),
-             "R": cgm.FootLoad(zero, zero + np.nan, zero, np.ones(n, bool))}
     kt = cgm.kinetics(kin, loads, subject, trial.markers.rate)
     r = cgm.pelvis_residual(kin, kt, subject, trial.markers.rate)
     t = (trial.first_frame + np.arange(n)) / trial.markers.rate
