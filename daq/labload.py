@@ -145,15 +145,31 @@ def run(ctx: Any, args: Sequence[str]) -> int:
     if opts.scale < 1 or not opts.duration > 0:
         raise ValueError(f"--scale must be >= 1 and --duration > 0, got {opts.scale}, {opts.duration}")
     while opts.wait_subscribers and not ctx.stopping and \
-            not ctx.publisher.wait_for_subscribers(opts.wait_subscribers, 0.1):
-        ctx.health.tick()
+            not ctx.publisher.wait_for_subscribers(opts.wait_subscribers, 0.05):
+        ctx.tick()
     load = LoadPublisher(ctx.publisher, lab_streams(opts.scale, seed=opts.seed))
 
     def stop() -> bool:
-        ctx.health.tick()
+        ctx.tick()
         return ctx.stopping
 
     load.run(min(opts.duration, 1e9), stop)
     while ctx.sleep_until(time.monotonic_ns() + 1_000_000_000):  # done: idle until the lab stops
         pass
     return 0
+
+
+def write_session(path: Any, duration_s: float, specs: list[StreamSpec] | None = None,
+                  metadata: dict[str, dict[str, str]] | None = None) -> list[Frame]:
+    """Write ``duration_s`` seconds of the load straight into a session file (no bus, no fsync);
+    returns the frames written, in order."""
+    from daq.record import SessionWriter, Settings
+
+    written = list(frames(specs if specs is not None else lab_streams(), duration_s))
+    w = SessionWriter(path, Settings(fsync=False), metadata=metadata)
+    for i, f in enumerate(written):
+        w.write(f)
+        if i % 70 == 69:  # a chunk per ~50 ms of lab load, as the live recorder makes them
+            w.poll(now_ns=2**62)
+    w.close()
+    return written

@@ -55,12 +55,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import msgpack
 import numpy as np
 
 from daq.frames import DTYPES, Frame, FrameError
+
+if TYPE_CHECKING:
+    from daq.context import ProcessContext
 
 log = logging.getLogger("walklab.record")
 
@@ -342,7 +345,12 @@ class SessionWriter:
         self._chunk_due: int | None = None  # monotonic ns by which the open chunk must be written
         self._summary_estimate = 0
         self._largest_commit = 0
-        self._open_part(0)
+        first = 0
+        while part_path(self.path, first).exists():  # never overwrite a recording (a restarted recorder)
+            first += 1
+        if first:
+            log.warning("%s exists: recording into %s", self.path, part_path(self.path, first))
+        self._open_part(first)
 
     # -- files
 
@@ -625,8 +633,10 @@ def settings_from(opts: argparse.Namespace) -> Settings:
                     reserve_bytes=int(opts.reserve_mb * 2**20))
 
 
-def run(ctx: Any, args: Sequence[str]) -> int:
-    """Process entry point: record the lab's bus until stopped (options as ``walklab record``)."""
+def run(ctx: ProcessContext, args: Sequence[str]) -> int:
+    """Process entry point: record the lab's bus until stopped (options as ``walklab record``).
+
+    A restarted recorder never overwrites: it continues in the next free part (`part_path`)."""
     opts = parser().parse_args(list(args))
     if opts.duration is not None and opts.duration <= 0:
         raise ValueError("--duration must be > 0 seconds")
@@ -646,10 +656,12 @@ def run(ctx: Any, args: Sequence[str]) -> int:
         total = sum(c.frames for c in writer.counts.values())
         ctx.health.count("recorder/frames", total - written[0])
         written[0] = total
-        ctx.health.tick()
-        ctx.publisher.poll_subscriptions()
+        ctx.tick()
 
     reason = record(sub, writer, lambda: ctx.stopping, duration_s=opts.duration, tick=tick)
     writer.close(reason, loss_stats(sub))
-    ctx.health.state = "stopped" if writer.stop_reason in ("stopped", "duration") else writer.stop_reason
-    return 0 if writer.stop_reason in ("stopped", "duration") else 1
+    if writer.stop_reason in ("stopped", "duration"):
+        return 0
+    ctx.health.state = writer.stop_reason
+    # status 2: the supervisor does not restart it (a full disk stays full); the alarm says why
+    raise RecordingError(f"{writer.files[-1]}: recording stopped ({writer.stop_reason}); the file is readable")

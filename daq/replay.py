@@ -25,10 +25,13 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from daq.frames import Frame
 from daq.sessions import SessionError, read, session_parts
+
+if TYPE_CHECKING:
+    from daq.context import ProcessContext
 
 
 def window(paths: Sequence[Path], start_s: float | None, end_s: float | None) -> tuple[int | None, int | None]:
@@ -111,7 +114,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
                    help="wait until N subscribers are connected before the first frame (default 0)")
 
 
-def run(ctx: Any, args: Sequence[str]) -> int:
+def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     """Process entry point: replay ``--file FILE`` on the process's publisher (options as ``walklab replay``)."""
     p = argparse.ArgumentParser(prog="daq.replay", add_help=False)
     p.add_argument("--file", required=True, help="session file (.mcap)")
@@ -121,11 +124,11 @@ def run(ctx: Any, args: Sequence[str]) -> int:
     if opts.fast:
         set_backpressure(ctx.publisher)
     if opts.wait_subscribers:
-        while not ctx.stopping and not ctx.publisher.wait_for_subscribers(opts.wait_subscribers, 0.1):
-            ctx.health.tick()
+        while not ctx.stopping and not ctx.publisher.wait_for_subscribers(opts.wait_subscribers, 0.05):
+            ctx.tick()
 
     def stop() -> bool:
-        ctx.health.tick()
+        ctx.tick()
         return ctx.stopping
 
     n = replay(source, ctx.publisher, speed=None if opts.fast else opts.speed, should_stop=stop)

@@ -171,3 +171,18 @@ def test_bad_options_are_one_line_errors(tmp_path, args, message):
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("walklab record: error:") and message in lines[-1], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_restarted_recorder_never_overwrites(tmp_path):
+    """A recorder restarted on the same file (a crash under the supervisor) continues in the next part."""
+    out = tmp_path / "s.mcap"
+    first = SessionWriter(out, Settings(fsync=False))
+    first.write(next(frames(lab_streams(), 0.01)))
+    first.close()
+    before = out.read_bytes()
+    second = SessionWriter(out, Settings(fsync=False))
+    second.close()
+    assert out.read_bytes() == before and second.files == [part_path(out, 1)]
+    with open(part_path(out, 1), "rb") as fh:
+        meta = {r.name: r.metadata for r in make_reader(fh).iter_metadata()}
+    assert meta["walklab/recording"]["part"] == "1"
