@@ -320,11 +320,7 @@ class SessionWriter:
     def __init__(self, path: str | Path, settings: Settings | None = None, *,
                  metadata: dict[str, dict[str, str]] | None = None, streams: Sequence[str] = (),
                  on_event: Callable[[Frame], None] | None = None):
-        self.path = Path(path)
-        if self.path.suffix != ".mcap":
-            raise RecordingError(f"{self.path}: a session file name must end in .mcap")
-        if not self.path.parent.is_dir():
-            raise RecordingError(f"{self.path}: no such folder {str(self.path.parent)!r}")
+        self.path = self.check_path(path)
         self.settings = settings or Settings()
         self.metadata = dict(metadata or {})
         self.streams = list(streams)
@@ -351,6 +347,16 @@ class SessionWriter:
         if first:
             log.warning("%s exists: recording into %s", self.path, part_path(self.path, first))
         self._open_part(first)
+
+    @staticmethod
+    def check_path(path: str | Path) -> Path:
+        """``path`` as a Path if it can name a session file (``.mcap`` in an existing folder)."""
+        p = Path(path)
+        if p.suffix != ".mcap":
+            raise RecordingError(f"{p}: a session file name must end in .mcap")
+        if not p.parent.is_dir():
+            raise RecordingError(f"{p}: no such folder {str(p.parent)!r}")
+        return p
 
     # -- files
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 from typing import Any
 
@@ -74,3 +75,25 @@ def record_handler(args: argparse.Namespace) -> int:
     if writer.stop_reason not in ("stopped", "duration"):
         raise OSError(f"recording stopped early ({writer.stop_reason}); the file is readable")
     return 0
+
+
+def start_beside(lab: Any, output: str) -> subprocess.Popen:
+    """`walklab run --record`: a `walklab record` subprocess for `lab` that dies with this process."""
+    from controller.proc import SUPERVISOR_PID_ENV
+    from daq.record import SessionWriter
+
+    SessionWriter.check_path(output)  # a bad name is a one-line error before the lab starts
+    env = {**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())}
+    return subprocess.Popen([sys.executable, "-m", "controller.cli", "record", "--quiet", "--config",
+                             str(lab.source), "-o", str(output)], env=env)
+
+
+def stop_beside(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """Stop the recorder cleanly (SIGINT: it writes what it holds and its index), SIGKILL if it hangs."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

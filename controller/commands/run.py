@@ -13,6 +13,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "another terminal.")
     parser.add_argument("config", metavar="CONFIG", nargs="?", default=None,
                         help="lab config (default: the shipped configs/sim.toml)")
+    parser.add_argument("--record", metavar="FILE.mcap",
+                        help="record every stream of the lab into FILE.mcap meanwhile (see `walklab record`)")
     parser.set_defaults(func=run_handler)
 
 
@@ -23,4 +25,12 @@ def run_handler(args: argparse.Namespace) -> int:
 
     lab = config.load(args.config if args.config is not None else configs.path("sim.toml"))
     config.check_processes(lab)  # refuse a lab whose process modules cannot be imported: one line
-    return run_lab(lab)
+    if args.record is None:
+        return run_lab(lab)
+    from controller.commands.record import start_beside, stop_beside
+
+    recorder = start_beside(lab, args.record)
+    try:
+        return run_lab(lab)
+    finally:
+        stop_beside(recorder)
