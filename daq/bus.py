@@ -73,6 +73,7 @@ CONTROL_PREFIX = b"\x00walklab/"
 _SUB_TOKEN_PREFIX = CONTROL_PREFIX + b"sub/"
 _REPLAY_FLAG = b"r"  # first byte after the token prefix: this subscriber wants the replay
 _SNDMORE, _NOBLOCK = int(zmq.SNDMORE), int(zmq.NOBLOCK)
+_COPY_THRESHOLD = zmq.COPY_THRESHOLD
 _IPC_PATH_MAX = 107  # sockaddr_un.sun_path minus the terminating NUL
 #: Sliding window for the measured rates [ns].
 RATE_WINDOW_NS = 2_000_000_000
@@ -249,7 +250,7 @@ class Publisher:
         self._subscribers: set[bytes] = set()
         self._next_sub_check = 0
         # The replay buffer: encoded frames of the first replay_s seconds, by stream (None: window over).
-        self._retained: dict[str, deque[list[bytes | memoryview]]] | None = {} if replay_s > 0 else None
+        self._retained: dict[str, deque[tuple[bytes | memoryview, ...]]] | None = {} if replay_s > 0 else None
         self._retained_bytes = 0
         self._replay_until = time.monotonic_ns() + int(replay_s * 1e9)
 
@@ -305,8 +306,13 @@ class Publisher:
         if now > self._replay_until:
             self._retained = None
             return
-        kept = [p if len(p) >= zmq.COPY_THRESHOLD else bytes(p) for p in parts]
-        self._retained_bytes += sum(len(p) for p in kept)
+        kept = [parts[0], parts[1]]  # topic and header: bytes already
+        size = len(parts[0]) + len(parts[1])
+        for p in parts[2:]:  # plain loop: a comprehension and a generator cost twice as much here
+            n = len(p)
+            kept.append(p if n >= _COPY_THRESHOLD else bytes(p))
+            size += n
+        self._retained_bytes += size
         if self._retained_bytes > REPLAY_BYTES:
             log.info("replay buffer over %d MiB: the replay window ends (late subscribers count what "
                      "they missed)", REPLAY_BYTES >> 20)
@@ -317,7 +323,7 @@ class Publisher:
             frames = self._retained[stream] = deque(maxlen=REPLAY_FRAMES)
         elif len(frames) == REPLAY_FRAMES:
             self._retained_bytes -= sum(len(p) for p in frames[0])
-        frames.append(kept)
+        frames.append(tuple(kept))  # a tuple of bytes leaves the cyclic collector's scans, a list would not
 
     def wait_for_subscribers(self, n: int, timeout_s: float) -> bool:
         """Block until at least ``n`` Subscribers are connected and subscribed, or ``timeout_s`` passes.
