@@ -7,12 +7,17 @@ with Y_i v_i the spatial momentum of segment i about the lab origin and L̇_O th
 Σ (Y_i a_i + v_i ×* Y_i v_i) (no gravity: ḣ_G is the rate of momentum, which equals the sum of
 external forces including weight, and their moments about the CoM). Pinocchio: data.hg and
 data.dhg of computeCentroidalMomentumTimeVariation.
+
+By default one compiled kernel (kernels/tree.py `centroidal`: rnea's forward pass without gravity,
+body momenta and their rates moved to the lab origin and summed) gives c, h_G and ḣ_G; the numpy
+path sums the same terms from the lab-frame kinematics.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .kinematics import check_state, lab_inertias, tree_state
+from . import kernels, workspace
+from .kinematics import check_state, configuration_failed, contiguous, lab_inertias, tree_state
 from .model import Model
 from .spatial import cross, force_cross, inertia_apply
 
@@ -21,15 +26,35 @@ def _about_com(h_O: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.concatenate((h_O[..., :3], h_O[..., 3:] - cross(c, h_O[..., :3])), axis=-1)
 
 
-def centroidal_momentum(model: Model, q, v, a=None):
+def centroidal_state(model: Model, q: np.ndarray, v: np.ndarray | None, a: np.ndarray | None,
+                     data: workspace.Data | None = None) -> np.ndarray:
+    """The compiled kernel's (N, 15) rows for validated (N, ·) arrays: CoM c (3) m, then with v
+    h_G (6), then with a ḣ_G (6) (entries without their input are undefined)."""
+    d = workspace.data(model, data)
+    empty = np.empty((0, model.nv))
+    q = contiguous(q)
+    out = np.empty((q.shape[0], 15))
+    if kernels.kernel("tree.centroidal")(d.itab, d.ftab, q, empty if v is None else contiguous(v),
+                                         empty if a is None else contiguous(a), out) >= 0:
+        configuration_failed(model, q)
+    return out
+
+
+def centroidal_momentum(model: Model, q, v, a=None, data: workspace.Data | None = None):
     """Centroidal momentum h_G ([N,] 6): linear momentum P (kg·m/s) and angular momentum about
     the CoM L_G (kg·m²/s), lab axes, for q ([N,] nq), v ([N,] nv). With a ([N,] nv) also returns
-    its rate ḣ_G ([N,] 6) (N, N·m): (h_G, ḣ_G)."""
+    its rate ḣ_G ([N,] 6) (N, N·m): (h_G, ḣ_G). data: the model's workspace."""
     (q, v, a), batched = check_state(model, q, v, a)
     if v is None:
         raise ValueError("centroidal_momentum needs q and v")
     if model.total_mass <= 0:
         raise ValueError(f"model {model.name!r} has no mass")
+    if kernels.enabled():
+        X = centroidal_state(model, q, v, a, data)
+        hG, dhG = X[:, 3:9], X[:, 9:15]
+        if a is None:
+            return hG if batched else hG[0]
+        return (hG, dhG) if batched else (hG[0], dhG[0])
     st = tree_state(model, q, v, a)
     m, c, h, I_O = lab_inertias(model, st)
     G = np.einsum("s,nsj->nj", m, c) / model.total_mass

@@ -46,6 +46,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from . import workspace
 from .forceplate import Plate, PlateSignals
 from .kinematics import check_state, tree_state
 from .model import Model
@@ -158,7 +159,8 @@ def _check_plate(pl: PlateLoad, n: int, p: int) -> None:
 @dataclass(frozen=True, eq=False)
 class PlateIDWorkspace:
     """The model-constant part of :func:`plate_inverse_dynamics` for one model and foot set (Pinocchio's
-    Data idea): built and validated once by :func:`plate_id_workspace`, cached on the model.
+    Data idea): built and validated once by :func:`plate_id_workspace`, kept in the model's workspace
+    (workspace.Data.plate_id).
 
     feet (F,) foot segment names; point_segment (K,) int and point_local (K, 3) m: segment and local
     position of each foot point; point_foot (K,) int its foot; below (nv, F) bool: foot f is in the
@@ -173,14 +175,16 @@ class PlateIDWorkspace:
     below_weight: np.ndarray
 
 
-def plate_id_workspace(model: Model, feet: Sequence[str] | Mapping[str, Sequence[str]]) -> PlateIDWorkspace:
+def plate_id_workspace(model: Model, feet: Sequence[str] | Mapping[str, Sequence[str]],
+                       data: workspace.Data | None = None) -> PlateIDWorkspace:
     """Validated :class:`PlateIDWorkspace` of model and feet (as in :func:`plate_inverse_dynamics`),
-    cached on the model per foot set so that a live stream validates and indexes once."""
+    kept per foot set in the model's workspace (`data`, default workspace.data(model)) so that a live
+    stream validates and indexes once."""
     if isinstance(feet, Mapping):
         key = ("points", tuple((f, tuple(pts or ())) for f, pts in feet.items()))
     else:
         key = ("contacts", tuple(feet))
-    cache = model.__dict__.setdefault("_plate_id_workspaces", {})
+    cache = workspace.data(model, data).plate_id
     ws = cache.get(key)
     if ws is None:
         names = dict(key[1]) if key[0] == "points" else {f: tuple(model.segment(f).contacts) for f in key[1]}
@@ -247,23 +251,24 @@ class PlateID:
 
 
 def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], feet: Sequence[str] | Mapping[str, Sequence[str]],
-                           height_tol: float = 0.05, edge_tol: float = 0.0) -> PlateID:
+                           height_tol: float = 0.05, edge_tol: float = 0.0, data: workspace.Data | None = None) -> PlateID:
     """Joint torques bottom-up from the plates and top-down from the free ends, their disagreement and
     the CoM-acceleration / moment residual (module doc equations).
 
     model: a 3-D floating-base tree (root joint free_flyer, gravity along −z); q (N, nq), v, a (N, nv); plates:
     :class:`PlateLoad` per plate (see :func:`plate_load`); feet: foot segment names (their contact
     points decide what is on a plate), or a mapping foot segment → point names (markers or contacts
-    of the model). height_tol, edge_tol: m, see :func:`assign_plates`.
+    of the model). height_tol, edge_tol: m, see :func:`assign_plates`. data: the model's workspace
+    (workspace.Data; default one per model).
     """
     (q, v, a), batched = check_state(model, q, v, a)
     if v is None or a is None:
         raise PlateIDError("plate_inverse_dynamics needs q, v and a")
     if not plates:
         raise PlateIDError("plates: give at least one PlateLoad")
-    ws = plate_id_workspace(model, feet)
+    ws = plate_id_workspace(model, feet, data)
     # One position pass serves the foot points, the CoM, the root placement and the motion subspaces.
-    st = tree_state(model, q)
+    st = tree_state(model, q, data=data)
     positions = matvec(st.rotation[:, ws.point_segment], ws.point_local) + st.position[:, ws.point_segment]
     asg = assign_plates(plates, positions, ws.point_foot, len(ws.feet), height_tol, edge_tol)
 
@@ -273,7 +278,7 @@ def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], f
     w_meas = w_plate.sum(axis=1)
     w_applied = w_foot.sum(axis=1)
 
-    tau_free = rnea(model, q, v, a)
+    tau_free = rnea(model, q, v, a, data=data)
 
     # Required ground wrench = the ground-free rnea's free-flyer rows (force, moment about the base
     # origin, base frame), turned to the lab frame about the lab origin.

@@ -221,16 +221,24 @@ def zmp_model(model, q, v, a, ground: float = 0.0, min_fraction: float = 0.1) ->
     on the plane z = ground, point (N, 3). Planar models (gravity along −y; x forward, y up):
     :func:`zmp_planar` on the line y = ground, point (N,) = x, with k̇_c = L̇_G,z.
     """
-    from .centroidal import centroidal_momentum
+    from . import kernels
+    from .centroidal import centroidal_momentum, centroidal_state
     from .kinematics import check_state, tree_state
 
     axis, g = _gravity_axis(np.asarray(model.gravity, dtype=float))
     if axis < 0:
         raise ZMPError(f"model {model.name!r}: gravity {model.gravity.tolist()} is along neither −z (3-D) nor −y (planar)")
-    (qb, _, _), _ = check_state(model, q)
-    _, dh = centroidal_momentum(model, q, v, a)
-    dh = np.atleast_2d(dh)
-    c = com_of_state(model, tree_state(model, qb))
+    if kernels.enabled():       # c and ḣ_G from one compiled pass
+        (qb, vb, ab), _ = check_state(model, q, v, a)
+        if vb is None or ab is None:
+            raise ValueError("zmp_model needs q, v and a")
+        X = centroidal_state(model, qb, vb, ab)
+        c, dh = X[:, :3], X[:, 9:15]
+    else:
+        (qb, _, _), _ = check_state(model, q)
+        _, dh = centroidal_momentum(model, q, v, a)
+        dh = np.atleast_2d(dh)
+        c = com_of_state(model, tree_state(model, qb))
     if axis == 2:
         return zmp_centroidal(model.total_mass, c, dh[:, :3], dh[:, 3:], ground, g, min_fraction)
     return zmp_planar(model.total_mass, c[:, :2], dh[:, :2], dh[:, 5], ground, g, min_fraction)

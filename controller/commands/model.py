@@ -5,6 +5,7 @@
     walklab model linkage NAME|FILE [--crank-speed RAD_S] [--ground-penetration M] [--json]
     walklab model human --mass KG --height M [--sex male|female] [--ball-joints | --exoskeleton]
                         [-o FILE]
+    walklab model compile [NAME|FILE]
 
 NAME is a shipped model (configs/models/NAME.toml); FILE a path to a TOML model file (or, for
 `show`, a URDF file: FILE.urdf, with --floating for a free-flyer root).
@@ -55,6 +56,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="add the lower-limb exoskeleton (hip flexion and knee actuators per leg)")
     human.add_argument("-o", "--output", metavar="FILE", help="TOML file to write (default: standard output)")
     human.set_defaults(func=_human)
+
+    comp = sub.add_parser("compile", help="compile the dynamics kernels into numba's on-disk cache (once per "
+                                          "install); with a model, run each algorithm on it once")
+    comp.add_argument("model", nargs="?", metavar="NAME|FILE", help="tree model to run the kernels on (optional)")
+    comp.set_defaults(func=_compile)
+
+
+def _compile(args: argparse.Namespace) -> int:
+    import numpy as np
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    import dynamics
+    from dynamics import kernels
+
+    model = None
+    if args.model is not None:
+        model = dynamics.load_model(args.model)
+        if not isinstance(model, dynamics.Model):
+            raise ValueError(f"{args.model}: a linkage model has no tree kernels to run; give a tree model")
+    if not kernels.enabled():
+        raise ValueError(f"{kernels.ENV}=0 selects the numpy path: there is nothing to compile")
+    lines = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task("compiling dynamics kernels", total=len(kernels.SIGNATURES))
+
+        def progress(name: str, seconds: float, compiled: bool) -> None:
+            lines.append(f"{name:<20} {'compiled' if compiled else 'loaded from the cache'} in {seconds:.2f} s")
+            bar.advance(task)
+
+        kernels.compile_all(progress)
+    print("\n".join(lines))
+    if model is not None:
+        q, z = model.neutral(), np.zeros(model.nv)
+        dynamics.rnea(model, q, z, z)
+        dynamics.crba(model, q)
+        dynamics.forward_kinematics(model, q)
+        if model.total_mass > 0:
+            dynamics.centroidal_momentum(model, q, z, z)
+            dynamics.aba(model, q, z, z)
+        print(f"model {model.name!r}: rnea, crba, kinematics, centroidal and aba run on the compiled kernels")
+    return 0
 
 
 def _fmt(v: float, width: int = 9) -> str:

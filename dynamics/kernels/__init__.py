@@ -41,6 +41,7 @@ def _signatures() -> dict:
         "tree.crba": i64(I2, F2, F2, O3),
         "tree.aba": i64(I2, F2, F1, F2, F2, F2, F3, O2),
         "tree.kinematics": i64(I2, F2, F2, F2, F2, O4, O3, O3, O3, O3),
+        "tree.centroidal": i64(I2, F2, F2, F2, F2, O2),
     }
 
 

@@ -643,3 +643,83 @@ def kinematics(itab, ftab, Q, V, A, Rw, pw, Slab, Vel, Acc):
                     for r in range(6):
                         As[i, r] += Ss[iv + k, r] * A[s, iv + k] + cr[r] * V[s, iv + k]
     return -1
+
+
+@njit(cache=True)
+def centroidal(itab, ftab, Q, V, A, out):
+    """Per sample out[s] (15,): the CoM c (3) m; with V (N, nv) the centroidal momentum
+    h_G = (P, L_G) (6) kg·m/s, kg·m²/s; with A also its rate ḣ_G (6) N, N·m (else (0, nv) and the
+    entries left as they are). Lab axes, moments about the CoM.
+
+    The forward pass of rnea without gravity gives each body's momentum Y_i v_i and its rate
+    Y_i a_i + v_i ×* Y_i v_i in the body frame; moved to the lab origin and summed, then
+    L_G = L_O − c × P (and the same for the rate: ċ × P = 0)."""
+    n, N = itab.shape[0], Q.shape[0]
+    order = 2 if A.shape[0] > 0 else 1 if V.shape[0] > 0 else 0
+    qn, RJ, tJ, g = np.empty(Q.shape[1]), np.empty((3, 3)), np.empty(3), np.zeros(3)
+    R, t, Rw, pw = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 3, 3)), np.empty((n, 3))
+    S = np.empty((n, 6, 6))
+    vel, acc, h, dh, vJ, cJ = (np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)),
+                               np.empty((n, 6)), np.empty((n, 6)))
+    tot = np.empty((2, 6))
+    zero = np.zeros(V.shape[1])
+    mass = 0.0
+    for i in range(n):
+        mass += ftab[i, MASS]
+    for s in range(N):
+        bad = normalize(itab, Q[s], qn)
+        if bad >= 0:
+            return s * n + bad
+        v = V[s] if order >= 1 else zero
+        a = A[s] if order == 2 else zero
+        tot[:, :] = 0.0
+        c0, c1, c2 = 0.0, 0.0, 0.0
+        for i in range(n):
+            jt = itab[i, TYPE]
+            placement(itab, ftab, i, qn, RJ, tJ, R, t)
+            world_placement(itab, i, R, t, Rw, pw)
+            m = ftab[i, MASS]
+            for r in range(3):
+                c = pw[i, r]
+                for k in range(3):
+                    c += Rw[i, r, k] * ftab[i, COM + k]
+                if r == 0:
+                    c0 += m * c
+                elif r == 1:
+                    c1 += m * c
+                else:
+                    c2 += m * c
+            if order == 0:
+                continue
+            subspace(jt, ftab, i, itab[i, NV], RJ, S)
+            joint_bias(jt, S, i, v, itab[i, IV], cJ)
+            forward_motion(itab, i, R, t, S, v, a, vJ, cJ, g, vel, acc)
+            if m == 0.0:
+                continue
+            inertia_times(ftab, i, vel, i, h, i)
+            inertia_times(ftab, i, acc, i, dh, i)
+            b = force_cross(vel, i, h, i)
+            for r in range(6):
+                dh[i, r] += b[r]
+            for row, src in ((0, h), (1, dh)):     # to the lab frame about the lab origin, summed
+                l0 = Rw[i, 0, 0] * src[i, 0] + Rw[i, 0, 1] * src[i, 1] + Rw[i, 0, 2] * src[i, 2]
+                l1 = Rw[i, 1, 0] * src[i, 0] + Rw[i, 1, 1] * src[i, 1] + Rw[i, 1, 2] * src[i, 2]
+                l2 = Rw[i, 2, 0] * src[i, 0] + Rw[i, 2, 1] * src[i, 1] + Rw[i, 2, 2] * src[i, 2]
+                tot[row, 0] += l0
+                tot[row, 1] += l1
+                tot[row, 2] += l2
+                for r in range(3):
+                    tot[row, 3 + r] += Rw[i, r, 0] * src[i, 3] + Rw[i, r, 1] * src[i, 4] + Rw[i, r, 2] * src[i, 5]
+                tot[row, 3] += pw[i, 1] * l2 - pw[i, 2] * l1
+                tot[row, 4] += pw[i, 2] * l0 - pw[i, 0] * l2
+                tot[row, 5] += pw[i, 0] * l1 - pw[i, 1] * l0
+        c0, c1, c2 = c0 / mass, c1 / mass, c2 / mass
+        out[s, 0], out[s, 1], out[s, 2] = c0, c1, c2
+        for row in range(order):                  # about the CoM: L_G = L_O − c × P
+            P0, P1, P2 = tot[row, 0], tot[row, 1], tot[row, 2]
+            o = 3 + 6 * row
+            out[s, o], out[s, o + 1], out[s, o + 2] = P0, P1, P2
+            out[s, o + 3] = tot[row, 3] - (c1 * P2 - c2 * P1)
+            out[s, o + 4] = tot[row, 4] - (c2 * P0 - c0 * P2)
+            out[s, o + 5] = tot[row, 5] - (c0 * P1 - c1 * P0)
+    return -1

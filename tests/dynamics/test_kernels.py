@@ -152,3 +152,47 @@ def test_walklab_jit_0_selects_the_numpy_path():
     code = "from dynamics import kernels; print(kernels.enabled())"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_zmp_model_equal_on_both_paths(seed):
+    from dynamics.zmp import zmp_model
+
+    model = dynamics.load_model("human15")
+    rng = np.random.default_rng(seed)
+    q = np.tile(model.neutral(), (5, 1))
+    q[:, 2] = 0.9
+    v, a = rng.normal(size=(2, 5, model.nv))
+    with kernels.use_jit(True):
+        jit = zmp_model(model, q, v, a)
+    with kernels.use_jit(False):
+        ref = zmp_model(model, q, v, a)
+    np.testing.assert_array_equal(jit.valid, ref.valid)
+    np.testing.assert_allclose(jit.point, ref.point, rtol=1e-10, atol=1e-12)
+
+
+def _walklab_model(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "controller.cli", "model", *args], capture_output=True, text=True,
+                          timeout=900, cwd=REPO, env=env)
+
+
+def test_walklab_model_compile_warms_every_kernel_and_runs_the_model():
+    r = _walklab_model("compile", "human15")
+    assert r.returncode == 0, r.stderr
+    for name in kernels.SIGNATURES:
+        assert any(line.startswith(name + " ") and ("compiled in" in line or "loaded from the cache in" in line)
+                   for line in r.stdout.splitlines()), r.stdout
+    assert "model 'human15': rnea, crba, kinematics, centroidal and aba run on the compiled kernels" in r.stdout
+
+
+@pytest.mark.parametrize("args, words", [
+    (("compile", "jansen_leg"), ("linkage", "tree model")),
+    (("compile", "no_such_model"), ("no_such_model",)),
+])
+def test_walklab_model_compile_bad_input_is_one_line(args, words):
+    r = _walklab_model(*args)
+    assert r.returncode == 2, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("walklab model: error: "), r.stderr
+    for w in words:
+        assert w in lines[0]
