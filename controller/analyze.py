@@ -467,6 +467,17 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
                 res.notes.append("the pelvis stays in place (treadmill): stride length and speed are not measurable")
         except ge.GaitEventError as e:
             res.notes.append(f"no gait metrics: {e}")
+    if res.events is not None:
+        for side in "LR":
+            for joint in ("Hip", "Knee", "Ankle"):
+                power = res.series.get(f"{side}{joint}Power")
+                if power is None:
+                    continue
+                w = ge.stride_work(power[:, 2], time, res.events.strike[side])
+                w = w[np.all(np.isfinite(w), axis=1)]
+                if len(w):  # J/kg per stride, mean over the strides with the power known throughout
+                    for k, name in enumerate(("pos", "neg", "net")):
+                        res.metrics[f"{side}_{joint.lower()}_work_{name}_J_per_kg"] = float(np.mean(w[:, k]))
     stage("zmp+metrics")
     return res
 

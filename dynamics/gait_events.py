@@ -196,3 +196,30 @@ def normalise_cycles(series, time, strikes, points: int = 101) -> np.ndarray:
         grid = np.linspace(a, b, points)
         out.append(np.stack([np.interp(grid, t, flat[:, j]) for j in range(flat.shape[1])], axis=1))
     return np.array(out).reshape((len(out), points) + x.shape[1:])
+
+
+def stride_work(power, time, strikes) -> np.ndarray:
+    """Work per stride (n_strides, 3): positive ∫ max(P, 0) dt, negative ∫ min(P, 0) dt and net
+    ∫ P dt (trapezoid rule on the samples plus the stride ends, interpolated), from a power
+    (N,) W or W/kg at time (N,) s, between consecutive strikes (s) wholly inside the samples.
+    A stride with a NaN power at any sample inside it is NaN (an end next to a NaN sample takes
+    the nearest inside value)."""
+    p = np.asarray(power, float)
+    t = np.asarray(time, float)
+    st = np.sort(np.asarray(strikes, float))
+    out = []
+    for a, b in zip(st[:-1], st[1:]):
+        if a < t[0] or b > t[-1]:
+            continue
+        inside = (t > a) & (t < b)
+        pin = p[inside]
+        ends = [np.interp(a, t, p), np.interp(b, t, p)]
+        # an end that falls next to an unknown sample holds the nearest inside one (< 1 frame)
+        ends = [e if np.isfinite(e) or not len(pin) else near for e, near in zip(ends, (pin[0], pin[-1]))]
+        tt = np.concatenate(([a], t[inside], [b]))
+        pp = np.concatenate(([ends[0]], pin, [ends[1]]))
+        if not np.all(np.isfinite(pp)):
+            out.append([np.nan] * 3)
+            continue
+        out.append([np.trapezoid(np.maximum(pp, 0), tt), np.trapezoid(np.minimum(pp, 0), tt), np.trapezoid(pp, tt)])
+    return np.array(out).reshape(-1, 3)

@@ -125,3 +125,15 @@ def test_stance_mask_before_between_and_after_events():
     ev = ge.Events(strike={"L": np.array([2.0])}, off={"L": np.array([1.0])})
     np.testing.assert_array_equal(ge.stance_mask(ev, "L", [0.5, 1.5, 2.5]), [1, 0, 1])
     assert np.isnan(ge.stance_mask(ge.Events({"L": np.array([])}, {"L": np.array([])}), "L", [0.0])).all()
+
+
+def test_stride_work_of_a_sine_power():
+    t = np.linspace(0, 3, 30001)
+    p = np.sin(2 * np.pi * t) + 0.25  # per 1 s stride: net 0.25, positive and negative parts analytic
+    w = ge.stride_work(p, t, [0.0, 1.0, 2.0])
+    # sin + c > 0 for theta in (-asin c, pi + asin c): positive part = (2 cos(asin c) + c (pi + 2 asin c)) / 2 pi
+    c = 0.25
+    pos = (2 * np.cos(np.arcsin(c)) + c * (np.pi + 2 * np.arcsin(c))) / (2 * np.pi)
+    np.testing.assert_allclose(w, [[pos, 0.25 - pos, 0.25]] * 2, atol=1e-6)
+    p[15000] = np.nan
+    assert np.isnan(ge.stride_work(p, t, [0.0, 1.0, 2.0])[1]).all()
