@@ -1,0 +1,149 @@
+"""Safety of the real-time loop: limits, stale-data watchdog, ZMP-margin guard, latched e-stop.
+
+Every cycle the loop passes the measured state and the commands it wants through `Safety`; what
+comes out is what may reach the motors. Rules, in order (docs/controller.md, Safety):
+
+1. **Latched stop** (e-stop from the command line or the bus, or a limit fault): torque off on every
+   motor until `reset`. Causes ``estop`` (with its source), ``position_limit``, ``velocity_limit``.
+2. **Stale data**: the newest measurement older than ``limits.stale_s`` (or none yet): torque off
+   while stale, an event at the onset (``stale``) and at the recovery (``fresh``); not latched, and
+   never a wait (the loop keeps its period).
+3. **Position and velocity limits** on the measured state (position limits only where configured:
+   a crank turns freely): a breach latches a fault.
+4. **ZMP stability margin** (biped / exoskeleton): margin below ``limits.min_margin`` raises
+   ``zmp_margin`` and asks the controller for its stop nominal (`Decision.stop_requested`).
+5. **Command shaping**: the position setpoint moves at most ``slew x dt`` per cycle, the torque at
+   most ``torque_slew x dt`` per cycle and never beyond +-``torque`` (counted as ``clipped`` events).
+   The torque leaving a stop ramps from zero at the torque slew, never jumps.
+
+Events are returned with the decision (the loop publishes each on ``controller/events`` with its
+cause); the MCU watchdog stays the last line (a stalled loop stops feeding it).
+Arrays are (A,) per actuator in SI (rad, rad/s, N m).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Event:
+    """A safety event: t_ns host monotonic time, cause, detail (one line), latched (a stop until reset)."""
+
+    t_ns: int
+    cause: str
+    detail: str
+    latched: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What may reach the motors this cycle: enabled (False = torque off), tau (A,) N m, q_ref (A,)
+    rad (slew-limited setpoint), events, stop_requested (switch to the stop nominal)."""
+
+    enabled: bool
+    tau: np.ndarray
+    q_ref: np.ndarray | None
+    events: tuple[Event, ...] = ()
+    stop_requested: bool = False
+
+
+@dataclass
+class Safety:
+    """The loop's safety state (module doc). limits: `controller.synergies.robot.Limits`; dt: period (s)."""
+
+    limits: object
+    dt: float
+    latched: Event | None = None
+    stale: bool = True
+    tau: np.ndarray = field(default=None)
+    q_ref: np.ndarray | None = None
+    counts: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.limits.torque)
+        if self.tau is None:
+            self.tau = np.zeros(n)
+        self._tmax = np.asarray(self.limits.torque, dtype=float)
+        self._vmax = np.asarray(self.limits.velocity, dtype=float)
+        self._slew = np.asarray(self.limits.slew, dtype=float) * self.dt
+        self._tslew = np.asarray(self.limits.torque_slew, dtype=float) * self.dt
+
+    def _count(self, ev: Event) -> Event:
+        self.counts[ev.cause] = self.counts.get(ev.cause, 0) + 1
+        return ev
+
+    def estop(self, t_ns: int, source: str) -> Event:
+        """Latch the e-stop (from `source`: "cli", "bus", ...)."""
+        ev = self._count(Event(t_ns, "estop", f"e-stop from {source}", True))
+        if self.latched is None:
+            self.latched = ev
+        return ev
+
+    def reset(self, t_ns: int) -> Event:
+        """Clear a latched stop; the torque restarts from zero through the torque slew."""
+        was = self.latched.cause if self.latched else "nothing"
+        self.latched = None
+        self.tau = np.zeros_like(self.tau)
+        self.q_ref = None
+        return self._count(Event(t_ns, "reset", f"reset (was {was})"))
+
+    def check(self, t_ns: int, age_s: float, q, qd, margin: float | None = None) -> list[Event]:
+        """Rules 2-4 on the measured state (age_s: age of the newest measurement, s; inf if none)."""
+        events: list[Event] = []
+        fresh = math.isfinite(age_s) and age_s <= self.limits.stale_s
+        if not fresh and not self.stale:
+            events.append(self._count(Event(t_ns, "stale", f"newest measurement {age_s * 1e3:.1f} ms old "
+                                                           f"(limit {self.limits.stale_s * 1e3:.1f} ms): torque off")))
+        elif fresh and self.stale:
+            events.append(self._count(Event(t_ns, "fresh", "measurements fresh again")))
+        self.stale = not fresh
+        if not fresh:
+            return events
+        q, qd = np.asarray(q, dtype=float), np.asarray(qd, dtype=float)
+        bad_v = np.flatnonzero(~(np.abs(qd) <= self._vmax))
+        if bad_v.size and self.latched is None:
+            j = int(bad_v[0])
+            self.latched = self._count(Event(t_ns, "velocity_limit", f"actuator {j}: |{qd[j]:.4g}| rad/s > {self._vmax[j]:.4g}", True))
+            events.append(self.latched)
+        lo, hi = self.limits.position_min, self.limits.position_max
+        if lo is not None:
+            bad_q = np.flatnonzero(~((q >= np.asarray(lo)) & (q <= np.asarray(hi))))
+            if bad_q.size and self.latched is None:
+                j = int(bad_q[0])
+                self.latched = self._count(Event(t_ns, "position_limit", f"actuator {j}: {q[j]:.4g} rad outside "
+                                                                         f"[{lo[j]:.4g}, {hi[j]:.4g}]", True))
+                events.append(self.latched)
+        if margin is not None and not (margin >= self.limits.min_margin):
+            events.append(self._count(Event(t_ns, "zmp_margin", f"stability margin {margin:.4g} m < {self.limits.min_margin:.4g} m: stop nominal")))
+        return events
+
+    def shape(self, t_ns: int, tau, q_ref=None, events: list[Event] | None = None) -> Decision:
+        """Rules 1, 2 and 5: the torque (A,) N m and setpoint (A,) rad that may be commanded."""
+        events = list(events or [])
+        stop = any(e.cause == "zmp_margin" for e in events)
+        if self.latched is not None or self.stale:
+            self.tau = np.zeros_like(self.tau)
+            self.q_ref = None
+            return Decision(False, self.tau.copy(), None, tuple(events), stop)
+        want = np.asarray(tau, dtype=float)
+        if not np.all(np.isfinite(want)):
+            self.latched = self._count(Event(t_ns, "invalid_command", "non-finite torque command", True))
+            self.tau = np.zeros_like(self.tau)
+            return Decision(False, self.tau.copy(), None, tuple(events) + (self.latched,), stop)
+        out = np.clip(want, self.tau - self._tslew, self.tau + self._tslew)
+        out = np.clip(out, -self._tmax, self._tmax)
+        if np.any(out != want):
+            self.counts["clipped"] = self.counts.get("clipped", 0) + 1
+        self.tau = out
+        if q_ref is not None:
+            q_ref = np.asarray(q_ref, dtype=float)
+            if self.q_ref is not None:
+                lim = np.clip(q_ref, self.q_ref - self._slew, self.q_ref + self._slew)
+                if np.any(lim != q_ref):
+                    self.counts["setpoint_slew"] = self.counts.get("setpoint_slew", 0) + 1
+                q_ref = lim
+            self.q_ref = q_ref
+        return Decision(True, out.copy(), None if q_ref is None else q_ref.copy(), tuple(events), stop)

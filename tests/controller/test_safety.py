@@ -1,0 +1,92 @@
+"""Safety rules of the loop (controller.safety) and the update step's stops (controller.loop.Controller).
+
+Truths: the configured limits themselves (every command the safety lets out must satisfy them, whatever
+goes in: property tests), and the latch semantics (a latched stop stays until reset, in the same cycle).
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.safety import Safety
+from controller.synergies.robot import load_robot
+
+LIMITS = load_robot("jansen").limits
+DT = 0.002
+
+
+def fresh(s: Safety, t: int, q=(0.0, 0.0), qd=(0.0, 0.0)):
+    return s.check(t, 0.0, np.array(q), np.array(qd))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(-1e3, 1e3), st.floats(-1e3, 1e3), st.floats(-50, 50), st.floats(-50, 50),
+                          st.floats(-20, 20), st.floats(-20, 20), st.booleans()), min_size=1, max_size=60))
+def test_commands_stay_within_every_limit_under_random_references(steps):
+    s = Safety(LIMITS, DT)
+    prev_tau, prev_q = np.zeros(2), None
+    t = 0
+    for ta, tb, qa, qb, va, vb, stale in steps:
+        t += 2_000_000
+        ev = s.check(t, 1.0 if stale else 0.0, np.zeros(2), np.array([va, vb]))
+        d = s.shape(t, np.array([ta, tb]), np.array([qa, qb]), ev)
+        assert np.all(np.abs(d.tau) <= np.asarray(LIMITS.torque))
+        if d.enabled:  # torque moves at the slew limit (from zero after a stop); a stop cuts it at once
+            assert np.all(np.abs(d.tau - prev_tau) <= np.asarray(LIMITS.torque_slew) * DT + 1e-12)
+        if d.enabled and prev_q is not None and d.q_ref is not None:
+            assert np.all(np.abs(d.q_ref - prev_q) <= np.asarray(LIMITS.slew) * DT + 1e-12)
+        if not d.enabled:
+            assert np.all(d.tau == 0)
+        if np.any(np.abs([va, vb]) > np.asarray(LIMITS.velocity)) and not stale:
+            assert s.latched is not None and not d.enabled
+        prev_tau = d.tau
+        prev_q = d.q_ref if d.enabled else None
+
+
+def test_estop_stops_in_the_same_cycle_and_stays_latched_until_reset():
+    s = Safety(LIMITS, DT)
+    fresh(s, 0)
+    for k in range(200):  # ramp up to a steady torque
+        d = s.shape(k, np.array([1.0, -1.0]))
+    assert d.enabled and d.tau.tolist() == [1.0, -1.0]
+    ev = s.estop(10, "cli")
+    assert ev.latched and ev.cause == "estop"
+    d = s.shape(11, np.array([1.0, -1.0]), None, fresh(s, 11))
+    assert not d.enabled and d.tau.tolist() == [0.0, 0.0]
+    for k in range(5):
+        assert not s.shape(12 + k, np.array([1.0, 1.0]), None, fresh(s, 12 + k)).enabled
+    s.reset(20)
+    d = s.shape(21, np.array([1.0, -1.0]), None, fresh(s, 21))
+    assert d.enabled and np.allclose(np.abs(d.tau), np.asarray(LIMITS.torque_slew) * DT)  # ramps, no jump
+
+
+def test_stale_data_turns_torque_off_without_latching_and_reports_once():
+    s = Safety(LIMITS, DT)
+    assert [e.cause for e in fresh(s, 0)] == ["fresh"]
+    s.shape(0, np.ones(2))
+    ev1 = s.check(1, 2 * LIMITS.stale_s, np.zeros(2), np.zeros(2))
+    ev2 = s.check(2, 3 * LIMITS.stale_s, np.zeros(2), np.zeros(2))
+    assert [e.cause for e in ev1] == ["stale"] and ev2 == []
+    assert not s.shape(2, np.ones(2), None, ev1).enabled and s.latched is None
+    assert [e.cause for e in fresh(s, 3)] == ["fresh"]
+    assert s.shape(3, np.ones(2)).enabled
+
+
+def test_position_limit_and_zmp_margin():
+    lim = dataclasses.replace(LIMITS, position_min=(-1.0, -1.0), position_max=(1.0, 1.0), min_margin=0.02)
+    s = Safety(lim, DT)
+    ev = s.check(0, 0.0, np.array([0.0, 0.0]), np.zeros(2), margin=0.01)
+    d = s.shape(0, np.zeros(2), None, ev)
+    assert d.stop_requested and s.latched is None
+    ev = s.check(1, 0.0, np.array([0.0, 1.5]), np.zeros(2), margin=0.05)
+    assert [e.cause for e in ev] == ["position_limit"] and "actuator 1" in ev[0].detail
+    assert not s.shape(1, np.zeros(2), None, ev).enabled
+
+
+def test_non_finite_command_latches():
+    s = Safety(LIMITS, DT)
+    fresh(s, 0)
+    d = s.shape(0, np.array([np.nan, 0.0]))
+    assert not d.enabled and s.latched.cause == "invalid_command"
