@@ -32,7 +32,7 @@ from daq.bus import DEFAULT_RCVHWM, DEFAULT_SNDHWM, is_local_endpoint
 
 __all__ = [
     "ConfigError", "Lab", "LabInfo", "Bus", "Curve", "Supervisor", "Process",
-    "ForcePlate", "Mcu", "Mocap", "Device", "load", "parse_endpoint", "process_entry", "check_processes",
+    "ForcePlate", "Mcu", "Mocap", "LslStream", "Device", "load", "parse_endpoint", "process_entry", "check_processes",
 ]
 
 
@@ -217,7 +217,25 @@ class Mocap:
         return ()
 
 
-Device = Union[ForcePlate, Mcu, Mocap]
+@dataclass(frozen=True)
+class LslStream:
+    """``[devices.NAME]`` with ``kind = "lsl"``: a Lab Streaming Layer stream brought onto the bus
+    (``daq.lsl``); found on the network by any of ``lsl_name``, ``lsl_type``, ``source_id``."""
+    kind: Literal["lsl"] = field(metadata=_doc("device kind"))
+    name: str = field(default="", metadata=_doc("", from_key=True))
+    lsl_name: str = field(default="", metadata=_doc("LSL stream name to resolve (e.g. ``EMG``)"))
+    lsl_type: str = field(default="", metadata=_doc("LSL stream type to resolve (e.g. ``MoCap``, ``EEG``)"))
+    source_id: str = field(default="", metadata=_doc("LSL source id to resolve (the most specific)"))
+    stream: str = field(default="", metadata=_doc(
+        "bus stream name; empty = ``markers/NAME`` for a MoCap stream, else ``lsl/NAME``"))
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """The bus stream of this device (known once resolved when ``stream`` is empty)."""
+        return (self.stream,) if self.stream else ()
+
+
+Device = Union[ForcePlate, Mcu, Mocap, LslStream]
 
 
 @dataclass(frozen=True)
