@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import kernels
+
 
 class SupportError(ValueError):
     """Bad support-polygon input (names the argument and the expected shape)."""
@@ -171,6 +173,13 @@ def support_margin(points, in_contact, p, tol: float = 1e-12) -> tuple[np.ndarra
     pp = np.asarray(p, dtype=float)
     if pts.ndim != 3 or mask.shape != pts.shape[:2] or pp.ndim != 2 or pp.shape[0] != pts.shape[0]:
         raise SupportError(f"points (N, C, 2|3), in_contact (N, C), p (N, 2|3) disagree: {pts.shape}, {mask.shape}, {pp.shape}")
+    if kernels.enabled():       # the same hull and margin, compiled (kernels/ground.py)
+        margin, nv = np.empty(pts.shape[0]), np.empty(pts.shape[0], dtype=np.int64)
+        bad = kernels.kernel("ground.support_margin")(np.ascontiguousarray(pts[..., :2]), np.ascontiguousarray(mask),
+                                                      np.ascontiguousarray(pp[:, :2]), float(tol), margin, nv)
+        if bad >= 0:
+            support_polygon(pts[bad], mask[bad], tol)     # raises SupportError naming the problem
+        return margin, nv
     margin = np.full(pts.shape[0], np.nan)
     nv = np.zeros(pts.shape[0], int)
     for i in range(pts.shape[0]):

@@ -14,6 +14,8 @@ from dynamics.support import (
     within,
 )
 
+pytestmark = pytest.mark.usefixtures("kernel_path")   # compiled kernels and the numpy path
+
 SQUARE = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0], [0.5, 0.5], [1.0, 0.5]])  # interior + edge points
 
 
@@ -123,6 +125,29 @@ def test_support_margin_over_time_and_nan():
     assert np.isnan(m[2]) and np.isnan(m[3])
     with pytest.raises(SupportError, match="disagree"):
         support_margin(pts, mask[:4], p)
+    pts[2, 1, 0] = np.nan                              # a NaN point in contact: named, never a silent margin
+    with pytest.raises(SupportError, match="finite"):
+        support_margin(pts, mask, p)
+
+
+def test_support_margin_compiled_equals_numpy_path_on_degenerate_clouds():
+    """Points on a coarse grid (duplicates, collinear runs, single points, segments, flight) and
+    probes inside, outside and NaN: both paths give the same vertex counts and margins."""
+    from dynamics import kernels
+
+    rng = np.random.default_rng(7)
+    N, C = 400, 9
+    pts = rng.integers(0, 3, size=(N, C, 3)).astype(float) * 0.1
+    mask = rng.random((N, C)) < rng.uniform(0.0, 1.0, (N, 1))
+    p = rng.uniform(-0.1, 0.3, (N, 3))
+    p[::37] = np.nan
+    with kernels.use_jit(True):
+        m1, n1 = support_margin(pts, mask, p)
+    with kernels.use_jit(False):
+        m0, n0 = support_margin(pts, mask, p)
+    assert set(n0.tolist()) >= {0, 1, 2, 3, 4}
+    np.testing.assert_array_equal(n1, n0)
+    np.testing.assert_allclose(m1, m0, rtol=1e-12, atol=1e-15)
 
 
 def test_interval_margin_planar():
