@@ -29,9 +29,10 @@ def _plt():
     import matplotlib
 
     matplotlib.use("Agg")
-    # path simplification and chunked Agg paths: kHz force curves draw in a fraction of the time
-    matplotlib.style.use("fast")
     import matplotlib.pyplot as plt
+
+    # path simplification and chunked Agg paths: kHz force curves draw in a fraction of the time
+    plt.style.use("fast")
 
     return plt
 
