@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares
 
+from . import kernels
+from .kernels import ground as G
 from .spatial import cross
 
 #: Normal-force laws (``methods.md`` e.2 table).
@@ -431,6 +433,8 @@ def contact_forces(
     F_T by :func:`friction_force` (none if friction is None); energy dissipated per episode
     E_d = ∮ F_N dδ (trapezoid on the (δ, F_N) loop, the elastic part integrates to zero).
     state: the :class:`ContactState` returned by the previous call (default: all out of contact).
+    By default one compiled loop over the samples carries the episode state (kernels/ground.py); the
+    numpy path (kernels.enabled() False) computes the same with array operations.
     """
     delta = np.asarray(kin.delta, dtype=float)
     ddot = np.asarray(kin.delta_dot, dtype=float)
@@ -445,6 +449,8 @@ def contact_forces(
         state = ContactState.initial(c)
     if state.in_contact.shape != (c,):
         raise ContactError(f"contact_forces: state is for {state.in_contact.shape[0]} contacts, kinematics has {c}")
+    if kernels.enabled():
+        return _contact_forces_compiled(law, friction, delta, ddot, v_t, normal, state)
 
     in_c = delta > 0.0
     prev = _shift(in_c, state.in_contact)
@@ -480,6 +486,36 @@ def contact_forces(
     )
     force = f_n[..., None] * normal + f_t
     return ContactForces(f_n, f_t, force, v_lat, law.v_min, energy, touch, lift, new_state)
+
+
+def _law_codes(law: NormalLaw, friction: Friction | None) -> tuple[int, np.ndarray, int, np.ndarray]:
+    """The compiled kernel's law and friction codes and parameters (kernels/ground.py)."""
+    lcode = {"kelvin_voigt": G.KELVIN_VOIGT, "hertz": G.HERTZ, "hunt_crossley_constant": G.CONSTANT_DAMPING}.get(
+        law.kind, G.RESTITUTION)
+    lp = np.array([law.stiffness, law.exponent, law.damping, law.v_min, law.chi if law.uses_latch else 0.0])
+    if friction is None:
+        return lcode, lp, G.NO_FRICTION, np.zeros(6)
+    fcode = {"ramp": G.RAMP, "tanh": G.TANH, "stiction": G.STICTION}[friction.kind]
+    fp = np.array([friction.mu, friction.v0, friction.v1, friction.v_s,
+                   friction.mu if friction.mu_static is None else friction.mu_static, friction.mu_viscous])
+    return lcode, lp, fcode, fp
+
+
+def _contact_forces_compiled(law, friction, delta, ddot, v_t, normal, state) -> ContactForces:
+    """contact_forces on the compiled kernel: one loop over samples carrying the episode state."""
+    n, c, d = v_t.shape
+    lcode, lp, fcode, fp = _law_codes(law, friction)
+    new = ContactState(np.array(state.in_contact, dtype=bool), np.array(state.v_latched, dtype=float),
+                       np.array(state.energy, dtype=float), np.array(state.last_delta, dtype=float),
+                       np.array(state.last_force, dtype=float))
+    f_n, v_lat, energy = np.empty((n, c)), np.empty((n, c)), np.empty((n, c))
+    f_t, force = np.empty((n, c, d)), np.empty((n, c, d))
+    touch, lift = np.empty((n, c), bool), np.empty((n, c), bool)
+    kernels.kernel("ground.contact_forces")(
+        lcode, lp, fcode, fp, np.ascontiguousarray(delta), np.ascontiguousarray(ddot), np.ascontiguousarray(v_t),
+        np.ascontiguousarray(normal), new.in_contact, new.v_latched, new.energy, new.last_delta, new.last_force,
+        f_n, f_t, force, v_lat, energy, touch, lift)
+    return ContactForces(f_n, f_t, force, v_lat, law.v_min, energy, touch, lift, new)
 
 
 # --------------------------------------------------------------------------------------------- wrenches

@@ -42,6 +42,9 @@ def _signatures() -> dict:
         "tree.aba": i64(I2, F2, F1, F2, F2, F2, F3, O2),
         "tree.kinematics": i64(I2, F2, F2, F2, F2, O4, O3, O3, O3, O3),
         "tree.centroidal": i64(I2, F2, F2, F2, F2, O2),
+        "ground.contact_forces": types.none(i64, F1, i64, F1, F2, F2, F3, F3, _array(1, True, "boolean"),
+                                            _array(1, True), _array(1, True), _array(1, True), _array(1, True), O2,
+                                            O3, O3, O2, O2, _array(2, True, "boolean"), _array(2, True, "boolean")),
         "ground.support_margin": i64(F3, _array(2, dtype="boolean"), F2, types.float64, _array(1, True),
                                             _array(1, True, "int64")),
     }

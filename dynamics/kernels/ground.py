@@ -109,3 +109,78 @@ def support_margin(points, in_contact, p, tol, margin, n_vertices):
             d = min(d, _segment_distance(x, y, hx[e], hy[e], hx[(e + 1) % k], hy[(e + 1) % k]))
         margin[s] = -d
     return -1
+
+
+# contact law codes (contact.py passes them): the normal law's form and the friction kind
+KELVIN_VOIGT, HERTZ, CONSTANT_DAMPING, RESTITUTION = 0, 1, 2, 3
+NO_FRICTION, RAMP, TANH, STICTION = -1, 0, 1, 2
+
+
+@njit(cache=True, inline="always")
+def _mu(fcode, fp, v):
+    """Friction coefficient μ(v) for slip speed v ≥ 0 (contact.Friction.coefficient); fp = (mu, v0,
+    v1, v_s, mu_static, mu_viscous)."""
+    mu = fp[0]
+    if fcode == RAMP:
+        return mu * min(max((v - fp[1]) / (fp[2] - fp[1]), 0.0), 1.0)
+    if fcode == TANH:
+        return mu * math.tanh(v / fp[3])
+    r = v / fp[3]
+    return mu * math.tanh(4.0 * r) + (fp[4] - mu) * r / (0.25 * r * r + 0.75) ** 2 + fp[5] * v
+
+
+@njit(cache=True)
+def contact_forces(lcode, lp, fcode, fp, delta, ddot, v_t, normal, in_contact, v_latched, energy, last_delta,
+                   last_force, f_n, f_t, force, v_lat, e_out, touch, lift):
+    """Contact forces of C points over N samples with per-episode latching (contact.contact_forces).
+
+    lp = (K, n, damping, v_min, χ̂); delta, ddot (N, C); v_t, normal (N, C, d); the state arrays
+    (C,) are read and updated in place (the state after the last sample); outputs f_n, v_lat,
+    e_out (N, C), f_t, force (N, C, d), touch, lift (N, C) bool."""
+    N, C = delta.shape
+    d = v_t.shape[2]
+    K, n, damping, v_min, chi = lp[0], lp[1], lp[2], lp[3], lp[4]
+    for s in range(N):
+        for c in range(C):
+            dl, dd = delta[s, c], ddot[s, c]
+            inc = dl > 0.0                           # a NaN δ (marker gap) is no contact
+            prev = in_contact[c]
+            touch[s, c] = inc and not prev
+            lift[s, c] = prev and not inc
+            if touch[s, c]:                          # latch δ̇⁻ = max(δ̇, v_min) (NaN stays NaN)
+                v_latched[c] = dd if (dd > v_min or dd != dd) else v_min
+            if not inc:
+                v_latched[c] = np.nan
+            v_lat[s, c] = v_latched[c]
+            f = 0.0
+            if inc:
+                if lcode == KELVIN_VOIGT:
+                    f = K * dl + damping * dd
+                else:
+                    f = K * dl ** n
+                    if lcode == CONSTANT_DAMPING:
+                        f = f * (1.0 + 1.5 * damping * dd)
+                    elif lcode == RESTITUTION:
+                        vl = v_latched[c] if v_latched[c] > v_min or v_latched[c] != v_latched[c] else v_min
+                        f = f * (1.0 + chi * dd / vl)
+                if f < 0.0:
+                    f = 0.0
+            f_n[s, c] = f
+            speed2 = 0.0
+            for k in range(d):
+                speed2 += v_t[s, c, k] * v_t[s, c, k]
+            speed = math.sqrt(speed2)
+            scale = 0.0
+            if fcode != NO_FRICTION:
+                scale = _mu(fcode, fp, speed) * f / (speed if speed > 0.0 else 1.0)
+            for k in range(d):
+                f_t[s, c, k] = -scale * v_t[s, c, k]
+                force[s, c, k] = f * normal[s, c, k] + f_t[s, c, k]
+            # loop integral ∮ F_N dδ on clipped δ, restarted at touch-down
+            dc = dl if inc else 0.0
+            de = 0.5 * (f + last_force[c]) * (dc - last_delta[c])
+            energy[c] = de if touch[s, c] else energy[c] + de
+            e_out[s, c] = energy[c]
+            in_contact[c] = inc
+            last_delta[c] = dc
+            last_force[c] = f

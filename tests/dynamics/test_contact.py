@@ -27,6 +27,8 @@ from dynamics.contact import (
     restitution_from_factor,
 )
 
+pytestmark = pytest.mark.usefixtures("kernel_path")   # compiled kernels and the numpy path
+
 
 def bounce(law: NormalLaw, v0: float, mass: float = 1.0, gravity: float = 0.0):
     """Integrate a ball hitting the ground at δ = 0 with approach speed v0 (δ̇⁻ = v0 latched exactly).
@@ -367,3 +369,45 @@ def test_nan_penetration_is_no_contact_and_does_not_poison_energy():
     a, b = contact_forces(law, kin), contact_forces(law, gap)
     assert np.all(b.f_normal[:50] == 0) and np.all(np.isfinite(b.energy))
     np.testing.assert_allclose(b.energy[b.lift_off], a.energy[a.lift_off], rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["hertz", "kelvin_voigt", "hunt_crossley", "hunt_crossley_constant",
+                                  "lankarani_nikravesh", "flores", "hu_guo"])
+@pytest.mark.parametrize("fkind", [None, "ramp", "tanh", "stiction"])
+def test_compiled_contact_forces_equal_numpy_path_across_calls(kind, fkind):
+    """Bouncing points with NaN gaps, fed in blocks of 1, 7 and the rest with the state carried: the
+    compiled loop and the numpy path give the same forces, latches, energies and episode flags."""
+    from dynamics import kernels
+    from dynamics.contact import ContactKinematics, Friction, NormalLaw, contact_forces
+
+    rng = np.random.default_rng(3)
+    n, c = 60, 4
+    t = np.arange(n)[:, None] * 0.01
+    delta = 1e-3 * np.sin(2 * np.pi * (3 * t + rng.uniform(0, 1, c))) + 2e-4 * rng.standard_normal((n, c))
+    delta[10:12, 1] = np.nan
+    ddot = np.gradient(delta, 0.01, axis=0)
+    ddot[np.isnan(ddot)] = 0.0
+    v_t = 0.02 * rng.standard_normal((n, c, 3))
+    v_t[:, :, 2] = 0.0
+    v_t[5, 0] = 0.0
+    normal = np.broadcast_to([0.0, 0.0, 1.0], (n, c, 3))
+    law = NormalLaw(kind, 2e5, restitution=0.6, damping=0.5 if kind in ("kelvin_voigt", "hunt_crossley_constant") else 0.0)
+    friction = None if fkind is None else Friction(0.5, kind=fkind, v0=0.001, v1=0.01, v_s=0.01,
+                                                   mu_static=0.7 if fkind == "stiction" else None, mu_viscous=0.1)
+    out = {}
+    for jit in (True, False):
+        with kernels.use_jit(jit):
+            state, parts = None, []
+            for sl in (slice(0, 1), slice(1, 8), slice(8, n)):
+                r = contact_forces(law, ContactKinematics(delta[sl], ddot[sl], v_t[sl], normal[sl]), friction, state)
+                state = r.state
+                parts.append(r)
+            out[jit] = (parts, state)
+    for a, b in zip(out[True][0], out[False][0]):
+        for name in ("f_normal", "f_tangent", "force", "v_latched", "energy"):
+            np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-12, atol=1e-12, err_msg=name)
+        np.testing.assert_array_equal(a.touch_down, b.touch_down)
+        np.testing.assert_array_equal(a.lift_off, b.lift_off)
+    for name in ("in_contact", "v_latched", "energy", "last_delta", "last_force"):
+        np.testing.assert_allclose(getattr(out[True][1], name), getattr(out[False][1], name), rtol=1e-12, atol=1e-12)
+    assert any(p.touch_down.any() for p in out[True][0]) and any(p.lift_off.any() for p in out[True][0])
