@@ -277,20 +277,26 @@ def test_unplug_is_reported_and_the_session_restarts(scenario):
     assert scenario["rec"].frames[-1].meta["session"] == 2
 
 
+def one_error_line(cfg: Path, ports: list[int]) -> str:
+    """Run the daemon of `cfg` until it exits: status 2 and exactly one ERROR line (returned)."""
+    proc, sub = start_encoder(cfg, ports)
+    sub.close()
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the daemon kept running")
+    assert proc.returncode == 2 and "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, err
+    return errors[0]
+
+
 def test_an_mcu_with_other_motors_is_a_one_line_error(tmp_path):
     ports = free_tcp_ports(3)
     with VirtualMCU(2, control_hz=500, stream_hz=500) as mcu:
-        cfg = write_lab(tmp_path, ports, Path(mcu.port))
-        proc, sub = start_encoder(cfg, ports)
-        sub.close()
-        try:
-            _, err = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            pytest.fail("the daemon kept running against an MCU with 2 motors")
-    assert proc.returncode == 2
-    errors = [line for line in err.splitlines() if " ERROR " in line]
-    assert len(errors) == 1 and "has 2 motor(s), devices.mcu.motors names 1 (crank)" in errors[0], err
+        line = one_error_line(write_lab(tmp_path, ports, Path(mcu.port)), ports)
+    assert "has 2 motor(s), devices.mcu.motors names 1 (crank)" in line
 
 
 @pytest.mark.parametrize("devices, words", [
@@ -300,14 +306,4 @@ def test_an_mcu_with_other_motors_is_a_one_line_error(tmp_path):
 def test_the_port_comes_from_exactly_one_mcu_device(tmp_path, devices, words):
     """The daemon serves the MCU listed in its `devices` (no --port argument): none or two is one line, exit 2."""
     ports = free_tcp_ports(3)
-    cfg = write_lab(tmp_path, ports, tmp_path / "mcu", devices=devices)
-    proc, sub = start_encoder(cfg, ports)
-    sub.close()
-    try:
-        _, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("the daemon kept running without its MCU device")
-    assert proc.returncode == 2
-    errors = [line for line in err.splitlines() if " ERROR " in line]
-    assert len(errors) == 1 and words in errors[0] and "Traceback" not in err, err
+    assert words in one_error_line(write_lab(tmp_path, ports, tmp_path / "mcu", devices=devices), ports)

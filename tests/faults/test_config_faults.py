@@ -105,21 +105,27 @@ def run(ctx, args):
 '''
 
 
-def test_a_config_error_exit_is_not_restarted_and_says_why(tmp_path):
+def badargs_lab(tmp_path: Path, others: str = "") -> tuple[Path, list[int]]:
+    """A lab whose process `badargs` (restart always) exits with status 2, plus `others`."""
     (tmp_path / "badargs.py").write_text(BAD_ARGS)
-    path, ports = lab(tmp_path, """
+    return lab(tmp_path, """
         [[processes]]
         name = "badargs"
         module = "badargs"
         bind = "tcp://127.0.0.1:{p1}"
         args = ["fast"]
         restart = "always"
+    """ + others, supervisor="backoff_initial_s = 0.05\nstatus_interval_s = 0.2\n")
+
+
+def test_a_config_error_exit_is_not_restarted_and_says_why(tmp_path):
+    path, ports = badargs_lab(tmp_path, """
         [[processes]]
         name = "waiter"
         module = "controller.healthmon"
         bind = "tcp://127.0.0.1:{p2}"
         restart = "never"
-    """, supervisor="backoff_initial_s = 0.05\nstatus_interval_s = 0.2\n")
+    """)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
     with Subscriber([f"tcp://127.0.0.1:{ports[0]}"], ["events/supervisor"]) as sub:
         proc = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(path)], cwd=REPO, env=env,
@@ -151,15 +157,7 @@ def test_a_config_error_exit_is_not_restarted_and_says_why(tmp_path):
 
 
 def test_a_lab_whose_processes_all_failed_stops_by_itself(tmp_path):
-    (tmp_path / "badargs.py").write_text(BAD_ARGS)
-    path, _ = lab(tmp_path, """
-        [[processes]]
-        name = "badargs"
-        module = "badargs"
-        bind = "tcp://127.0.0.1:{p1}"
-        args = ["fast"]
-        restart = "always"
-    """, supervisor="backoff_initial_s = 0.05\n")
+    path, _ = badargs_lab(tmp_path)
     r = walklab(tmp_path, "run", str(path), timeout=60)  # a restart loop never ends: the timeout fails it
     assert r.returncode == 1, r.stderr
     assert "no process left to run" in r.stderr and "badargs restarted" not in r.stderr
