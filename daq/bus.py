@@ -190,9 +190,11 @@ class Publisher:
             ``curve.authorized_clients`` the publisher gets its own context running a ZAP
             authenticator that admits only those client keys.
         context: ZeroMQ context (default: the process-wide ``zmq.Context.instance()``).
-        replay_s: keep the frames of the first ``replay_s`` seconds (at most `REPLAY_FRAMES` per
-            stream, `REPLAY_BYTES` in all) and send them with the welcome to a subscriber that asks
-            for them, so a process started with the lab misses none (0: keep nothing).
+        replay_s: keep the frames of sampled streams (``rate_hz > 0``) of the first ``replay_s``
+            seconds (at most `REPLAY_FRAMES` per stream, `REPLAY_BYTES` in all) and send them with
+            the welcome to a subscriber that asks for them, so a process started with the lab
+            misses none (0: keep nothing). Irregular streams (``rate_hz`` 0: commands, requests,
+            events) are never replayed: a consumer would act on stale commands again.
 
     Attributes:
         endpoint: the bound endpoint, with the actual port when ``*`` was asked.
@@ -394,7 +396,7 @@ class Publisher:
             send(part, 0 if i == last else _SNDMORE, copy=len(part) < zmq.COPY_THRESHOLD)
         self._seq[frame.stream] = frame.seq + 1
         self.sent[frame.stream] = self.sent.get(frame.stream, 0) + 1
-        if self._retained is not None:
+        if self._retained is not None and frame.rate_hz > 0:
             self._retain(frame.stream, parts, frame.t_pub)
 
     def close(self) -> None:

@@ -233,6 +233,27 @@ def test_a_subscriber_started_after_the_publisher_misses_nothing(endpoint):
     assert first > 50 and st_fresh.missed_at_join == first and st_fresh.dropped == 0
 
 
+def test_the_replay_holds_sampled_streams_not_commands():
+    """Frames of a sampled stream published before a subscriber joined are replayed to it; an
+    irregular stream's (rate_hz 0: a command a controller would execute again) are not, and their
+    late join is counted instead."""
+    with Publisher("tcp://127.0.0.1:*") as pub:
+        for i in range(5):
+            pub.publish("forceplate/FP1", np.full((5, 3), i, float), **FORCE)
+            pub.publish("controller/command", [float(i)], kind="command", rate_hz=0.0, channels=["crank"],
+                        units=["rad/s"])
+        with Subscriber(pub.endpoint, ["forceplate/FP1", "controller/command"]) as sub:
+            assert pub.wait_for_subscribers(1, TIMEOUT) and sub.wait_connected(TIMEOUT)
+            pub.publish("forceplate/FP1", np.full((5, 3), 5, float), **FORCE)
+            pub.publish("controller/command", [5.0], kind="command", rate_hz=0.0, channels=["crank"], units=["rad/s"])
+            frames = recv_n(sub, 7)
+            stats = sub.stats()
+    assert [f.seq for f in frames if f.stream == "forceplate/FP1"] == list(range(6))
+    assert [f.data[0, 0] for f in frames if f.stream == "forceplate/FP1"] == list(range(6))
+    assert [f.seq for f in frames if f.stream == "controller/command"] == [5]
+    assert stats["controller/command"].missed_at_join == 5 and stats["forceplate/FP1"].missed_at_join == 0
+
+
 def test_subscription_filters_exact_names_and_prefixes():
     pub = Publisher("tcp://127.0.0.1:*")
     exact = Subscriber(pub.endpoint, ["fp/1"])
