@@ -707,8 +707,11 @@ def main(argv: list[str] | None = None) -> int:
     with mcu:
         print(mcu.port, flush=True)
         stop.wait()
-    print(f"{args.name}: stopped at MCU time {mcu.stats.t_us * 1e-6:.3f} s; counters:", flush=True)
-    print(_counters(mcu), flush=True)
+    try:
+        print(f"{args.name}: stopped at MCU time {mcu.stats.t_us * 1e-6:.3f} s; counters:", flush=True)
+        print(_counters(mcu), flush=True)
+    except BrokenPipeError:  # the reader of stdout left first (e.g. `| head -1`): nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
