@@ -3,7 +3,9 @@
 The process (``run(ctx, args)``, see `controller.proc`) is what a real walker's microcontroller is
 to the lab: a serial device speaking the walklab protocol (`firmware_bridge.virtual.VirtualMCU`,
 a real pseudo-terminal) that the encoder daemon (`daq.encoder`) opens like a USB CDC port. The
-pty's path is ``--port``, a symlink (like /dev/serial/by-id; its folder is created) to
+pty's path is the ``port`` of the ``kind = "mcu"`` device in the process's ``devices`` (the one
+the encoder daemon serves; ``--port`` overrides it), a symlink (like /dev/serial/by-id; its
+folder is created) to
 ``/proc/PID/fd/N``, which opens the pty only while this process lives (`pty_handle`). The MCU's
 one motor, ``crank``, is a geared DC motor (`dynamics.plants.motor`) whose output-shaft load is
 the crank plant of `dynamics.plants.crank` (legs read by `dynamics.linkage.read_crank_legs`):
@@ -15,7 +17,7 @@ with F_l the penalty ground contact of each foot below the ground line (held cha
 `dynamics.plants.crank`). Killing the process is pulling the cable: the pty disappears and the encoder
 daemon reconnects when the supervisor restarts it.
 
-``args``: ``--port PATH`` (required), ``--model NAME|FILE`` (``jansen_walker``), ``--table-size``
+``args``: ``--port PATH`` (default: the mcu device's ``port``), ``--model NAME|FILE`` (``jansen_walker``), ``--table-size``
 (720), ``--contact`` (``hunt_crossley_constant``; ``none`` = no ground), ``--stiffness`` (2e4
 N/m^1.5), ``--damping`` (1.0 s/m), ``--penetration`` (0.008 m), ``--mu`` (0: frictionless;
 tanh friction with ``--slip-velocity`` 0.05 m/s), ``--gear`` (20), ``--cpr`` (4096),
@@ -43,7 +45,7 @@ CONTACT_LAWS = ("none", "hunt_crossley_constant", "hertz", "kelvin_voigt")
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="daq.simulated_robot", description="virtual MCU driving a Jansen crank plant")
-    p.add_argument("--port", required=True, help="path of the pty symlink the encoder daemon opens")
+    p.add_argument("--port", help="path of the pty symlink the encoder daemon opens (default: the mcu device's port)")
     p.add_argument("--model", default="jansen_walker", help="linkage model name or TOML file (leg or walker)")
     p.add_argument("--table-size", type=int, default=720, help="reduced-form grid points per revolution")
     p.add_argument("--contact", choices=CONTACT_LAWS, default="hunt_crossley_constant")
@@ -114,7 +116,7 @@ def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     mcu = VirtualMCU(1, motor=motor, cpr=opts.cpr, control_hz=opts.control_hz, stream_hz=min(1000, opts.control_hz),
                      watchdog_ms=opts.watchdog_ms, current_noise_a=opts.current_noise_a, seed=opts.seed,
                      load=lambda t, theta, omega: motor_load(plant, theta, omega), name=f"walklab-sim-{ctx.name}")
-    port = os.path.abspath(opts.port)
+    port = os.path.abspath(opts.port or ctx.device("mcu").port)
     handle = ""
     try:
         handle = pty_handle(mcu)
