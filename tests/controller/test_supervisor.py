@@ -378,3 +378,63 @@ def test_a_process_runs_with_its_start_up_objects_frozen(tmp_path):
     r = subprocess.run([sys.executable, "-m", "controller.proc", "--config", str(config), "--name", "frozen"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+MUTE = '''
+import time
+
+def run(ctx, args):
+    """Never publishes a health frame nor checks its stop flag (only SIGKILL ends it)."""
+    while True:
+        time.sleep(0.01)
+'''
+
+
+def test_only_the_running_instance_s_health_vouches_for_it(tmp_path, monkeypatch):
+    """Liveness on the supervisor's clock (injected): a frame of another pid (an old instance's,
+    still queued) never counts; the running pid's frame restarts the liveness_s countdown."""
+    from controller.config import load
+    from controller.supervisor import Supervisor
+
+    (tmp_path / "mute.py").write_text(MUTE)
+    config, _ = lab_of(tmp_path, "pids", [("mute", "mute", "liveness_s = 2.0\nstartup_s = 5.0")],
+                       supervisor="stop_grace_s = 0.2")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(REPO)]))
+    clock = [100.0]
+    events: list[tuple[str, dict]] = []
+    sup = Supervisor(load(config), events=lambda e, f, at: events.append((e, f)), now=lambda: clock[0])
+    sup.start()
+    try:
+        (child,) = sup.children
+        pid = child.popen.pid
+        clock[0] = 104.0
+        sup.heard("mute", pid + 1)      # not this instance
+        sup.heard("other", pid)         # not this process
+        sup.poll()
+        assert not events              # within startup_s
+        clock[0] = 105.5
+        sup.poll()
+        assert [e for e, _ in events] == ["silent"] and events[0][1]["first"] and events[0][1]["pid"] == pid
+        assert events[0][1]["silent_s"] == 5.5
+    finally:
+        sup.stop()
+    events.clear()
+    sup = Supervisor(load(config), events=lambda e, f, at: events.append((e, f)), now=lambda: clock[0])
+    sup.start()
+    try:
+        (child,) = sup.children
+        clock[0] = 109.0
+        sup.heard("mute", child.popen.pid)  # heard at 109: silent only after 111
+        clock[0] = 110.5
+        sup.heard("mute", child.popen.pid + 1)
+        sup.poll()
+        clock[0] = 110.9
+        sup.poll()
+        assert not events
+        clock[0] = 111.1
+        sup.poll()
+        assert [e for e, _ in events] == ["silent"] and not events[0][1]["first"]
+        assert events[0][1]["silent_s"] == pytest.approx(2.1)
+        assert sup.status_line().endswith(f"mute silent, stopping pid {child.popen.pid}")
+    finally:
+        sup.stop()
