@@ -69,3 +69,52 @@ def test_start_up_and_errors():
         ClockSync(bin_s=0)
     with pytest.raises(ValueError, match="1-D"):
         sync.update_many(np.zeros(3), np.zeros(4))
+
+
+def online_errors(t_dev, true_host, t_arr, sync, start):
+    """Error [ns] of the corrected time of each sample from index `start` on, as a daemon computes it
+    (the estimate after that sample's own update), against the true host time of the sample."""
+    err = []
+    for i, (td, ta) in enumerate(zip(t_dev.tolist(), t_arr.tolist())):
+        sync.update(td, ta)
+        if i >= start:
+            err.append(int(sync.to_lab(td)) - int(true_host[i]))
+    return np.array(err)
+
+
+@pytest.mark.parametrize("drift", [100e-6, -100e-6])
+def test_within_0_2_ms_of_truth_after_10_s(drift):
+    """Offset, +-100 ppm drift and 2 ms mean one-sided jitter: after 10 s every corrected time is
+    within 0.2 ms of the truth (which includes the minimum transport delay, 0.1 ms here)."""
+    t_dev, true_host, t_arr = stamps(20, drift=drift, seed=3)
+    sync = ClockSync()
+    err = online_errors(t_dev, true_host, t_arr, sync, start=10 * 200)
+    assert np.max(np.abs(err)) < 200_000
+    assert sync.resets == 0
+
+
+@pytest.mark.parametrize("jump_s", [-3.0, +7.0])
+def test_a_reset_is_re_anchored_not_averaged_in(jump_s):
+    """The device clock restarts (back to an earlier value, or forward) at 15 s: the fit starts over
+    from the reset, so 10 s later it is again within 0.2 ms; averaging the two clocks would be off by
+    the jump (seconds)."""
+    t_dev, true_host, t_arr = stamps(30, drift=80e-6, seed=4)
+    k = 15 * 200
+    t_dev = t_dev.copy()
+    t_dev[k:] += int(jump_s * S)  # same samples, same arrivals: only the device clock jumped
+    sync = ClockSync()
+    online_errors(t_dev[:k], true_host[:k], t_arr[:k], sync, start=k)
+    after = online_errors(t_dev[k:], true_host[k:], t_arr[k:], sync, start=0)
+    assert sync.resets == 1 and "device clock" in sync.last_reset
+    assert np.max(np.abs(after[10 * 200:])) < 200_000
+    assert np.max(np.abs(after[:200])) < 20_000_000  # right after the reset: the new anchor's delay only
+
+
+def test_a_stall_is_not_a_reset():
+    """Arrivals held up by 0.5 s for 1 s (a stalled reader), then back: no reset, the envelope holds."""
+    t_dev, true_host, t_arr = stamps(20, seed=5)
+    t_arr = t_arr.copy()
+    t_arr[5 * 200:6 * 200] += 500_000_000
+    sync = ClockSync()
+    err = online_errors(t_dev, true_host, t_arr, sync, start=12 * 200)
+    assert sync.resets == 0 and sync.late_windows >= 1 and np.max(np.abs(err)) < 200_000
