@@ -4,8 +4,9 @@ figures and an HTML report out (docs/analysis.md).
 Per trial (``run_trial``, one job of a process pool or a Dask cluster):
 
 1. load (``load_trial``): a C3D file (markers, plates computed by ``daq.formats.c3d`` with each
-   plate zeroed on its least-loaded window, subject parameters, events) or an OpenSim TRC with its
-   GRF MOT (``NAME_grf.mot`` or ``NAME.mot`` beside it); markers in m, z up, times in s;
+   plate zeroed on its least-loaded window, subject parameters, events), an OpenSim TRC with its
+   GRF MOT (``NAME_grf.mot`` or ``NAME.mot`` beside it), or a walklab session recording (.mcap,
+   through its C3D export); markers in m, z up, times in s;
 2. markers: PiG names (aliases of the other common sets), gaps filled (``dynamics.markers``),
    zero-lag Butterworth at ``cutoff`` Hz (``dynamics.smoothing``; 0 = none);
 3. events: from the plates for the foot on a plate, from Zeni's method elsewhere; the file's own
@@ -20,6 +21,7 @@ Per trial (``run_trial``, one job of a process pool or a Dask cluster):
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import warnings
 import os
@@ -36,7 +38,7 @@ from dynamics.model import G
 from dynamics.plate_id import assign_plates, plate_load
 from dynamics.support import stability_margin, support_polygon
 
-TRIAL_SUFFIXES = (".c3d", ".trc")
+TRIAL_SUFFIXES = (".c3d", ".trc", ".mcap")
 # Common names of the PiG lower-body markers in other sets (Helen Hayes / Motion Analysis,
 # OpenSim examples, Qualisys): alias → PiG label.
 ALIASES = {"VSAC": "SACR", "V.Sacral": "SACR", "SACRUM": "SACR",
@@ -106,13 +108,17 @@ def _file_events(events: Iterable[c3d.Event]) -> tuple[tuple[str, str, float], .
 
 
 def load_trial(path) -> TrialData:
-    """Read one trial file (.c3d, or .trc with its GRF .mot). Raises TrialError/OSError with one
-    line for anything that is not such a trial."""
+    """Read one trial file (.c3d; .trc with its GRF .mot; .mcap walklab session). Raises
+    TrialError/OSError with one line for anything that is not such a trial."""
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in TRIAL_SUFFIXES:
         raise TrialError(f"{p}: not a trial file (expected {', '.join(TRIAL_SUFFIXES)}; a .mot goes with its .trc)")
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no such trial file")
     notes = []
+    if suffix == ".mcap":
+        return _load_session(p)
     if suffix == ".c3d":
         t = c3d.load(p, zero=True, allow_truncated=True)
         if t.truncated_from is not None:
@@ -138,6 +144,25 @@ def load_trial(path) -> TrialData:
         notes.append("no GRF file beside the TRC (NAME_grf.mot or NAME.mot): no kinetics")
     return TrialData(name=p.stem, path=p, markers=trc.markers, t0=float(trc.time[0]), feet=feet,
                      notes=tuple(notes))
+
+
+def _load_session(p: Path) -> TrialData:
+    """A walklab session recording (daq.record): its marker stream and calibrated plates go
+    through the session's own C3D export (``daq.sessions.export_c3d``: streams cut to their common
+    span, plates on one analog grid), then load as a C3D trial."""
+    import tempfile
+
+    from daq import sessions
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / (p.stem + ".c3d")
+        try:
+            sessions.export_c3d(p, out)
+        except sessions.SessionError as e:
+            raise TrialError(f"{p}: {e}") from None
+        data = load_trial(out)
+    return dataclasses.replace(data, name=p.stem, path=p, notes=data.notes + (
+        f"walklab session {p.name}: markers and plates over their common span",))
 
 
 # --- the per-trial analysis -------------------------------------------------------------------

