@@ -146,3 +146,104 @@ def mobility(angle, t) -> float:
     resid = psi - (psi.mean() + omega * tc)
     tau = tt[-1] - tt[0]
     return float(np.sqrt(np.sum(resid ** 2) / (len(psi) - 2) + (omega * tau) ** 2))
+
+
+# --- f.1 planar reference-line method -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class PlanarFrame:
+    """Lab axes of a planar (image or digitiser) record: origin (2,) in input units, ex, ey (2,)
+    unit axes (x forward, y up) in input coordinates, scale m per input unit."""
+
+    origin: np.ndarray
+    ex: np.ndarray
+    ey: np.ndarray
+    scale: float
+
+
+def reference_frame(r_start, r_end, length: float, vertical: bool = False) -> PlanarFrame:
+    """Lab axes from a reference segment of known length (m) (methods.md f.1): e_G = unit(R_H − R_R)
+    is the forward axis (or the up axis if ``vertical``), the other by a +90° rotation (down → the
+    forward axis then is −90°); scale = length / |R_H − R_R|. r_start, r_end (2,) or (N, 2), the
+    mean over frames is used."""
+    a = np.atleast_2d(np.asarray(r_start, float)).mean(axis=0)
+    b = np.atleast_2d(np.asarray(r_end, float)).mean(axis=0)
+    d = b - a
+    n = float(np.linalg.norm(d))
+    if not n > 0 or not length > 0:
+        raise MarkerError(f"reference segment needs two distinct points and a length > 0, got |d| = {n}, {length}")
+    e = d / n
+    perp = np.array([-e[1], e[0]])
+    ex, ey = (np.array([e[1], -e[0]]), e) if vertical else (e, perp)
+    return PlanarFrame(origin=a, ex=ex, ey=ey, scale=length / n)
+
+
+def to_planar_lab(points, frame: PlanarFrame) -> np.ndarray:
+    """(…, 2) input coordinates → (…, 2) m in the lab axes of ``frame``."""
+    p = np.asarray(points, float) - frame.origin
+    return frame.scale * np.stack([p @ frame.ex, p @ frame.ey], axis=-1)
+
+
+@dataclass(frozen=True)
+class PlanarSegments:
+    """angles (N, S) rad from the downward vertical, counter-clockwise, unwrapped in time
+    (methods.md a.6: r = l (sin φ, −cos φ)); lengths (N, S) m; mean_length (N, S): the running mean
+    l̄_k = [(k − 1) l̄_{k−1} + l_k]/k, whose drift flags marker error or out-of-plane motion."""
+
+    angles: np.ndarray
+    lengths: np.ndarray
+    mean_length: np.ndarray
+
+
+def planar_segments(proximal, distal) -> PlanarSegments:
+    """Absolute angles and lengths of segments r_i = distal − proximal, (N, S, 2) m lab (x forward,
+    y up): φ_i = atan2(r_x, −r_y) then unwrapped along time (methods.md f.1)."""
+    r = np.asarray(distal, float) - np.asarray(proximal, float)
+    if r.ndim != 3 or r.shape[2] != 2:
+        raise MarkerError(f"proximal and distal points must be (N, S, 2), got {r.shape}")
+    phi = np.unwrap(np.arctan2(r[..., 0], -r[..., 1]), axis=0)
+    lengths = np.linalg.norm(r, axis=2)
+    k = np.arange(1, len(r) + 1)[:, None]
+    return PlanarSegments(angles=phi, lengths=lengths, mean_length=np.cumsum(lengths, axis=0) / k)
+
+
+# --- f.4 merging frozen segments ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Merged:
+    """The merged body (planar GMIC, methods.md a.3): mass kg, length m (its proximal → distal
+    joint), a1, a2 m (CoM from the proximal joint along e₁ = unit(r′) and e₂ = k × e₁), j_proximal
+    and jc kg·m² (about the proximal joint and the CoM)."""
+
+    mass: float
+    length: float
+    a1: float
+    a2: float
+    j_proximal: float
+    jc: float
+
+
+def merge_segments(masses, coms, jcs, proximal, distal=None) -> Merged:
+    """Merge frozen planar segments into one body (methods.md f.4, Zinkovsky et al. 1996 Eqs.
+    3.7–3.13). masses (K,) kg; coms (K, 2) m lab, each member's CoM in the frozen posture; jcs (K,)
+    kg·m² central inertias; proximal (2,) the new body's proximal joint, distal (2,) its distal
+    joint (None: an end body, a1 = |ρ′|, a2 = 0).
+    m′ = Σ m_k, m′ ρ′ = Σ m_k R_c,k, J′ = Σ (m_k |R_c,k|² + Jc_k), Jc′ = J′ − m′ |ρ′|²,
+    a1′ = r′·ρ′/l′, a2′ = ±√(|ρ′|² − a1′²) with the sign of (r′ × ρ′)·k."""
+    m = np.asarray(masses, float)
+    rc = np.asarray(coms, float) - np.asarray(proximal, float)
+    jc = np.asarray(jcs, float)
+    if rc.shape != (len(m), 2) or jc.shape != m.shape or not np.all(m > 0):
+        raise MarkerError(f"merge needs masses (K,) > 0, coms (K, 2), jcs (K,); got {m.shape}, {rc.shape}, {jc.shape}")
+    mass = float(m.sum())
+    rho = (m[:, None] * rc).sum(axis=0) / mass
+    j = float(np.sum(m * np.sum(rc ** 2, axis=1)) + jc.sum())
+    jcp = j - mass * float(rho @ rho)
+    if distal is None:
+        return Merged(mass, float(np.linalg.norm(rho)), float(np.linalg.norm(rho)), 0.0, j, jcp)
+    r = np.asarray(distal, float) - np.asarray(proximal, float)
+    length = float(np.linalg.norm(r))
+    a1 = float(r @ rho) / length
+    a2 = float(np.sqrt(max(float(rho @ rho) - a1 * a1, 0.0)))
+    cross = r[0] * rho[1] - r[1] * rho[0]
+    return Merged(mass, length, a1, a2 if cross >= 0 else -a2, j, jcp)

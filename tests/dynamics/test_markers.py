@@ -67,3 +67,50 @@ def test_mobility_is_zero_for_a_frozen_joint_and_the_drift_for_a_ramp():
     noise = np.random.default_rng(2).standard_normal(50) * 0.01
     noise -= np.polyval(np.polyfit(t, noise, 1), t)  # residual exactly the noise, no drift
     assert mk.mobility(noise, t) == pytest.approx(np.sqrt(np.sum(noise ** 2) / 48), rel=1e-9)
+
+
+def test_reference_line_and_planar_angles_recover_a_known_chain():
+    """A 3-segment planar chain with known absolute angles, photographed: rotated 20 deg,
+    scaled to pixels (1 px = 2 mm) and shifted. The reference line is a 1 m horizontal bar."""
+    t = np.linspace(0, 2, 200)
+    phi = np.stack([0.4 * np.sin(2 * t), -0.3 + 0.5 * np.sin(3 * t), 3.0 + 0.5 * t], axis=1)  # from down
+    lengths = np.array([0.45, 0.42, 0.25])
+    pts = [np.zeros((len(t), 2)) + [0.2, 1.0]]
+    for i in range(3):
+        pts.append(pts[-1] + lengths[i] * np.stack([np.sin(phi[:, i]), -np.cos(phi[:, i])], axis=1))
+    pts = np.stack(pts, axis=1)  # (N, 4, 2) lab m
+    ang = np.radians(20)
+    R = np.array([[np.cos(ang), -np.sin(ang)], [np.sin(ang), np.cos(ang)]])
+
+    def to_image(p):
+        return (p @ R.T) / 0.002 + [300.0, 50.0]
+
+    bar = to_image(np.array([[0.0, 0.0], [1.0, 0.0]]))
+    frame = mk.reference_frame(bar[0], bar[1], 1.0)
+    assert frame.scale == pytest.approx(0.002)
+    lab = mk.to_planar_lab(to_image(pts), frame)
+    np.testing.assert_allclose(lab, pts, atol=1e-12)
+    seg = mk.planar_segments(lab[:, :-1], lab[:, 1:])
+    np.testing.assert_allclose(seg.angles, phi, atol=1e-9)  # unwrapped through pi for segment 3
+    np.testing.assert_allclose(seg.mean_length[-1], lengths, atol=1e-12)
+    vert = mk.reference_frame(to_image(np.array([0.0, 0.0])), to_image(np.array([0.0, 1.0])), 1.0, vertical=True)
+    np.testing.assert_allclose(mk.to_planar_lab(to_image(pts), vert), pts, atol=1e-12)
+
+
+def test_merging_keeps_mass_and_inertia_and_gets_the_com_side():
+    # two uniform rods end to end, the second bent up by 90 deg: L-shape
+    m = np.array([2.0, 1.0])
+    coms = np.array([[0.25, 0.0], [0.5, 0.15]])  # rod 1 along x (0.5 m), rod 2 along y (0.3 m)
+    jcs = m * np.array([0.5, 0.3]) ** 2 / 12
+    merged = mk.merge_segments(m, coms, jcs, proximal=[0.0, 0.0], distal=[0.5, 0.3])
+    assert merged.mass == pytest.approx(3.0)
+    rho = (2 * coms[0] + coms[1]) / 3
+    j = float(np.sum(m * np.sum(coms ** 2, axis=1)) + jcs.sum())
+    assert merged.j_proximal == pytest.approx(j)
+    assert merged.jc == pytest.approx(j - 3 * rho @ rho)
+    assert merged.a1 ** 2 + merged.a2 ** 2 == pytest.approx(rho @ rho)
+    assert merged.a2 < 0  # CoM below the proximal->distal line: clockwise side of r'
+    mirrored = mk.merge_segments(m, coms * [1, -1], jcs, [0.0, 0.0], [0.5, -0.3])
+    assert mirrored.a2 == pytest.approx(-merged.a2)
+    end = mk.merge_segments(m, coms, jcs, [0.0, 0.0])
+    assert (end.a1, end.a2) == (pytest.approx(np.linalg.norm(rho)), 0.0)
