@@ -13,6 +13,8 @@ A nominal is one `.npz` file (numpy's zip of arrays, no pickle) in a library fol
   coordinate over one cycle (2 pi for a crank, 0 for a joint).
 - ``u`` (M,) uniform phases k/M in [0, 1); ``q``, ``qd``, ``qdd``, ``tau`` (M, A): coordinate (rad),
   rate (rad/s), acceleration (rad/s^2) and feed-forward torque (N m) at each actuator's phase u.
+- ``inertia`` (M, A) kg m^2: each actuated coordinate's effective inertia (the coefficient of its own
+  acceleration in its torque), used to correct the feed-forward during transitions;
 - ``contact_force`` (M, C) N expected normal ground force per contact; ``zmp`` (M, 2) m ZMP / COP
   path (NaN where none) in the robot's ground frame (x forward, y lateral).
 
@@ -34,7 +36,7 @@ ROBOTS = ("jansen", "biped", "exoskeleton")
 REQUIRED_META = ("name", "robot", "model", "model_hash", "kind", "speed", "turn", "period", "profile",
                  "zmp_max_deviation", "min_margin", "peak_torque", "peak_contact_force",
                  "energy_net_per_cycle", "energy_positive_per_cycle", "energy_abs_per_cycle")
-ARRAYS = ("actuators", "period", "wrap", "u", "q", "qd", "qdd", "tau", "contact_force", "zmp")
+ARRAYS = ("actuators", "period", "wrap", "u", "q", "qd", "qdd", "tau", "inertia", "contact_force", "zmp")
 
 
 class SynergyError(ValueError):
@@ -54,6 +56,7 @@ class Synergy:
     qd: np.ndarray
     qdd: np.ndarray
     tau: np.ndarray
+    inertia: np.ndarray
     contact_force: np.ndarray
     zmp: np.ndarray
     _splines: dict = field(default_factory=dict, repr=False)
@@ -68,7 +71,7 @@ class Synergy:
         A, M = len(self.actuators), self.u.shape[0]
         if M < 8 or not np.allclose(self.u, np.arange(M) / M):
             raise SynergyError(f"synergy {name}: u: expected uniform phases k/M, M >= 8")
-        for k in ("q", "qd", "qdd", "tau"):
+        for k in ("q", "qd", "qdd", "tau", "inertia"):
             a = getattr(self, k)
             if a.shape != (M, A) or not np.all(np.isfinite(a)):
                 raise SynergyError(f"synergy {name}: {k}: expected finite shape ({M}, {A}), got {a.shape}")

@@ -38,14 +38,22 @@ def build(job: dict) -> Synergy | None:
         prog = crank_programme(walker, job["speed"], job["turn"], prof, law, job["samples"])
         if not (prog.peak_contact_force < const.peak_contact_force and prog.energy_absolute < const.energy_absolute):
             return None
+    return synergy_of(prog, job["name"], job["contact"], const)
+
+
+def synergy_of(prog, name: str, contact: dict, const=None) -> Synergy:
+    """A `dynamics.synthesis.crank.CrankProgramme` as a nominal (module doc); const: the constant
+    programme at the same speed and turn, whose figures are kept for comparison."""
+    const = const or prog
+    walker = prog.walker
     L, R = prog.left, prog.right
     meta = {
-        "name": job["name"], "robot": "jansen", "model": walker.name, "model_hash": walker.model_hash,
+        "name": name, "robot": "jansen", "model": walker.name, "model_hash": walker.model_hash,
         "kind": "crank_programme", "gait": "walk", "speed": prog.speed, "turn": prog.turn,
         "period": max(L.period, R.period), "S": None, "T": None, "zmp_law": None, "double_support": None,
         "asymmetry": float(R.period / L.period - 1.0),
         "profile": prog.profile.name, "profile_coef": list(prog.profile.coef),
-        "contact_law": dict(job["contact"]),
+        "contact_law": dict(contact),
         "zmp_max_deviation": None, "min_margin": prog.min_margin,
         "peak_torque": prog.peak_torque, "peak_contact_force": prog.peak_contact_force,
         "energy_net_per_cycle": prog.energy_net, "energy_positive_per_cycle": prog.energy_positive,
@@ -57,5 +65,5 @@ def build(job: dict) -> Synergy | None:
     col = lambda a, b: np.column_stack([a, b])  # noqa: E731
     return Synergy(meta=meta, actuators=("left_shaft", "right_shaft"), period=np.array([L.period, R.period]),
                    wrap=np.full(2, 2.0 * np.pi), u=L.u, q=col(L.theta, R.theta), qd=col(L.theta_d, R.theta_d),
-                   qdd=col(L.theta_dd, R.theta_dd), tau=col(L.torque, R.torque),
+                   qdd=col(L.theta_dd, R.theta_dd), tau=col(L.torque, R.torque), inertia=col(L.inertia, R.inertia),
                    contact_force=np.hstack([L.foot_force, R.foot_force]), zmp=np.full((L.u.size, 2), np.nan))

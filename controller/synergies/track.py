@@ -133,7 +133,11 @@ class Tracker:
         qd = ((1 - a) * Qf1 + a * Qt1) * p1 + da / D * dQ
         qdd = (((1 - a) * Qf2 + a * Qt2) * p1 ** 2 + ((1 - a) * Qf1 + a * Qt1) * p2
                + 2 * da / D * (Qt1 - Qf1) * p1 + dda / D ** 2 * dQ)
-        return Reference(q, qd, qdd, (1 - a) * tf + a * tt, t.name, self.phase.copy(), True)
+        # feed-forward: the blended torques plus the inertia times the blend's extra acceleration
+        # (the velocity-product terms of the blend are neglected)
+        inertia = (1 - a) * _at_phase(f, f.inertia, self.phase) + a * _at_phase(t, t.inertia, self.phase)
+        tau = (1 - a) * tf + a * tt + inertia * (qdd - ((1 - a) * af + a * at))
+        return Reference(q, qd, qdd, tau, t.name, self.phase.copy(), True)
 
     def _start(self, new: Synergy) -> None:
         bound = self._rate_bound(self.nominal, new)
@@ -156,6 +160,15 @@ def nearest_phase(syn: Synergy, q: np.ndarray) -> np.ndarray:
             out[j] = k[m] + syn.u[m]
         return out
     return np.full(len(syn.actuators), syn.u[int(np.argmin(((syn.q - q) ** 2).sum(axis=1)))])
+
+
+def _at_phase(syn: Synergy, values: np.ndarray, phase: np.ndarray) -> np.ndarray:
+    """A periodic (M, A) table at one phase per actuator (A,), linear between samples."""
+    x = (phase - np.floor(phase)) * syn.u.size
+    k = x.astype(np.intp) % syn.u.size
+    f = x - np.floor(x)
+    idx = np.arange(values.shape[1])
+    return (1 - f) * values[k, idx] + f * values[(k + 1) % syn.u.size, idx]
 
 
 def periodic_part(syn: Synergy, u: np.ndarray) -> np.ndarray:

@@ -201,7 +201,8 @@ class ShaftProgramme:
     """One shaft's programme over one revolution, sampled at M uniform phases u = t/T in [0, 1).
 
     theta (M,) rad (unwrapped, theta(0) = 0, theta(T) = 2 pi); theta_d (M,) rad/s; theta_dd (M,) rad/s^2;
-    torque (M,) N m feed-forward shaft torque (about +z of the leg frame); foot_force (M, L) N normal
+    torque (M,) N m feed-forward shaft torque (about +z of the leg frame); inertia (M,) kg m^2 the
+    shaft's effective inertia sum_slots I_leg(th) (the coefficient of s'' in the torque); foot_force (M, L) N normal
     ground force on each slot's foot; foot_x (M, L) m foot x in the walker frame (mirror applied);
     delta (M, L) m penetration; dissipated (L,) J contact energy per revolution per foot (loop area);
     energy: work of tau s' over the revolution (J): net, positive, absolute.
@@ -216,6 +217,7 @@ class ShaftProgramme:
     theta_d: np.ndarray
     theta_dd: np.ndarray
     torque: np.ndarray
+    inertia: np.ndarray
     foot_force: np.ndarray
     foot_x: np.ndarray
     delta: np.ndarray
@@ -269,7 +271,7 @@ def shaft_programme(walker: Walker, side: str, mean_rate: float, profile: SpeedP
     e = energetics.work(tt, energetics.power(np.append(tau, tau[0]), np.append(sd, sd[0])))
     mx = np.where(sig > 0, 1.0, -1.0)
     return ShaftProgramme(side=side, slots=slots, period=T, mean_rate=float(mean_rate), u=u, theta=s, theta_d=sd,
-                          theta_dd=sdd, torque=tau, foot_force=fn, foot_x=pos[M:, :, 0] * mx, delta=kin.delta[M:],
+                          theta_dd=sdd, torque=tau, inertia=ch[M:, :, 0].sum(axis=1), foot_force=fn, foot_x=pos[M:, :, 0] * mx, delta=kin.delta[M:],
                           dissipated=dis, energy_net=float(e.net[0]), energy_positive=float(e.positive[0]),
                           energy_absolute=float(e.absolute[0]))
 
