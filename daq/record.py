@@ -93,13 +93,25 @@ def pack_frame(frame: Frame, t_recv: int | None = None) -> bytes:
     buffers = [_buffer_entry("data", frame.data)]
     for name, arr in frame.extra.items():
         buffers.append(_buffer_entry(name, arr))
-    doc = {"v": FORMAT_VERSION, "stream": frame.stream, "kind": frame.kind, "seq": int(frame.seq),
-           "t": int(frame.t), "t_host": int(frame.t_host),
-           "t_device": None if frame.t_device is None else int(frame.t_device),
-           "t_pub": int(frame.t_pub), "t_recv": t_recv, "rate_hz": float(frame.rate_hz),
-           "channels": list(frame.channels), "units": list(frame.units), "meta": frame.meta,
-           "buffers": buffers}
-    return msgpack.packb(doc, use_bin_type=True)
+    dynamic = {"seq": int(frame.seq), "t": int(frame.t), "t_host": int(frame.t_host),
+               "t_device": None if frame.t_device is None else int(frame.t_device),
+               "t_pub": int(frame.t_pub), "t_recv": t_recv, "meta": frame.meta, "buffers": buffers}
+    key = (frame.stream, frame.kind, frame.rate_hz, frame.channels, frame.units)
+    prefix = _PREFIXES.get(key)
+    if prefix is None:
+        static = {"v": FORMAT_VERSION, "stream": frame.stream, "kind": frame.kind, "rate_hz": float(frame.rate_hz),
+                  "channels": list(frame.channels), "units": list(frame.units)}
+        # one msgpack map of 14 entries = the fixmap marker, then the static and the dynamic pairs
+        prefix = bytes([0x80 | (len(static) + len(dynamic))]) + msgpack.packb(static, use_bin_type=True)[1:]
+        if len(_PREFIXES) >= 4096:
+            _PREFIXES.clear()
+        _PREFIXES[key] = prefix
+    return prefix + msgpack.packb(dynamic, use_bin_type=True)[1:]
+
+
+# Packed static part (v, stream, kind, rate_hz, channels, units) per stream layout: a marker
+# stream's 120 channel names are packed once, not once per frame.
+_PREFIXES: dict[tuple, bytes] = {}
 
 
 def _buffer_entry(name: str, arr: np.ndarray) -> dict[str, Any]:
