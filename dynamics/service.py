@@ -388,12 +388,14 @@ class GrfService:
         p.fault_k = p.next_k if p.next_k is not None else k0
         if not p.faulted:
             p.faulted = True
-            floor = p.floor if p.floor is not None else self.floor
-            ahead_s = (floor - lead) * 1e-9
+            # How far the stamp is from the plate's next sample (its first block: from where the
+            # other plates' lead puts it).
+            jump_s = ((k0 - p.next_k) / self.rate_hz if p.next_k is not None
+                      else (self.floor - lead) * 1e-9)
             log.warning("%s: clock fault: a block of %s stamped t=%d ns is %.6g s %s the plate's time base "
                         "(held: %d consistent blocks on a new base make a clock reset)", p.name, p.stream,
-                        frame.t, abs(ahead_s), "ahead of" if ahead_s > 0 else "behind", RESET_FRAMES)
-            self._clock_event(p, frame, "clock_fault", ahead_s)
+                        frame.t, abs(jump_s), "ahead of" if jump_s > 0 else "behind", RESET_FRAMES)
+            self._clock_event(p, frame, "clock_fault", jump_s)
         if len(p.candidate) < RESET_FRAMES:
             return []
         return self._reset(p)
