@@ -398,6 +398,23 @@ def _zmp(data: TrialData, res: TrialResult, pig: dict[str, np.ndarray], time: np
     res.margin = margin
 
 
+def _plausibility(angles: dict[str, np.ndarray], notes: list[str]) -> None:
+    """Flag CGM angles no walking person shows: median |hip rotation| > 40° or a knee
+    varus/valgus range > 35° mean the thigh or shank markers are not where Plug-in Gait expects
+    them (wands lateral, in the plane of the flexion axis): knee flexion then leaks into the other
+    planes."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for s in "LR":
+            rot = float(np.nanmedian(np.abs(angles[s + "HipAngles"][:, 2])))
+            knee_y = angles[s + "KneeAngles"][:, 1]
+            rng = float(np.nanmax(knee_y) - np.nanmin(knee_y)) if np.isfinite(knee_y).any() else 0.0
+            if rot > 40 or rng > 35:
+                notes.append(f"{s} CGM angles implausible (median |hip rotation| {rot:.0f} deg, knee varus/valgus "
+                             f"range {rng:.0f} deg): the thigh/shank markers are probably not placed as Plug-in Gait "
+                             "expects; angles and moments are reported but should not be trusted")
+
+
 def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable[[], float] | None = None) -> TrialResult:
     """The pipeline of the module doc on one loaded trial (no file output)."""
     import time as _time
@@ -444,6 +461,7 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
             subject, res.subject_source = _subject(data, pig, options.mass)
             kin = cgm.kinematics(pig, subject)
             res.series.update(kin.angles)
+            _plausibility(kin.angles, res.notes)
             res.centres = {k: v for k, v in kin.centres.items()}
             res.centres.update({k: pig[k] for k in ("LASI", "RASI", "SACR") if k in pig})
             stage("kinematics")

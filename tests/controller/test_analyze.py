@@ -141,6 +141,11 @@ def test_a_trial_with_problems_says_what_could_not_be_computed(run):
     assert "no body mass (PROCESSING:Bodymass or --mass KG): no kinetics" in walk1
     assert "angles.png" not in report  # no angle figure without angles
     assert 'alt="angles"' in walk1
+    # Walk1's Helen Hayes thigh/shank markers are not Plug-in Gait wands: knee flexion leaks into
+    # hip rotation (~90 deg) and knee varus (70 deg range); the report says not to trust them
+    assert "CGM angles implausible" in walk1
+    assert "CGM angles implausible" not in (out / PYCGM2 / "report.html").read_text()
+    assert "CGM angles implausible" not in (out / "gait-raw" / "report.html").read_text()
 
 
 def test_expand_inputs_folders_globs_and_mot_companions(tmp_path):
