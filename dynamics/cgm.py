@@ -185,6 +185,8 @@ def chord(joint, proximal, wand, radius: float, offset: float = 0.0, iterations:
     h = 1e-6
     for _ in range(iterations):
         f = _chord_angle(point(phi), j, p, w) - offset
+        if not np.nanmax(np.abs(f), initial=0.0) > 1e-12:  # converged (usually 3-4 steps)
+            break
         df = (_chord_angle(point(phi + h), j, p, w) - offset - f) / h
         with np.errstate(invalid="ignore", divide="ignore"):
             phi = phi - np.where(np.abs(df) > 1e-12, f / df, 0.0)
