@@ -32,10 +32,13 @@ Stamps (see `daq.frames`): a `Block` carries ``t_device`` of its first sample (d
 and ``t_recv``, the host monotonic time the block arrived (its last sample). Sample i of a block
 is at ``t_device + i·1e9/rate_hz`` (sample counts, not clock reads); the frame's ``t_host`` is
 ``t_recv − (n−1)·1e9/rate_hz``, and ``t`` the `daq.clock.ClockSync` mapping of ``t_device``
-(one fit per stream and session: a reconnected device may have rebooted its clock). Health
-(``health/NAME``): state ``connecting`` / ``running`` / ``disconnected``; counters
-``device/open_failures``, ``device/sessions``, ``device/lost`` (losses of a connected device) and
-``STREAM/samples`` per published stream. docs/daemons.md shows a whole daemon.
+(one fit per stream and session: a reconnected device may have rebooted its clock). A device
+clock that goes back or jumps (`ClockSync`'s reset rules) re-anchors the stream's fit on that
+block, so ``t`` stays on the host clock whatever the device stamps (``t_device`` is published as
+received); each is counted and logged. Health (``health/NAME``): state ``connecting`` / ``running`` /
+``disconnected``; counters ``device/open_failures``, ``device/sessions``, ``device/lost``
+(losses of a connected device), ``STREAM/samples`` and ``STREAM/clock_resets`` per stream.
+docs/daemons.md shows a whole daemon.
 """
 from __future__ import annotations
 
@@ -213,18 +216,22 @@ class Source(Protocol):
 
 @dataclass
 class _Stamper:
-    """Per stream and session: the device clock fit (`ClockSync`)."""
+    """Per stream and session: the device clock fit (`ClockSync`, which re-anchors itself on a
+    device clock reset or jump and counts it)."""
 
     bin_s: float
     clocks: dict[str, ClockSync] = field(default_factory=dict)
 
-    def stamp(self, b: Block) -> tuple[int, int]:
-        """(t_host, t) of sample 0 of `b` [ns] (module doc)."""
+    def stamp(self, b: Block) -> tuple[int, int, str | None]:
+        """(t_host, t) of sample 0 of `b` [ns] (module doc), and why the device clock was reset
+        at this block (None: it was not)."""
         n = b.data.shape[0] if b.data.ndim == 2 else 1
         span = round((n - 1) * 1e9 / b.rate_hz) if b.rate_hz > 0 else 0
         clock = self.clocks.setdefault(b.stream, ClockSync(bin_s=self.bin_s))
+        resets = clock.resets
         clock.update(int(b.t_device) + span, int(b.t_recv))  # the last sample arrived at t_recv
-        return int(b.t_recv) - span, int(clock.to_lab(int(b.t_device)))
+        why = clock.last_reset if clock.resets > resets else None
+        return int(b.t_recv) - span, int(clock.to_lab(int(b.t_device))), why
 
 
 def serve(ctx: ProcessContext, source: Source, *, retry_s: float = 0.5, read_timeout_s: float = 0.05,
@@ -233,8 +240,8 @@ def serve(ctx: ProcessContext, source: Source, *, retry_s: float = 0.5, read_tim
 
     `retry_s`: delay between two attempts to open the device [s]; `read_timeout_s`: longest wait
     in one `Source.read` [s] (bounds the stop latency with the health period); `clock_bin_s`:
-    `ClockSync` window [s]. ValueError from the source (a config mistake) propagates: the runtime
-    exits with `CONFIG_ERROR`.
+    `ClockSync` window [s]. ValueError from the source
+    (a config mistake) propagates: the runtime exits with `CONFIG_ERROR`.
     """
     connected = False
     stamper = _Stamper(clock_bin_s)
@@ -266,7 +273,11 @@ def serve(ctx: ProcessContext, source: Source, *, retry_s: float = 0.5, read_tim
                 connected = False
                 continue
             for b in blocks:
-                t_host, t = stamper.stamp(b)
+                t_host, t, reset = stamper.stamp(b)
+                if reset is not None:
+                    ctx.health.count(f"{b.stream}/clock_resets")
+                    log.warning("%s: %s (block at t_device %d ns): clock fit re-anchored", b.stream, reset,
+                                b.t_device)
                 ctx.publisher.publish(b.stream, b.data, kind=b.kind, rate_hz=b.rate_hz, channels=b.channels,
                                       units=b.units, t_device=int(b.t_device), t_host=t_host, t=t,
                                       extra=b.extra, meta=b.meta)

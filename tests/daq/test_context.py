@@ -252,3 +252,72 @@ def test_the_context_finds_its_one_device_of_a_kind(tmp_path):
             ctx.device("mcu")
     finally:
         ctx.close()
+
+
+class Scripted:
+    """A Source whose device stamps follow a script: one 10-sample 1 kHz block per read, block j
+    stamped `t_device[j]` (ns); arrival = the host clock at the read. Blocks leave at the
+    device's pace (10 ms apart, from the first read on); the stop is requested after the last."""
+
+    def __init__(self, ctx, t_device: list[int]):
+        self.ctx, self.t_device, self.j, self.t0 = ctx, t_device, 0, None
+
+    def open(self) -> None:
+        pass
+
+    def read(self, timeout_s: float):
+        from daq.context import Block
+
+        if self.j == len(self.t_device):
+            self.ctx.request_stop()
+            return []
+        now = self.ctx.clock()
+        self.t0 = now if self.t0 is None else self.t0
+        due = self.t0 + self.j * 10_000_000
+        if now < due:
+            time.sleep(min((due - now) * 1e-9, timeout_s))
+            return []
+        j, self.j = self.j, self.j + 1
+        return [Block("test/clock", np.full((10, 1), float(j)), t_device=self.t_device[j], t_recv=self.ctx.clock(),
+                      kind="test", rate_hz=1000.0, channels=("j",), units=("1",))]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_device_clock_reset_restarts_the_fit_and_t_stays_on_the_host_clock(tmp_path):
+    """2.5 s on time (the clock fit is a line by then), a reboot (the device clock starts again
+    at 0), one block stamped 10 s ahead, then back on the rebooted clock. Truth: each block's own
+    arrival (t_host, from the host clock): a block's lab time never lies after it, and the first
+    block on a new fit is placed exactly there."""
+    from daq.context import serve
+
+    ms = 1_000_000
+    stamps = [10 * ms * j for j in range(250)] + [10 * ms * j for j in range(50)]
+    stamps += [stamps[-1] + 10_000 * ms] + [stamps[-1] + 10 * ms * (j + 2) for j in range(19)]
+    ctx = context(tmp_path)
+    sub = Subscriber([ctx.publisher.endpoint], ["test/clock"])
+    try:
+        assert ctx.publisher.wait_for_subscribers(1, timeout_s=20.0) and sub.wait_connected(timeout_s=20.0)
+        assert serve(ctx, Scripted(ctx, stamps)) == 0
+        frames = [f for f in iter(lambda: sub.recv(timeout_s=2.0), None)]
+        counts = dict(ctx.health._counts)
+    finally:
+        sub.close()
+        ctx.close()
+    assert [int(f.data[0, 0]) for f in frames] == list(range(len(stamps)))  # every block, in order
+    assert [f.t_device for f in frames] == stamps  # as the device stamped them
+    # Never after its arrival: exactly while a fit is the least delay seen (its first two 1 s
+    # windows); once it is a line through the windows' minima, within ClockSync's reset_ms (50 ms:
+    # a block further below the line than that re-anchors it).
+    exact = set(range(0, 200)) | set(range(250, len(stamps)))
+    assert all(f.t <= f.t_host for j, f in enumerate(frames) if j in exact)
+    assert all(f.t <= f.t_host + 50 * ms for f in frames)
+    for j in (0, 250, 300, 301):  # a new fit: its first block is placed at its arrival
+        assert frames[j].t == frames[j].t_host, j
+    # on a fit shorter than its 1 s window, the offset t - t_device is the least delay seen so far:
+    # it never grows (a reset missed would show as a jump of it)
+    for a, b in ((250, 299), (301, 319)):
+        offsets = [f.t - f.t_device for f in frames[a:b + 1]]
+        assert all(y <= x for x, y in zip(offsets, offsets[1:]))
+    assert counts["test/clock/clock_resets"] == 3  # the reboot, the jump ahead, the jump back (each logged)
