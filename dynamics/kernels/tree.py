@@ -68,16 +68,17 @@ def normalize(itab, q, qn):
 
 
 @njit(cache=True, inline="always")
-def joint_transform(jt, f, q, iq, RJ, tJ):
-    """RJ (3, 3), tJ (3,): the child frame in the joint placement frame for joint type jt, its
-    ftab row f (axis) and coordinates q[iq:]."""
+def joint_transform(jt, ftab, i, q, iq, RJ, tJ):
+    """RJ (3, 3), tJ (3,): the child frame in the joint placement frame for joint type jt of
+    segment i (axis in ftab) and coordinates q[iq:]. (Rows of ftab are indexed, never sliced: an
+    array view per segment costs more than the arithmetic here.)"""
     tJ[0] = tJ[1] = tJ[2] = 0.0
     if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED:
         if jt == REVOLUTE:
             c, s = math.cos(q[iq]), math.sin(q[iq])
         else:
             c, s = q[iq], q[iq + 1]
-        u0, u1, u2 = f[AXIS], f[AXIS + 1], f[AXIS + 2]
+        u0, u1, u2 = ftab[i, AXIS], ftab[i, AXIS + 1], ftab[i, AXIS + 2]
         # Rodrigues: R = u uᵀ + c (E − u uᵀ) + s [u]×
         RJ[0, 0] = u0 * u0 + c * (1.0 - u0 * u0)
         RJ[1, 1] = u1 * u1 + c * (1.0 - u1 * u1)
@@ -109,11 +110,11 @@ def joint_transform(jt, f, q, iq, RJ, tJ):
         tJ[0], tJ[1] = q[iq], q[iq + 1]
     else:
         for r in range(3):
-            for c in range(3):
-                RJ[r, c] = 1.0 if r == c else 0.0
+            for k in range(3):
+                RJ[r, k] = 1.0 if r == k else 0.0
         if jt == PRISMATIC:
             for r in range(3):
-                tJ[r] = f[AXIS + r] * q[iq]
+                tJ[r] = ftab[i, AXIS + r] * q[iq]
 
 
 @njit(cache=True, inline="always")
@@ -157,7 +158,7 @@ def joint_bias(jt, S, i, v, iv, cJ):
 def placement(itab, ftab, i, qn, RJ, tJ, R, t):
     """Joint i: RJ, tJ; R[i], t[i] the child frame's axes and origin in the parent frame
     (R = R0 RJ, t = t0 + R0 tJ)."""
-    joint_transform(itab[i, TYPE], ftab[i], qn, itab[i, IQ], RJ, tJ)
+    joint_transform(itab[i, TYPE], ftab, i, qn, itab[i, IQ], RJ, tJ)
     for r in range(3):            # scalar accumulators: numba is several times slower otherwise
         x = ftab[i, TRANS + r]
         for c in range(3):
