@@ -58,12 +58,14 @@ class TrialError(ValueError):
 class Options:
     """model: "cgm" (the only marker model implemented; others are reported as not computed);
     mass: kg overriding the file's; cutoff: Hz of the marker low-pass (0: none); figures: write
-    PNGs and the HTML report."""
+    PNGs and the HTML report; identify: search the marker cutoff and the leg segment masses that
+    minimise the pelvis residual (``identify_cgm``) and report them."""
 
     model: str = "cgm"
     mass: float | None = None
     cutoff: float = 6.0
     figures: bool = True
+    identify: bool = False
 
 
 @dataclass(frozen=True)
@@ -415,6 +417,51 @@ def _plausibility(angles: dict[str, np.ndarray], notes: list[str]) -> None:
                              "expects; angles and moments are reported but should not be trusted")
 
 
+def identify_cgm(data: TrialData, res: TrialResult, subject: cgm.CGMSubject, options: Options) -> dict[str, float]:
+    """Identification in the order of methods.md h.3 on a CGM trial with plates: the marker cutoff
+    (2–15 Hz), then the femur, tibia and foot mass fractions within ±5 % (the head-arms-trunk
+    takes the rest: total mass kept), then the cutoff again; Sobol + Nelder–Mead
+    (``dynamics.identify.sobol_nelder_mead``). Criterion: J = h Σ |R|²/(M g)² (s) of the pelvis
+    residual R over the frames where both legs' loads are known, 10 frames cut at each end (g.2).
+    Returns the chosen parameters and J before and after each stage, as metrics."""
+    from dynamics.identify import sobol_nelder_mead
+
+    rate = data.markers.rate
+    time = res.time
+    bw2 = (subject.mass * 9.81) ** 2
+    trim = np.zeros(len(time), bool)
+    trim[10:-10] = True
+
+    def chain(cutoff: float):
+        pig = _prepare_markers(data.markers, cutoff, [])
+        kin = cgm.kinematics(pig, subject)
+        asg, _ = _plate_side(data, pig, time, res.events)
+        return kin, _foot_loads(data, res, asg, time)
+
+    def j_of(kin, loads, bsp) -> float:
+        r = cgm.pelvis_residual(kin, cgm.kinetics(kin, loads, subject, rate, bsp), subject, rate, bsp)
+        ok = np.all(np.isfinite(r), axis=1) & trim
+        return float(np.sum(r[ok] ** 2) / bw2 / rate) if ok.sum() > 10 else np.inf
+
+    def scaled(d) -> dict:
+        return {k: (cgm.BSP[k][0] * (1 + d[i]),) + cgm.BSP[k][1:] for i, k in enumerate(("femur", "tibia", "foot"))}
+
+    top = min(15.0, 0.45 * rate)
+    c0 = options.cutoff if 2.0 <= options.cutoff <= top else 6.0
+    s1 = sobol_nelder_mead(lambda x: j_of(*chain(float(x[0])), cgm.BSP), [(2.0, top)], x0=[c0], m=4, starts=1)
+    kin, loads = chain(float(s1.x[0]))
+    s2 = sobol_nelder_mead(lambda d: j_of(kin, loads, scaled(d)), [(-0.05, 0.05)] * 3, x0=np.zeros(3), m=4, starts=1)
+    bsp = scaled(s2.x)
+    s3 = sobol_nelder_mead(lambda x: j_of(*chain(float(x[0])), bsp), [(2.0, top)], x0=s1.x, m=4, starts=1)
+    res.notes.append(f"identification: cutoff {c0:g} -> {s3.x[0]:.2f} Hz, leg mass factors femur {1 + s2.x[0]:.3f}, "
+                     f"tibia {1 + s2.x[1]:.3f}, foot {1 + s2.x[2]:.3f}; pelvis-residual criterion J {s1.start:.4g} -> "
+                     f"{s1.value:.4g} (cutoff) -> {s2.value:.4g} (masses) -> {s3.value:.4g} s")
+    return {"identified_cutoff_hz": float(s3.x[0]), "identified_femur_mass_factor": 1 + float(s2.x[0]),
+            "identified_tibia_mass_factor": 1 + float(s2.x[1]), "identified_foot_mass_factor": 1 + float(s2.x[2]),
+            "identify_J_start_s": s1.start, "identify_J_cutoff_s": s1.value, "identify_J_masses_s": s2.value,
+            "identify_J_final_s": s3.value}
+
+
 def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable[[], float] | None = None) -> TrialResult:
     """The pipeline of the module doc on one loaded trial (no file output)."""
     import time as _time
@@ -486,6 +533,11 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
                     res.metrics["pelvis_residual_frames"] = float(ok.sum())
                 else:
                     res.notes.append("no pelvis residual: both legs' loads are never known at once")
+                if options.identify:
+                    if ok.sum() > 30:
+                        res.metrics.update(identify_cgm(data, res, subject, options))
+                    else:
+                        res.notes.append("no identification: fewer than 30 frames with both legs' loads known")
                 for side in "LR":
                     if not loads[side].known.any():
                         res.notes.append(f"{side} kinetics: the foot is never on an assigned plate nor in swing")

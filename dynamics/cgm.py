@@ -359,7 +359,7 @@ def _segment_inertia(r: np.ndarray, m: float, k: float, length: np.ndarray) -> n
 
 
 def kinetics(kin: CGMKinematics, loads: Mapping[str, FootLoad], subject: CGMSubject, fs: float,
-             accelerations=None) -> CGMKinetics:
+             bsp: Mapping[str, tuple[float, float, float]] = BSP) -> CGMKinetics:
     """Bottom-up Newton–Euler foot → tibia → femur (cgm.md §11) with the PiG output mapping.
 
     loads: {"L": FootLoad, "R": FootLoad} at the marker rate fs Hz. Per segment with mass m, CoM c,
@@ -368,6 +368,8 @@ def kinetics(kin: CGMKinematics, loads: Mapping[str, FootLoad], subject: CGMSubj
     by central differences of the given (already smoothed) trajectories.
     Moments are expressed in the distal segment frame (hip: femur, knee: untorsioned tibia, ankle:
     corrected foot) and divided by the body mass; power P = M_p·(ω_distal − ω_proximal)/M.
+    bsp: segment → (mass fraction, CoM fraction from distal, radius of gyration / length); default
+    Vicon's table (``BSP``), identification varies the mass fractions.
     """
     mass = subject.mass
     out: dict[str, np.ndarray] = {}
@@ -379,9 +381,9 @@ def kinetics(kin: CGMKinematics, loads: Mapping[str, FootLoad], subject: CGMSubj
         load = loads[side]
         hjc, kjc, ajc, toe = (c[side + k] for k in ("HJC", "KJC", "AJC", "TOE"))
         segs = [  # (name, frame for inertia, proximal point, distal point, bsp, joint, output frame)
-            ("foot", f[side + "FootUncorrected"], ajc, toe, BSP["foot"], "Ankle", f[side + "Foot"]),
-            ("tibia", f[side + "TibiaTorsioned"], kjc, ajc, BSP["tibia"], "Knee", f[side + "Tibia"]),
-            ("femur", f[side + "Femur"], hjc, kjc, BSP["femur"], "Hip", f[side + "Femur"]),
+            ("foot", f[side + "FootUncorrected"], ajc, toe, bsp["foot"], "Ankle", f[side + "Foot"]),
+            ("tibia", f[side + "TibiaTorsioned"], kjc, ajc, bsp["tibia"], "Knee", f[side + "Tibia"]),
+            ("femur", f[side + "Femur"], hjc, kjc, bsp["femur"], "Hip", f[side + "Femur"]),
         ]
         fd, md, pd = load.force, load.free_moment, load.cop
         pd = np.where(np.isfinite(pd), pd, ajc)  # zero load in swing: any point will do
@@ -436,7 +438,8 @@ def kinetics(kin: CGMKinematics, loads: Mapping[str, FootLoad], subject: CGMSubj
 HAT_COM_HEIGHT = 0.626 * 0.288
 
 
-def pelvis_residual(kin: CGMKinematics, kt: CGMKinetics, subject: CGMSubject, fs: float) -> np.ndarray:
+def pelvis_residual(kin: CGMKinematics, kt: CGMKinetics, subject: CGMSubject, fs: float,
+                    bsp: Mapping[str, tuple[float, float, float]] = BSP) -> np.ndarray:
     """Residual force (N, 3) N on the pelvis + head-arms-trunk (HAT), lab axes: what the measured
     ground reactions, carried up both legs (``kinetics``), leave unexplained by the HAT's motion,
     R = m_HAT (a_HAT − g) + F_hip,L + F_hip,R (F_hip: force of the pelvis on the femur).
@@ -444,8 +447,9 @@ def pelvis_residual(kin: CGMKinematics, kt: CGMKinetics, subject: CGMSubject, fs
     The HAT is taken rigid with the pelvis: mass M (1 − 2 (0.100 + 0.0465 + 0.0145)), CoM
     0.18 × height above mid-HJC along the pelvis Z. Zero for consistent data; NaN where a side's
     load is unknown. A quality figure (divide by M g), not a correction: arm and trunk swing
-    relative to the pelvis show in its horizontal components."""
-    m_hat = subject.mass * (1 - 2 * sum(BSP[k][0] for k in BSP))
+    relative to the pelvis show in its horizontal components. bsp: as in ``kinetics`` (the same
+    table must be used for both)."""
+    m_hat = subject.mass * (1 - 2 * sum(bsp[k][0] for k in ("femur", "tibia", "foot")))
     height = subject.height or (subject.leg_length["L"] + subject.leg_length["R"]) / 2 / 0.52
     c = (kin.centres["LHJC"] + kin.centres["RHJC"]) / 2 + HAT_COM_HEIGHT * height * kin.frames["Pelvis"][:, :, 2]
     acc = np.gradient(np.gradient(c, 1.0 / fs, axis=0), 1.0 / fs, axis=0)

@@ -1,10 +1,10 @@
 """`walklab analyze`: joint angles, moments, powers, ZMP, events and a report from gait trials.
 
     walklab analyze INPUT... --out DIR [--model cgm|human15|MODEL] [--mass KG] [--cutoff HZ]
-                    [--workers N] [--dask ADDRESS] [--no-figures]
+                    [--workers N] [--dask ADDRESS] [--no-figures] [--identify]
 
 INPUT: C3D files, OpenSim TRC files (their GRF ``NAME_grf.mot`` or ``NAME.mot`` is read beside
-them), folders, or glob patterns, in any mix. Per trial: DIR/NAME/results.npz (Plug-in Gait
+them), walklab session recordings (.mcap), folders, or glob patterns, in any mix. Per trial: DIR/NAME/results.npz (Plug-in Gait
 names, (n_frames, 3), degrees, N·m/kg, W/kg, plus ``time`` s), series.csv, events.csv,
 metrics.csv, PNG figures and report.html; with several trials, DIR/summary.html. A file that is
 not a trial gets one error line and the others go on (exit status 2 at the end). Details:
@@ -31,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="parallel trial jobs (default one per core; 1 = in this process)")
     p.add_argument("--dask", metavar="ADDRESS", help="send the trial jobs to this Dask scheduler instead")
     p.add_argument("--no-figures", action="store_true", help="results and CSVs only (no PNG, no HTML)")
+    p.add_argument("--identify", action="store_true",
+                   help="CGM trials with plates: search the marker cutoff and leg segment masses (+-5 %%) that "
+                        "minimise the pelvis residual, and report them with the criterion before and after")
     p.set_defaults(func=_analyze)
 
 
@@ -45,7 +48,8 @@ def _analyze(args: argparse.Namespace) -> int:
     if args.workers < 0:
         raise ValueError(f"--workers must be >= 0, got {args.workers}")
     paths = analyze.expand_inputs(args.inputs)
-    options = analyze.Options(model=args.model, mass=args.mass, cutoff=args.cutoff, figures=not args.no_figures)
+    options = analyze.Options(model=args.model, mass=args.mass, cutoff=args.cutoff, figures=not args.no_figures,
+                              identify=args.identify)
     errors = 0
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=False, disable=not sys.stderr.isatty()) as bar:
