@@ -161,3 +161,20 @@ def grf_per_foot(table: Table, prefixes: tuple[str, ...] = ("", "1_")) -> list[F
         f, c, t = (to_lab(table.data[:, [idx[k] for k in grp]]) for grp in cols)
         out.append(FootGRF(force=f, cop=c, torque=t))
     return out
+
+
+def grf_table(feet: list[FootGRF], time, prefixes: tuple[str, ...] = ("", "1_")) -> Table:
+    """The inverse of ``grf_per_foot``: per-foot ground reactions (z-up) → an OpenSim GRF table
+    (Y up) with the ``{prefix}ground_force_v*``, ``_p*`` and ``{prefix}ground_torque_*`` columns,
+    force blocks first and torque blocks last, as OpenSim's example files order them."""
+    if len(feet) != len(prefixes):
+        raise OpenSimFormatError(f"{len(feet)} feet for {len(prefixes)} column prefixes")
+    labels: list[str] = []
+    cols: list[np.ndarray] = []
+    for pre, g in zip(prefixes, feet):
+        labels += [f"{pre}ground_force_v{a}" for a in "xyz"] + [f"{pre}ground_force_p{a}" for a in "xyz"]
+        cols += [to_opensim(g.force), to_opensim(g.cop)]
+    for pre, g in zip(prefixes, feet):
+        labels += [f"{pre}ground_torque_{a}" for a in "xyz"]
+        cols.append(to_opensim(g.torque))
+    return Table(labels=tuple(labels), time=np.asarray(time, float), data=np.hstack(cols))

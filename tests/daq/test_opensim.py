@@ -60,3 +60,16 @@ def test_mot_round_trip_and_bad_files(tmp_path):
         osim.read_trc(tmp_path / "bad.trc")
     with pytest.raises(osim.OpenSimFormatError, match="endheader"):
         osim.read_mot(tmp_path / "bad.trc")
+
+
+def test_grf_table_writes_what_grf_per_foot_reads(shared_data, tmp_path):
+    table = osim.read_mot(shared_data / "subject01_walk1_grf.mot")
+    feet = osim.grf_per_foot(table)
+    again = osim.grf_table(feet, table.time)
+    assert again.labels == table.labels  # the example file's column order
+    np.testing.assert_allclose(again.data, table.data, atol=1e-12)
+    osim.write_mot(tmp_path / "grf.mot", again)
+    back = osim.grf_per_foot(osim.read_mot(tmp_path / "grf.mot"))
+    for a, b in zip(back, feet):
+        np.testing.assert_allclose(a.force, b.force, rtol=1e-7, atol=1e-6)
+        np.testing.assert_allclose(a.cop, b.cop, rtol=1e-7, atol=1e-9)
