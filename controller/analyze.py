@@ -428,7 +428,7 @@ def identify_cgm(data: TrialData, res: TrialResult, subject: cgm.CGMSubject, opt
 
     rate = data.markers.rate
     time = res.time
-    bw2 = (subject.mass * 9.81) ** 2
+    bw2 = (subject.mass * G) ** 2
     trim = np.zeros(len(time), bool)
     trim[10:-10] = True
 
