@@ -4,7 +4,9 @@ Each cycle, in the shape of ros2_control's read -> update -> write:
 
 1. **read** (non-blocking): the newest STATE of the robot's MCU (firmware_bridge.link.Link, over its
    serial port or pty), operator requests (``controller/request``: speed, turn) and e-stops
-   (``controller/estop``: 1 latch, 0 reset) from the bus. Stale input is a safety event, never a wait.
+   (``controller/estop``: 1 latch, 0 reset) from the bus and from the operator endpoint
+   (``--operator``, where `walklab estop` and `walklab command` bind for a moment). Stale input is a
+   safety event, never a wait.
 2. **update** (`Controller.update`, pure computation): safety checks of the measured state; the
    phase estimate (the nominal's clock, `controller.synergies.track.Tracker`); the reference from
    the nominal (or the transition); feed-forward + PD, tau = tau_ff + kp (q_ref - q) + kd (q'_ref - q');
@@ -15,10 +17,11 @@ Each cycle, in the shape of ros2_control's read -> update -> write:
 Scheduling: absolute deadlines t_k = t_0 + k T (no drift), sleep until ``spin_us`` before the
 deadline, then spin on the clock; jitter = wake time - deadline; an overrun is a cycle whose work
 ended after the next deadline (the loop then skips to the next future deadline, counting the
-missed ones). Published: ``controller/state`` (one row per cycle in blocks: phase, q_ref, q, tau per
-actuator), ``controller/events`` (safety events, kind "event", with the cause in the header meta),
-and health counters: ``loop/cycles``, ``loop/overruns``, ``loop/missed``, ``loop/jitter_us_p50``,
-``_p99``, ``_max`` over the last second. The MCU watchdog is the last line: the link feeds it only
+missed ones). Published: ``controller/state`` (one row per cycle in blocks: walking, then phase,
+q_ref, q, tau per actuator), ``controller/events`` (safety events, operator requests and refusals,
+kind "event", cause and detail in the header meta), and health (``health/NAME``): ``loop/jitter``
+latency p50 / p99 / max (s) per second, counters ``loop/cycles``, ``loop/overruns``, ``loop/missed``,
+``safety/CAUSE``, ``operator/rejected``; the health state is running, stale or latched. The MCU watchdog is the last line: the link feeds it only
 while this loop calls it, so a stalled loop stops the motors within ``watchdog_ms``.
 
 Planar/robot conventions: actuator coordinates in rad (cranks + forward), torques in N m.
@@ -46,6 +49,7 @@ REQUEST_STREAM = "controller/request"
 ESTOP_STREAM = "controller/estop"
 STATE_STREAM = "controller/state"
 EVENT_STREAM = "controller/events"
+OPERATOR_ENDPOINT = "tcp://127.0.0.1:5610"
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--block", type=int, default=10, help="cycles per controller/state frame")
     p.add_argument("--speed", type=float, default=0.0, help="initial walking speed request, m/s")
     p.add_argument("--turn", type=float, default=0.0, help="initial turn-rate request, rad/s")
+    p.add_argument("--operator", default=OPERATOR_ENDPOINT,
+                   help="endpoint where `walklab estop` / `walklab command` bind to reach this loop")
     return p
 
 
@@ -237,6 +243,22 @@ class McuIo:
         self.link.close()
 
 
+def _connect(ctx, mcu, n_motors: int) -> McuIo | None:
+    """Open the MCU, retrying every 0.2 s while it is absent (a USB device plugged in late; health
+    state "connecting"); None if asked to stop meanwhile."""
+    from firmware_bridge.link import LinkError
+
+    while not ctx.stopping:
+        try:
+            return McuIo(mcu.port, mcu.baud, mcu.watchdog_ms, n_motors)
+        except LinkError as exc:
+            ctx.health.state = "connecting"
+            ctx.health.count("mcu/open_failures")
+            log.debug("%s", exc)
+            ctx.sleep_until(time.monotonic_ns() + 200_000_000)
+    return None
+
+
 def _publish_event(ctx, ev: Event) -> None:
     ctx.publisher.publish(EVENT_STREAM, np.array([[1.0 if ev.latched else 0.0]]), kind="event", rate_hz=0.0,
                           channels=["latched"], units=["1"], meta={"cause": ev.cause, "detail": ev.detail})
@@ -260,14 +282,19 @@ def run(ctx, args: Sequence[str]) -> int:
     if tuple(mcu.motors) != cfg.actuators:
         raise ValueError(f"{ctx.lab.source}: devices.{mcu.name}.motors = {list(mcu.motors)}: expected the robot's "
                          f"actuators {list(cfg.actuators)} ({cfg.source})")
-    io = McuIo(mcu.port, mcu.baud, mcu.watchdog_ms, len(cfg.actuators))
-    ops = ctx.subscriber([REQUEST_STREAM, ESTOP_STREAM], expect=())
+    io = _connect(ctx, mcu, len(cfg.actuators))
+    if io is None:
+        return 0
+    from controller.proc import subscriber_for
+
+    ops = [ctx.subscriber([REQUEST_STREAM, ESTOP_STREAM], expect=()),
+           subscriber_for(ctx.lab, [o.operator], [REQUEST_STREAM, ESTOP_STREAM], expect=())]
     if o.speed:
         ctl.command(Request(o.speed, o.turn))
     sched = Scheduler(round(1e9 / rate), round(o.spin_us * 1e3), sleep=lambda d: ctx.sleep_until(d))
     A = len(cfg.actuators)
     rows = np.zeros((o.block, 1 + 4 * A))
-    k = 0
+    k, t_block = 0, 0
     channels = ["walking"] + [f"{a}/{c}" for a in cfg.actuators for c in ("phase", "q_ref", "q", "tau")]
     units = ["1"] + ["cycles", "rad", "rad", "N*m"] * A
     h = ctx.health
@@ -277,8 +304,9 @@ def run(ctx, args: Sequence[str]) -> int:
             h.latency("loop/jitter", jitter * 1e-9)
             h.count("loop/cycles")
             meas = io.read()
-            while (f := ops.recv(timeout_s=0)) is not None:
-                _operator(ctx, ctl, io, f, now)
+            for sub in ops:
+                while (f := sub.recv(timeout_s=0)) is not None:
+                    _operator(ctx, ctl, io, f, now)
             out = ctl.update(now, meas)
             if not o.shadow:
                 io.write(out.decision)
@@ -289,6 +317,8 @@ def run(ctx, args: Sequence[str]) -> int:
                     io.estop()  # the MCU latches too: a fault stops the motors even if this loop dies
             r = out.reference
             q = meas.q if meas is not None else np.full(A, np.nan)
+            if k == 0:
+                t_block = now  # the block's t_host: the wake time of its first cycle
             rows[k, 0] = float(out.walking)
             for j in range(A):
                 rows[k, 1 + 4 * j:5 + 4 * j] = (r.phase[j] if r else np.nan, r.q[j] if r else np.nan, q[j],
@@ -296,7 +326,7 @@ def run(ctx, args: Sequence[str]) -> int:
             k += 1
             if k == o.block:
                 ctx.publisher.publish(STATE_STREAM, rows.copy(), kind="controller", rate_hz=rate,
-                                      channels=channels, units=units)
+                                      channels=channels, units=units, t_host=t_block)
                 k = 0
             h.state = "latched" if ctl.safety.latched else ("stale" if ctl.safety.stale else "running")
             missed = sched.done()
@@ -310,6 +340,7 @@ def run(ctx, args: Sequence[str]) -> int:
             except OSError:
                 pass
         io.close()
+        ops[1].close()
     return 0
 
 
@@ -330,7 +361,9 @@ def _operator(ctx, ctl: Controller, io: McuIo, frame, now: int) -> None:
             row = frame.data[-1]
             req = Request(float(row[names.index("speed")]), float(row[names.index("turn")]) if "turn" in names else 0.0)
             nom = ctl.command(req)
-            log.info("request %s -> %s", req, nom.name if nom else "stop")
+            _publish_event(ctx, Event(now, "request", f"speed {req.speed} m/s, turn {req.turn} rad/s -> "
+                                                     f"{nom.name if nom else 'stop'}"))
     except (ValueError, LookupError, OSError) as exc:
         log.warning("operator frame on %s refused: %s", frame.stream, exc)
         ctx.health.count("operator/rejected")
+        _publish_event(ctx, Event(now, "rejected", f"{frame.stream}: {exc}"))

@@ -96,7 +96,9 @@ class Walker:
     model_hash: str
 
     def side(self, side: str) -> tuple[Slot, ...]:
-        out = tuple(sl for sl in self.slots if sl.side == side)
+        """The slots of side "left" or "right", or every slot for "both" (one shaft drives all legs,
+        as in the walker file: its input s turns every crank)."""
+        out = tuple(sl for sl in self.slots if side in ("both", sl.side))
         if not out:
             raise ProgrammeError(f"{self.name}: no legs on side {side!r}")
         return out
@@ -326,14 +328,16 @@ def _phase_values(p: ShaftProgramme, t: np.ndarray, values: np.ndarray) -> np.nd
     return values[k]
 
 
-def support_min_margin(left: ShaftProgramme, right: ShaftProgramme, track: float, n: int = 720) -> float:
-    """Minimum margin of the chassis centre (0, 0) in the support polygon over 4 slow revolutions."""
-    T = 4.0 * max(left.period, right.period)
+def support_min_margin(shafts: list[ShaftProgramme], track: float, n: int = 720) -> float:
+    """Minimum margin of the chassis centre (0, 0) in the support polygon of the feet in contact over
+    4 revolutions of the slowest shaft (left feet at lateral +track/2, right feet at -track/2)."""
+    T = 4.0 * max(p.period for p in shafts)
     t = T * np.arange(4 * n) / (4 * n)
     pts, on = [], []
-    for p, y in ((left, 0.5 * track), (right, -0.5 * track)):
+    for p in shafts:
         x = _phase_values(p, t, p.foot_x)
-        pts.append(np.stack([x, np.full_like(x, y)], axis=-1))
+        y = np.array([0.5 * track if sl.side == "left" else -0.5 * track for sl in p.slots])
+        pts.append(np.stack([x, np.broadcast_to(y, x.shape)], axis=-1))
         on.append(_phase_values(p, t, p.delta) > 0)
     margin, _ = support_margin(np.concatenate(pts, axis=1), np.concatenate(on, axis=1), np.zeros((t.size, 2)))
     return float(np.nanmin(margin)) if np.any(np.isfinite(margin)) else float("-inf")
@@ -382,4 +386,4 @@ def crank_programme(walker: Walker, speed: float, turn: float = 0.0, profile: Sp
     left = shaft_programme(walker, "left", walker.speed_to_rate(vl), profile, law, samples)
     right = shaft_programme(walker, "right", walker.speed_to_rate(vr), profile, law, samples)
     return CrankProgramme(walker=walker, speed=float(speed), turn=float(turn), profile=profile, law=law,
-                          left=left, right=right, min_margin=support_min_margin(left, right, walker.track))
+                          left=left, right=right, min_margin=support_min_margin([left, right], walker.track))

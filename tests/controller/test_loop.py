@@ -156,3 +156,180 @@ def test_scheduler_keeps_absolute_deadlines_and_counts_overruns():
         s.done()
     assert [w // 1000 for w in wakes] == [0, 2000, 4000, 10000, 12000]  # us after the first deadline
     assert (s.overruns, s.missed, s.cycles) == (1, 2, 5)
+
+
+# ------------------------------------------------------------------ the process on a real pty
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import textwrap  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from controller.config import load as load_lab  # noqa: E402
+from controller.synergies import library  # noqa: E402
+from daq.bus import Subscriber  # noqa: E402
+from daq.ports import free_tcp_ports  # noqa: E402
+from dynamics.linkage.model import read_crank_legs  # noqa: E402
+from dynamics.plants.motor import MotorParams  # noqa: E402
+from firmware_bridge import protocol as P  # noqa: E402
+from firmware_bridge.virtual import VirtualMCU  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+WATCHDOG_MS = 200
+
+
+def until(pred, timeout_s: float, what: str, pump=None) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pump:
+            pump(0.05)
+        else:
+            time.sleep(0.01)
+        if pred():
+            return
+    pytest.fail(f"{what}: not within {timeout_s} s")
+
+
+class Bus:
+    """The loop's controller/state and controller/events frames, as read from its endpoint."""
+
+    def __init__(self, endpoint: str):
+        self.sub = Subscriber([endpoint], ["controller/state", "controller/events"])
+        self.state: list = []
+        self.events: list = []
+
+    def pump(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            f = self.sub.recv(timeout_s=0.02)
+            if f is not None:
+                (self.events if f.stream == "controller/events" else self.state).append(f)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("loop")
+    robot = tmp / "robot.toml"
+    robot.write_text(textwrap.dedent("""
+        kind = "robot"
+        robot = "jansen"
+        model = "jansen_walker"
+        actuators = ["crank"]
+        [synergies]
+        library = "LIB"
+        speeds = [0.2, 0.3]
+        turns = [0.0]
+        profiles = ["constant"]
+        samples = 256
+        [loop]
+        rate_hz = 500.0
+        kp = [2.0]
+        kd = [0.2]
+        [limits]
+        velocity = [8.0]
+        torque = [6.0]
+        slew = [10.0]
+        torque_slew = [300.0]
+        stale_s = 0.1
+        """).replace("LIB", str(tmp / "lib")))
+    from controller.synergies.robot import load_robot as _load
+
+    written, _ = library.build(_load(robot))
+    assert len(written) == 2
+    ports = free_tcp_ports(3)
+    port = tmp / "mcu"
+    cfg = tmp / "lab.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        [lab]
+        name = "loop-test"
+        [supervisor]
+        bind = "tcp://127.0.0.1:{ports[0]}"
+        [[processes]]
+        name = "loop"
+        module = "controller.loop"
+        bind = "tcp://127.0.0.1:{ports[1]}"
+        devices = ["mcu"]
+        args = ["--robot", "{robot}", "--speed", "0.2", "--operator", "tcp://127.0.0.1:{ports[2]}"]
+        [devices.mcu]
+        kind = "mcu"
+        port = "{port}"
+        motors = ["crank"]
+        watchdog_ms = {WATCHDOG_MS}
+        """))
+    plant = crank_plant(read_crank_legs("jansen_walker"), ground_penetration=0.008, law=LAW)
+    mcu = VirtualMCU(1, motor=MotorParams(), control_hz=1000, stream_hz=500, watchdog_ms=1000,
+                     load=lambda t, th, om: motor_load(plant, th, om))
+    bus = Bus(f"tcp://127.0.0.1:{ports[1]}")
+    args = load_lab(cfg).process("loop").args
+    proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "loop", *args],
+                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        # the loop waits for its MCU (a port that appears late, like a USB device plugged in)
+        assert bus.sub.wait_connected(30.0), "the loop process did not come up"
+        mcu.start()
+        os.symlink(mcu.port, port)
+        yield {"cfg": cfg, "mcu": mcu, "bus": bus, "proc": proc}
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.terminate()
+            try:
+                proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+        bus.sub.close()
+        mcu.close()
+
+
+def walklab(*args):
+    return subprocess.run([sys.executable, "-m", "controller.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+def test_process_walks_estop_latches_the_mcu_and_torque_is_zero_from_that_cycle(lab):
+    mcu, bus = lab["mcu"], lab["bus"]
+    until(lambda: mcu.wd_armed and mcu.mode[0] == P.MODE_TORQUE, 30.0, "the loop commanding torque", bus.pump)
+    until(lambda: len(bus.state) > 50, 10.0, "controller/state frames", bus.pump)
+    rows = np.vstack([f.data for f in bus.state[-20:]])
+    assert np.all(rows[:, 0] == 1) and np.any(rows[:, 4] != 0)  # walking, torque flowing
+    r = walklab("estop", str(lab["cfg"]), "--timeout", "20")
+    assert r.returncode == 0, r.stderr
+    assert "e-stop latched" in r.stdout
+    until(lambda: mcu.estop, 5.0, "the MCU e-stop latch")
+    assert mcu.mode[0] == P.MODE_IDLE
+    bus.pump(0.5)
+    ev = [f for f in bus.events if f.meta.get("cause") == "estop"]
+    assert ev, [f.meta for f in bus.events]
+    # every state row from the e-stop's cycle on commands zero torque (rows end at t_host + (n-1)/rate)
+    t_ev = ev[0].t_pub
+    after = [f for f in bus.state if f.t_host >= t_ev]
+    assert after and all(np.all(f.data[:, 4] == 0) for f in after)
+    # reset and a new request: walking again at the nominal's speed
+    r = walklab("estop", str(lab["cfg"]), "--reset", "--timeout", "20")
+    assert r.returncode == 0, r.stderr
+    until(lambda: not mcu.estop, 5.0, "the MCU e-stop cleared")
+    r = walklab("command", "speed", "0.3", str(lab["cfg"]), "--timeout", "20")
+    assert r.returncode == 0, r.stderr
+    assert "jansen_v0.30" in r.stdout
+    until(lambda: mcu.mode[0] == P.MODE_TORQUE, 10.0, "torque commands after the reset", bus.pump)
+
+
+def test_a_stalled_loop_makes_the_mcu_cut_torque_within_its_watchdog(lab):
+    mcu, proc = lab["mcu"], lab["proc"]
+    until(lambda: mcu.wd_armed and not mcu.wd_tripped and mcu.mode[0] == P.MODE_TORQUE, 30.0, "the loop walking")
+    trips = mcu.stats.watchdog_trips
+    os.kill(proc.pid, signal.SIGSTOP)  # the controller hangs: no COMMAND, no heartbeat
+    try:
+        until(lambda: mcu.wd_tripped, 10.0, "the MCU watchdog")
+        assert mcu.stats.watchdog_trips == trips + 1
+        assert mcu.mode[0] == P.MODE_IDLE  # torque off
+        # the loop configured the MCU with its device's watchdog (booted with 1000 ms): the cut came
+        # from the 200 ms watchdog the MCU checks on its own clock
+        assert mcu.watchdog_us == WATCHDOG_MS * 1000
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)

@@ -1,0 +1,74 @@
+"""`walklab estop`: latch (or with --reset clear) the e-stop of a running lab's control loop.
+
+    walklab estop [CONFIG] [--reset] [--timeout S]
+
+CONFIG is the lab config whose ``controller.loop`` process to reach (default: the shipped
+configs/jansen_sim.toml). The command binds the loop's operator endpoint (its ``--operator``,
+tcp://127.0.0.1:5610 by default) for a moment, waits until the loop has subscribed, publishes
+``controller/estop`` and waits for the loop's confirmation on ``controller/events``; no loop or no
+confirmation within --timeout is an error (exit 2). The loop also latches the MCU's own e-stop, so
+the motors stay off even if the loop dies; only --reset (or a RESET from the bridge) clears it.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("estop", help="latch (--reset: clear) the e-stop of the running control loop",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", metavar="CONFIG", nargs="?", help="lab config (default: configs/jansen_sim.toml)")
+    p.add_argument("--reset", action="store_true", help="clear a latched e-stop (motors stay idle until a request)")
+    p.add_argument("--timeout", type=float, default=5.0, metavar="S", help="seconds to wait for the loop (default 5)")
+    p.set_defaults(func=_estop)
+
+
+def _estop(args: argparse.Namespace) -> int:
+    from controller.loop import ESTOP_STREAM
+
+    cause = "reset" if args.reset else "estop"
+    detail = send_operator(args.config, ESTOP_STREAM, np.array([[0.0 if args.reset else 1.0]]), ["latch"], ["1"],
+                           {"source": "cli"}, {cause}, args.timeout)
+    print(f"{'e-stop cleared' if args.reset else 'e-stop latched'}: {detail}")
+    return 0
+
+
+def send_operator(config: str | None, stream: str, data, channels, units, meta: dict, confirm: set[str],
+                  timeout_s: float) -> str:
+    """Publish one operator frame to the lab's control loop and wait for its event whose cause is in
+    `confirm` (returns its detail); OSError with one line if the loop is not there or does not answer."""
+    import configs
+    from controller.config import load
+    from controller.loop import EVENT_STREAM, parse_args
+    from controller.proc import publisher_for, subscriber_for
+
+    if not (timeout_s > 0):
+        raise ValueError(f"--timeout: expected > 0 s, got {timeout_s}")
+    lab = load(config or configs.path("jansen_sim.toml"))
+    loops = [p for p in lab.processes if p.module == "controller.loop"]
+    if len(loops) != 1:
+        raise LookupError(f"{lab.source}: expected one process with module = \"controller.loop\", found {len(loops)}")
+    spec = loops[0]
+    operator = parse_args(spec.name, spec.args).operator
+    pub = publisher_for(lab, operator)
+    sub = subscriber_for(lab, [spec.connect or spec.bind], [EVENT_STREAM], expect=())
+    try:
+        if not pub.wait_for_subscribers(1, timeout_s):
+            raise TimeoutError(f"no control loop subscribed at {operator} within {timeout_s} s "
+                               f"(is process {spec.name!r} of {lab.source} running?)")
+        sub.wait_connected(timeout_s)
+        pub.publish(stream, data, kind="operator", rate_hz=0.0, channels=channels, units=units, meta=meta)
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            f = sub.recv(timeout_s=0.1)
+            if f is not None and f.meta and f.meta.get("cause") in confirm | {"rejected"}:
+                if f.meta["cause"] == "rejected":
+                    raise ValueError(f"the control loop refused the request: {f.meta.get('detail')}")
+                return str(f.meta.get("detail", ""))
+        raise TimeoutError(f"process {spec.name!r} did not confirm within {timeout_s} s")
+    finally:
+        pub.close()
+        sub.close()
