@@ -337,34 +337,59 @@ def process(plate: Plate, raw, threshold: float = DEFAULT_THRESHOLD, offset=None
     """
     r = _check_raw(plate, raw)
     sat = _saturated(plate, r)
+    # Below _SAFE_RAW no product or sum of the computation can overflow (a cheap test that
+    # keeps the live per-block path free of error-state switching); above it, or with a
+    # non-finite value, the checked path finds the samples whose outputs are not finite.
+    big = not _below(r, _SAFE_RAW)
     if offset is not None:
         off = np.asarray(offset, dtype=float)
         if off.shape != (plate.n_channels,):
             raise PlateError(f"offset of plate {plate.name!r} must have shape ({plate.n_channels},), "
                              f"got {off.shape}")
-    # Overflow and inf - inf only happen on absurd inputs; they are found on the outputs below.
-    with np.errstate(over="ignore", invalid="ignore"):
-        if offset is not None:
+        big = big or not _below(off, _SAFE_RAW)
+        if not big:
             r = r - off
-        w = _wrench(plate, r)
-        valid = w[:, 8] > threshold
-        valid &= w[:, 2] != 0.0   # plate F_z, the divisor (0 only on a plate tilted by 90°)
-        if plate.type == 1:
-            cxy = np.where(valid[:, None], r[:, 3:5], np.nan)   # the COP channels themselves
-        else:
-            # NaN where not valid, so no division by a small or zero F_z happens there.
-            cxy = w[:, 12:14] * (1.0 / np.where(valid, w[:, 2], np.nan))[:, None]
-            if plate.cop_poly is not None:
-                dx, dy = _cop_poly_correction(plate.cop_poly, cxy[:, 0], cxy[:, 1])
-                cxy = cxy - np.column_stack([dx, dy])
-        tz = w[:, 5] - (cxy * w[:, 14:16]).sum(axis=1)   # T_z = M_s,z − (COP_x F_y − COP_y F_x)
-        # One number per sample that is finite iff its force, moment (and, where valid, free
-        # moment and so COP) are, and their sum does not overflow either.
-        ok = np.isfinite(w[:, 6:12].sum(axis=1) + np.where(valid, tz, 0.0))
+    if not big:
+        return _signals(plate, r, threshold, sat)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sig = _signals(plate, r if offset is None else r - off, threshold, sat)
+        # Finite iff the sample's force, moment (and, where valid, free moment and so COP) are,
+        # and their sum does not overflow either.
+        ok = np.isfinite(sig.force.sum(axis=1) + sig.moment.sum(axis=1) + np.where(sig.valid, sig.free_moment.sum(axis=1), 0.0))
     if not ok.all():
-        w[~ok] = np.nan
-        tz[~ok] = cxy[~ok] = np.nan
-        valid &= ok
+        for a in (sig.force, sig.moment, sig.cop, sig.free_moment):
+            a[~ok] = np.nan
+        sig.valid[~ok] = False
+    return sig
+
+
+#: Raw values below this magnitude cannot overflow any step of `process` (products of two
+#: outputs, the FPCOPPOLY quintic with calibration gains up to 1e4 and coefficients up to 1e100).
+_SAFE_RAW = 1e30
+#: Wrench values below this magnitude cannot overflow `combine_wrenches` (sums, and their
+#: products with plate positions and p_z of a few metres).
+_SAFE_WRENCH = 1e150
+
+
+def _below(a: np.ndarray, limit: float) -> bool:
+    """True when every value of `a` is finite and below `limit` in magnitude (NaN: False)."""
+    return bool(np.abs(a).max() < limit)
+
+
+def _signals(plate: Plate, r: np.ndarray, threshold: float, sat: np.ndarray) -> PlateSignals:
+    """`process` on checked raw channels r (N, n_channels), SI, the offset already removed."""
+    w = _wrench(plate, r)
+    valid = w[:, 8] > threshold
+    valid &= w[:, 2] != 0.0   # plate F_z, the divisor (0 only on a plate tilted by 90°)
+    if plate.type == 1:
+        cxy = np.where(valid[:, None], r[:, 3:5], np.nan)   # the COP channels themselves
+    else:
+        # NaN where not valid, so no division by a small or zero F_z happens there.
+        cxy = w[:, 12:14] * (1.0 / np.where(valid, w[:, 2], np.nan))[:, None]
+        if plate.cop_poly is not None:
+            dx, dy = _cop_poly_correction(plate.cop_poly, cxy[:, 0], cxy[:, 1])
+            cxy = cxy - np.column_stack([dx, dy])
+    tz = w[:, 5] - (cxy * w[:, 14:16]).sum(axis=1)   # T_z = M_s,z − (COP_x F_y − COP_y F_x)
     return PlateSignals(
         force=w[:, 6:9],
         moment=w[:, 9:12],
@@ -456,7 +481,7 @@ def combine(plates: Sequence[Plate], signals: Sequence[PlateSignals],
         for plate, sig in zip(plates, signals):
             total += sig.force @ plate._to_origin[0:3]
             total += sig.moment @ plate._to_origin[3:6]
-    return _combined(plates, total, threshold, pz)
+        return _combined(plates, total, threshold, pz)
 
 
 def combine_wrenches(plates: Sequence[Plate], wrenches, threshold: float = DEFAULT_THRESHOLD,
@@ -471,24 +496,27 @@ def combine_wrenches(plates: Sequence[Plate], wrenches, threshold: float = DEFAU
     if not plates or w.ndim != 2 or w.shape[1] != 6 * len(plates):
         raise PlateError(f"wrenches must have shape (N, {6 * len(plates)}) for {len(plates)} "
                          f"plate(s), got {w.shape}")
+    to_origin = plates[0]._to_origin if len(plates) == 1 else np.vstack([p._to_origin for p in plates])
+    if _below(w, _SAFE_WRENCH):    # finite, and no overflow possible: the live path
+        return _combined(plates, w @ to_origin, threshold, pz, finite=True)
     with np.errstate(over="ignore", invalid="ignore"):
-        total = w @ (plates[0]._to_origin if len(plates) == 1 else np.vstack([p._to_origin for p in plates]))
-    return _combined(plates, total, threshold, pz)
+        return _combined(plates, w @ to_origin, threshold, pz)
 
 
-def _combined(plates: Sequence[Plate], total: np.ndarray, threshold: float, pz: float | None) -> Combined:
+def _combined(plates: Sequence[Plate], total: np.ndarray, threshold: float, pz: float | None,
+              finite: bool = False) -> Combined:
     """Combined from total (N, 8) = ``[F, n, −n_y, n_x]`` about the lab origin (methods.md d.2).
-    A sample whose total or COP is not finite (a plate's NaN, or an overflow) is NaN, not valid."""
+    A sample whose total or COP is not finite (a plate's NaN, or an overflow) is NaN, not valid.
+    Callers with possibly huge values hold the floating-point errors off around it; `finite`:
+    the caller knows every value is finite and far from overflow (no check)."""
     if pz is None:
         pz = sum(float(p.centre[2]) for p in plates) / len(plates)
     cop = np.empty((len(total), 3))
-    with np.errstate(over="ignore", invalid="ignore"):
-        valid = total[:, 2] > threshold
-        # NaN where not valid, so no division by a small or zero F_z happens there.
-        cop[:, 0:2] = (pz * total[:, 0:2] + total[:, 6:8]) * (1.0 / np.where(valid, total[:, 2], np.nan))[:, None]
+    valid = total[:, 2] > threshold
+    # NaN where not valid, so no division by a small or zero F_z happens there.
+    cop[:, 0:2] = (pz * total[:, 0:2] + total[:, 6:8]) * (1.0 / np.where(valid, total[:, 2], np.nan))[:, None]
+    if not finite and not np.isfinite(total[:, 2].sum()):   # a NaN plate, or an overflow
         ok = np.isfinite(total[:, 0:6].sum(axis=1) + np.where(valid, cop[:, 0] + cop[:, 1], 0.0))
-    if not ok.all():
-        total = total.copy()
         total[~ok] = np.nan
         cop[~ok, 0:2] = np.nan
         valid &= ok

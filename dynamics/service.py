@@ -264,8 +264,7 @@ class GrfService:
         # Lab wrenches [F, M] of every plate side by side per sample slot (slot k at row
         # k % capacity), waiting for the combination; NaN: not delivered (yet).
         self.ring = np.full((capacity, 6 * len(self.plates)), np.nan)
-        self.filled = np.zeros(capacity, bool)   # slot delivered by some plate (a NaN row too)
-        self.empty_run = 0       # slots no plate delivered at the end of what was published
+        self.empty_run = 0       # empty slots (all NaN) at the end of what was published
         self.plate_models = [p.plate for p in self.plates]
         self.publish = publish
         self.count = count
@@ -354,10 +353,6 @@ class GrfService:
         """Accept `frame` at slot `k0` (its lead [ns]: host receipt − lab time of its last sample's
         end): raw SI values, continuity counters, the plate's and the service's lead floor."""
         raw = np.array(frame.data, dtype=float)
-        if not np.isfinite(raw).all():
-            bad = ~np.isfinite(raw).all(axis=1)
-            raw[bad] = np.nan  # an inf would turn into NaN with warnings in the products below
-            self.count(f"{p.name}:nonfinite_samples", int(bad.sum()))
         if p.next_k is None:
             p.first_k = k0
         elif k0 > p.next_k:
@@ -491,8 +486,12 @@ class GrfService:
                               sig.valid[:, None], sig.saturated[:, None]], axis=1, dtype=float)
         if p.plate.channel_range is not None and sig.saturated.any():
             self.count(f"{p.name}:saturated_samples", int(sig.saturated.sum()))
-        if np.isnan(sig.force[:, 2]).any():   # NaN raw rows are counted when they come in
-            overflow = int((np.isnan(sig.force[:, 2]) & np.isfinite(raw).all(axis=1)).sum())
+        if not math.isfinite(sig.force[:, 2].sum()):   # invalid samples (process makes them NaN)
+            invalid = np.isnan(sig.force[:, 2])
+            nonfinite = ~np.isfinite(raw).all(axis=1)
+            if (invalid & nonfinite).any():
+                self.count(f"{p.name}:nonfinite_samples", int((invalid & nonfinite).sum()))
+            overflow = int((invalid & ~nonfinite).sum())
             if overflow:
                 self.count(f"{p.name}:overflow_samples", overflow)
                 log.warning("%s: %d sample(s) with finite raw values beyond float64 arithmetic (e.g. "
@@ -509,7 +508,6 @@ class GrfService:
             rows = out[lo - k0:, 0:6]
             for ring_rows, part in self._slots(lo, k0 + n):
                 self.ring[ring_rows, p.columns] = rows[part]
-                self.filled[ring_rows] = True
         if lo > k0:
             self.count("combine:late_samples", min(lo - k0, n))
         p.processed_end = k0 + n
@@ -551,25 +549,23 @@ class GrfService:
         self._emit(min(ready))
 
     def _emit(self, until: int) -> None:
-        """Publish the total for slots [k_emit, until). Slots that no plate delivered are NaN, at
-        most `lag` of them in a row: the rest of such a run is left out (the next frame's stamps
-        jump over it) and counted as ``combine:skipped_samples``. Bounded work whatever `until`:
-        the ring holds nothing beyond one ring's worth of slots from `k_emit`."""
+        """Publish the total for slots [k_emit, until). Empty slots (nothing from any plate: not
+        delivered, or non-finite) are NaN, at most `lag` of them in a row: the rest of such a run
+        is left out (the next frame's stamps jump over it) and counted as
+        ``combine:skipped_samples``. Bounded work whatever `until`: the ring holds nothing beyond
+        one ring's worth of slots from `k_emit`."""
         if self.k_emit >= until:
             return
         a = self.k_emit
         b = min(until, a + self.capacity)
         w = np.empty((b - a, self.ring.shape[1]))
-        filled = np.empty(b - a, bool)
         for ring_rows, part in self._slots(a, b):
             w[part] = self.ring[ring_rows]
-            filled[part] = self.filled[ring_rows]
             self.ring[ring_rows] = np.nan
-            self.filled[ring_rows] = False
-        self._emit_rows(a, w, filled)
+        self._emit_rows(a, w)
         if b < until:   # slots never written: one run of empty ones
             n = min(until - b, max(0, self.lag - self.empty_run))
-            self._emit_rows(b, np.full((n, w.shape[1]), np.nan), np.zeros(n, bool))
+            self._emit_rows(b, np.full((n, w.shape[1]), np.nan))
             self.empty_run += until - b - n
             self.count("combine:skipped_samples", until - b - n)
         self.k_emit = until
@@ -583,24 +579,29 @@ class GrfService:
         m = self.capacity - i
         return [(slice(i, self.capacity), slice(0, m)), (slice(0, n - m), slice(m, n))]
 
-    def _emit_rows(self, a: int, w: np.ndarray, filled: np.ndarray) -> None:
-        """Publish wrench rows `w` of slots a.. (`filled`: some plate delivered the slot), leaving
-        out the empty slots of a run beyond its first `lag`."""
-        if filled.all() or not len(w):
-            if len(w):
-                self.empty_run = 0
-                self._publish_total(a, w)
+    def _emit_rows(self, a: int, w: np.ndarray) -> None:
+        """Publish wrench rows `w` of slots a.., leaving out the empty (all-NaN) slots of a run
+        beyond its first `lag`."""
+        n = len(w)
+        if not n:
             return
-        idx = np.arange(len(w))
-        last = np.maximum.accumulate(np.where(filled, idx, -1))
+        if self.empty_run + n <= self.lag:   # no run can pass `lag` here (the live case)
+            self._publish_total(a, w)
+            if not math.isnan(w[-1, 0]):
+                self.empty_run = 0
+                return
+        empty = np.isnan(w).all(axis=1)
+        idx = np.arange(n)
+        last = np.maximum.accumulate(np.where(empty, -1, idx))
         run = np.where(last < 0, idx + self.empty_run, idx - last - 1)   # place in its empty run
-        keep = filled | (run < self.lag)
-        self.empty_run = 0 if filled[-1] else int(run[-1]) + 1
-        edges = np.flatnonzero(np.diff(np.concatenate([[0], keep.astype(np.int8), [0]])))
-        for i, j in zip(edges[0::2], edges[1::2]):
-            self._publish_total(a + int(i), w[i:j])
-        if not keep.all():
-            self.count("combine:skipped_samples", int((~keep).sum()))
+        if self.empty_run + n > self.lag:
+            keep = ~empty | (run < self.lag)
+            edges = np.flatnonzero(np.diff(np.concatenate([[0], keep.astype(np.int8), [0]])))
+            for i, j in zip(edges[0::2], edges[1::2]):
+                self._publish_total(a + int(i), w[i:j])
+            if not keep.all():
+                self.count("combine:skipped_samples", int((~keep).sum()))
+        self.empty_run = int(run[-1]) + 1 if empty[-1] else 0
 
     def _publish_total(self, a: int, w: np.ndarray) -> None:
         total = fp.combine_wrenches(self.plate_models, w, threshold=self.settings.threshold_n, pz=self.pz)
