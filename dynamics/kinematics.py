@@ -159,7 +159,7 @@ def tree_state(model: Model, q: np.ndarray, v: np.ndarray | None = None, a: np.n
     """Kinematics from validated (N, nq), (N, nv), (N, nv) arrays (see check_state); data: the
     model's workspace (default workspace.data(model))."""
     N, n, nv = q.shape[0], len(model.segments), model.nv
-    if kernels.enabled():
+    if kernels.tree_compiled(q.shape[0]):
         d = workspace.data(model, data)
         out = (np.empty((N, n, 3, 3)), np.empty((N, n, 3)), np.empty((N, nv, 6)),
                np.empty((0 if v is None else N, n, 6)), np.empty((0 if a is None else N, n, 6)))

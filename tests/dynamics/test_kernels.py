@@ -89,6 +89,23 @@ def test_spherical_trees_with_external_wrenches_match_pinocchio(seed, path):
         np.testing.assert_allclose(acc[k], pin.aba(pm, pd, q[k], v[k], a[k], fext), atol=1e-7)
 
 
+def test_large_batches_equal_on_both_paths_whichever_runs(monkeypatch):
+    """From kernels.NUMPY_BATCH_FROM samples the tree algorithms take the numpy path by default;
+    forced compiled at that size they give the same results."""
+    model, rng, *_ = _case(5)
+    N = kernels.NUMPY_BATCH_FROM + 3
+    q = random_configuration(model, rng, N)
+    v, a = rng.normal(size=(2, N, model.nv))
+    w = [dynamics.Wrench("s3", force=rng.normal(size=(N, 3)), point=rng.normal(size=(N, 3)))]
+    with kernels.use_jit(True):
+        default = _all(model, q, v, a, w)
+        monkeypatch.setattr(kernels, "NUMPY_BATCH_FROM", 1 << 62)
+        forced = _all(model, q, v, a, w)
+    for name, x in default.items():
+        scale = max(1.0, float(np.abs(x).max()))
+        np.testing.assert_allclose(forced[name], x, rtol=1e-10, atol=1e-10 * scale, err_msg=name)
+
+
 def test_explicit_workspace_is_used_and_checked():
     model, _, q, v, a, wrenches = _case(1)
     d = Data(model)
