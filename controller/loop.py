@@ -17,8 +17,8 @@ Each cycle, in the shape of ros2_control's read -> update -> write:
 Scheduling: absolute deadlines t_k = t_0 + k T (no drift), sleep until ``spin_us`` before the
 deadline, then spin on the clock; jitter = wake time - deadline; an overrun is a cycle whose work
 ended after the next deadline (the loop then skips to the next future deadline, counting the
-missed ones). Published: ``controller/state`` (one row per cycle in blocks: walking, then phase,
-q_ref, q, tau per actuator), ``controller/events`` (safety events, operator requests and refusals,
+missed ones). Published: ``controller/state`` (one row per cycle in blocks: walking, jitter (s),
+then phase, q_ref, q, tau per actuator; t_host = the wake time of the block's first cycle), ``controller/events`` (safety events, operator requests and refusals,
 kind "event", cause and detail in the header meta), and health (``health/NAME``): ``loop/jitter``
 latency p50 / p99 / max (s) per second, counters ``loop/cycles``, ``loop/overruns``, ``loop/missed``,
 ``safety/CAUSE``, ``operator/rejected``; the health state is running, stale or latched. The MCU watchdog is the last line: the link feeds it only
@@ -293,10 +293,10 @@ def run(ctx, args: Sequence[str]) -> int:
         ctl.command(Request(o.speed, o.turn))
     sched = Scheduler(round(1e9 / rate), round(o.spin_us * 1e3), sleep=lambda d: ctx.sleep_until(d))
     A = len(cfg.actuators)
-    rows = np.zeros((o.block, 1 + 4 * A))
+    rows = np.zeros((o.block, 2 + 4 * A))
     k, t_block = 0, 0
-    channels = ["walking"] + [f"{a}/{c}" for a in cfg.actuators for c in ("phase", "q_ref", "q", "tau")]
-    units = ["1"] + ["cycles", "rad", "rad", "N*m"] * A
+    channels = ["walking", "jitter"] + [f"{a}/{c}" for a in cfg.actuators for c in ("phase", "q_ref", "q", "tau")]
+    units = ["1", "s"] + ["cycles", "rad", "rad", "N*m"] * A
     h = ctx.health
     try:
         while not ctx.stopping:
@@ -319,9 +319,9 @@ def run(ctx, args: Sequence[str]) -> int:
             q = meas.q if meas is not None else np.full(A, np.nan)
             if k == 0:
                 t_block = now  # the block's t_host: the wake time of its first cycle
-            rows[k, 0] = float(out.walking)
+            rows[k, 0], rows[k, 1] = float(out.walking), jitter * 1e-9
             for j in range(A):
-                rows[k, 1 + 4 * j:5 + 4 * j] = (r.phase[j] if r else np.nan, r.q[j] if r else np.nan, q[j],
+                rows[k, 2 + 4 * j:6 + 4 * j] = (r.phase[j] if r else np.nan, r.q[j] if r else np.nan, q[j],
                                                 out.decision.tau[j])
             k += 1
             if k == o.block:

@@ -296,7 +296,7 @@ def test_process_walks_estop_latches_the_mcu_and_torque_is_zero_from_that_cycle(
     until(lambda: mcu.wd_armed and mcu.mode[0] == P.MODE_TORQUE, 30.0, "the loop commanding torque", bus.pump)
     until(lambda: len(bus.state) > 50, 10.0, "controller/state frames", bus.pump)
     rows = np.vstack([f.data for f in bus.state[-20:]])
-    assert np.all(rows[:, 0] == 1) and np.any(rows[:, 4] != 0)  # walking, torque flowing
+    assert np.all(rows[:, 0] == 1) and np.any(rows[:, 5] != 0)  # walking, torque flowing
     r = walklab("estop", str(lab["cfg"]), "--timeout", "20")
     assert r.returncode == 0, r.stderr
     assert "e-stop latched" in r.stdout
@@ -308,7 +308,7 @@ def test_process_walks_estop_latches_the_mcu_and_torque_is_zero_from_that_cycle(
     # every state row from the e-stop's cycle on commands zero torque (rows end at t_host + (n-1)/rate)
     t_ev = ev[0].t_pub
     after = [f for f in bus.state if f.t_host >= t_ev]
-    assert after and all(np.all(f.data[:, 4] == 0) for f in after)
+    assert after and all(np.all(f.data[:, 5] == 0) for f in after)
     # reset and a new request: walking again at the nominal's speed
     r = walklab("estop", str(lab["cfg"]), "--reset", "--timeout", "20")
     assert r.returncode == 0, r.stderr
