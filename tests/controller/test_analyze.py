@@ -228,3 +228,14 @@ def test_identification_lowers_the_pelvis_residual_and_reports_its_choice(shared
     for seg in ("femur", "tibia", "foot"):
         assert 0.95 - 1e-9 <= m[f"identified_{seg}_mass_factor"] <= 1.05 + 1e-9
     assert any(n.startswith("identification: cutoff 6 ->") for n in res.notes)
+
+
+def test_command_line_mistakes_are_one_line_errors(tmp_path, capsys):
+    from controller.cli import main
+
+    assert main(["analyze", "x.c3d", "--out", str(tmp_path), "--mass", "-3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["walklab analyze: error: --mass must be a positive number of kg, got -3.0"]
+    assert main(["analyze", str(tmp_path / "none.c3d"), "--out", str(tmp_path / "o"), "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "none.c3d: no such trial file" in err[0]
