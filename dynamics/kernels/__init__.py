@@ -47,6 +47,8 @@ def _signatures() -> dict:
                                             O3, O3, O2, O2, _array(2, True, "boolean"), _array(2, True, "boolean")),
         "ground.support_margin": i64(F3, _array(2, dtype="boolean"), F2, types.float64, _array(1, True),
                                             _array(1, True, "int64")),
+        "world.jansen_contact": types.none(i64, F1, i64, F1, F3, _array(1, dtype="int64"), F1, F1, F1, F1, F1, F1,
+                                           O2, O2, O2, _array(1, True), O3, _array(1, True)),
     }
 
 
