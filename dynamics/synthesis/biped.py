@@ -1,0 +1,251 @@
+"""Semi-inverse biped nominals: ZMP laws, periodic shooting and the collocation cross-check
+(methods.md j.2-j.5; Surla 1980 thesis; models.md 5-6). Pure computation.
+
+**ZMP laws** (models.md 6, sagittal offsets only here). x is measured from the stance ankle, +
+forward (walklab's convention, fixed here; BIDYN shifts segment coordinates by XREL instead, which
+flips the sign of the printed double-support offsets). Single support, times as fractions of the
+half-period P (the printed times are for P = 1 s): law I 0; II 0 until 0.3 P, then +0.035 m; III 0
+until 0.5 P, then +0.035 m; IV -0.020 m until 0.2 P, then 0; V -0.020 m until 0.2 P, 0 until 0.6 P, then
++0.035 m. Double support lasts tau = T p / 400 = P p / 200 at each end of the half-step (p % of the
+stride); law k (1, 2, 3) is a staircase of k equal steps that carries the ZMP from the trailing foot
+(x = -S_h) to the stance ankle in [0, tau], x = -((k - i + 1/2)/k) S_h in the i-th sub-interval, and on
+toward the next stance foot (x = +S_h) in [P - tau, P], x = +((i - 1/2)/k) S_h (S_h the half-step length).
+
+**Periodic shooting** (methods.md j.4, BIDYN settings): state Y, half-step map Y(P) = Phi(Y(0));
+symmetric gait: Y(P) = W Y(0) (W diagonal +-1); asymmetric: full stride, W = I.
+
+    e = Y0 - W Y(P),  J = ||e||_w (weighted: J mixes rad and rad/s),  grad J = (I - W U)^T w e / J
+    Newton step: (U - W) dY0 = W Y0 - Y(P)       (U = dY(P)/dY0, finite differences)
+    gradient: Y0 <- Y0 - eps grad J while J > J*; Newton when J <= J* (switch_J = 4)
+
+reject an initial guess with J >= 15, accept at J <= 1e-3, at most 99 iterations, J must decrease
+strictly (step halved up to 5 times), divergence guard |Y0|^2 >= 1000, gradient step scaled so the
+largest angle change is 0.025 rad. The integrator is scipy's DOP853 (BIDYN: Adams-Moulton).
+
+**Beletsky's linear 5-link biped** (methods.md j.4; Surla 1980 thesis, Ch. 1.1), the unit test: the trunk
+obeys J0 psi'' - n0^2 psi = C cos wt + S sin wt, J0 = J + 2 K_r (a + b), n0^2 = g K_r, K_r = M r; its
+periodic solution is psi = C1 e^(-mu t) + C2 e^(mu t) - (D cos wt + B sin wt), mu = n0/sqrt(J0),
+D = C/(J0 w^2 + n0^2), B = S/(J0 w^2 + n0^2), C1, C2 from the boundary conditions. The system is linear,
+so the shooting map is affine and Newton converges in one step.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from scipy.integrate import solve_bvp, solve_ivp
+
+G = 9.81
+
+#: Single-support laws I..V (models.md 6.1 routine data): end of heel phase TSW1, start of toe phase
+#: TSW2 (fractions of the half-period), toe offset FRN1 and heel offset BHND (m).
+SINGLE_SUPPORT = {1: (0.0, 0.0, 0.0, 0.0), 2: (0.2, 0.3, 0.035, 0.0), 3: (0.4, 0.5, 0.035, 0.0),
+                  4: (0.2, 1.0, 0.0, 0.020), 5: (0.2, 0.6, 0.035, 0.020)}
+
+
+class BipedError(ValueError):
+    """Bad gait parameters or a shooting that cannot converge (the message names which)."""
+
+
+def zmp_law(t, P: float, single: int = 1, double: int = 1, step: float = 0.26, share: float = 0.0) -> np.ndarray:
+    """Sagittal ZMP offset x (m, from the stance ankle, + forward) at times t (s) within a half-step
+    of length P (s): single-support law `single` (1..5 = I..V), double-support law `double` (1..3),
+    half-step length `step` = S_h (m), double support `share` p in % of the stride (module doc)."""
+    if single not in SINGLE_SUPPORT or double not in (1, 2, 3):
+        raise BipedError(f"zmp law: single-support law {single!r} (1..5) or double-support law {double!r} (1..3) unknown")
+    if not (P > 0 and 0 <= share < 100 and math.isfinite(step)):
+        raise BipedError(f"zmp law: expected P > 0 s, 0 <= share < 100 %, finite step, got {P}, {share}, {step}")
+    t = np.asarray(t, dtype=float)
+    u = t / P
+    tsw1, tsw2, toe, heel = SINGLE_SUPPORT[single]
+    x = np.where(u < tsw1, -heel, 0.0)
+    x = np.where(u >= tsw2, toe, x) if tsw2 > 0 else x
+    tau = P * share / 200.0
+    if tau > 0:
+        k = double
+        i = np.clip(np.floor(t / tau * k), 0, k - 1)             # 0-based sub-interval of [0, tau]
+        start = -((k - i - 0.5) / k) * step
+        j = np.clip(np.floor((t - (P - tau)) / tau * k), 0, k - 1)
+        end = ((j + 0.5) / k) * step
+        x = np.where(t < tau, start, np.where(t >= P - tau, end, x))
+    return x
+
+
+# ---------------------------------------------------------------------------------------- shooting
+
+
+@dataclass(frozen=True)
+class ShootingSettings:
+    """BIDYN's iteration settings (module doc); weights (n,) of the norm J, default 1."""
+
+    switch_J: float = 4.0
+    reject_J: float = 15.0
+    accept_J: float = 1e-3
+    max_iter: int = 99
+    halvings: int = 5
+    diverge: float = 1000.0
+    max_angle_step: float = 0.025
+    weights: tuple[float, ...] | None = None
+    rtol: float = 1e-10
+    atol: float = 1e-12
+    fd_step: float = 1e-6
+
+
+@dataclass(frozen=True)
+class ShootingResult:
+    """y0 (n,) the periodic initial state; J its residual norm; iterations, newton_steps and the history
+    of J per iteration; converged; W the boundary map used."""
+
+    y0: np.ndarray
+    J: float
+    iterations: int
+    newton_steps: int
+    history: tuple[float, ...]
+    converged: bool
+    W: np.ndarray = field(repr=False)
+
+
+def flow(rhs: Callable, y0: np.ndarray, P: float, settings: ShootingSettings = ShootingSettings(),
+         t_eval=None):
+    """Integrate y' = rhs(t, y) on [0, P] from y0 (DOP853); returns scipy's OdeResult."""
+    sol = solve_ivp(rhs, (0.0, P), np.asarray(y0, dtype=float), method="DOP853", rtol=settings.rtol,
+                    atol=settings.atol, t_eval=t_eval)
+    if not sol.success:
+        raise BipedError(f"integration failed: {sol.message}")
+    return sol
+
+
+def monodromy(rhs: Callable, y0: np.ndarray, P: float, settings: ShootingSettings) -> tuple[np.ndarray, np.ndarray]:
+    """(Y(P), U = dY(P)/dY0 by central differences)."""
+    n = y0.size
+    yP = flow(rhs, y0, P, settings).y[:, -1]
+    U = np.empty((n, n))
+    for j in range(n):
+        d = np.zeros(n)
+        d[j] = settings.fd_step * max(1.0, abs(y0[j]))
+        U[:, j] = (flow(rhs, y0 + d, P, settings).y[:, -1] - flow(rhs, y0 - d, P, settings).y[:, -1]) / (2 * d[j])
+    return yP, U
+
+
+def shoot(rhs: Callable, y0, P: float, W=None, angles: int | None = None,
+          settings: ShootingSettings = ShootingSettings()) -> ShootingResult:
+    """Periodic initial state of y' = rhs(t, y) with Y(P) = W Y(0) (module doc: gradient while
+    J > switch_J, Newton below; BIDYN's acceptance, rejection, halving and divergence rules).
+    angles: how many leading state entries are angles (the gradient step's 0.025 rad scale)."""
+    y = np.asarray(y0, dtype=float).copy()
+    n = y.size
+    Wm = np.eye(n) if W is None else np.diag(np.asarray(W, dtype=float))
+    w = np.ones(n) if settings.weights is None else np.asarray(settings.weights, dtype=float)
+    angles = n // 2 if angles is None else angles
+
+    def residual(y0):
+        yP = flow(rhs, y0, P, settings).y[:, -1]
+        e = y0 - Wm @ yP
+        return e, float(np.sqrt(np.sum(w * e * e))), yP
+
+    e, J, yP = residual(y)
+    if J >= settings.reject_J:
+        raise BipedError(f"shooting: initial guess rejected, J = {J:.4g} >= {settings.reject_J}")
+    hist, newton = [J], 0
+    for it in range(1, settings.max_iter + 1):
+        if J <= settings.accept_J:
+            return ShootingResult(y, J, it - 1, newton, tuple(hist), True, Wm)
+        yP, U = monodromy(rhs, y, P, settings)
+        if J <= settings.switch_J:
+            step = np.linalg.solve(U - Wm, Wm @ y - yP)
+            newton += 1
+        else:
+            grad = (np.eye(n) - Wm @ U).T @ (w * e) / J
+            scale = settings.max_angle_step / max(np.abs(grad[:angles]).max(), 1e-300)
+            step = -scale * grad
+        for _ in range(settings.halvings + 1):
+            cand = y + step
+            if float(cand @ cand) >= settings.diverge:
+                raise BipedError(f"shooting diverged at iteration {it} (|Y0|^2 >= {settings.diverge})")
+            e2, J2, _ = residual(cand)
+            if J2 < J:
+                break
+            step = 0.5 * step
+        else:
+            return ShootingResult(y, J, it, newton, tuple(hist), False, Wm)
+        y, e, J = cand, e2, J2
+        hist.append(J)
+    return ShootingResult(y, J, settings.max_iter, newton, tuple(hist), J <= settings.accept_J, Wm)
+
+
+def collocate(rhs: Callable, y0_guess, P: float, W=None, nodes: int = 81, tol: float = 1e-8):
+    """The same periodic problem by collocation (`scipy.integrate.solve_bvp`, BC y(0) - W y(P) = 0),
+    from the initial guess integrated over [0, P]; returns the solution's y(0) (n,) and the result."""
+    y0 = np.asarray(y0_guess, dtype=float)
+    n = y0.size
+    Wm = np.eye(n) if W is None else np.diag(np.asarray(W, dtype=float))
+    t = np.linspace(0.0, P, nodes)
+    guess = flow(rhs, y0, P, t_eval=t).y
+
+    def f(tt, yy):
+        return np.column_stack([rhs(ti, yy[:, k]) for k, ti in enumerate(tt)])
+
+    res = solve_bvp(f, lambda ya, yb: ya - Wm @ yb, t, guess, tol=tol, max_nodes=100000)
+    if not res.success:
+        raise BipedError(f"collocation failed: {res.message}")
+    return res.sol(0.0), res
+
+
+# ------------------------------------------------------------------------- Beletsky's linear biped
+
+
+@dataclass(frozen=True)
+class Beletsky:
+    """The linear 5-link biped's trunk (module doc): J (kg m^2, trunk about its CoM), M (kg) and r (m,
+    hip to trunk CoM), a, b (m, shank and thigh half-lengths as in Surla's J0), forcing amplitudes
+    C, S (N m) at circular frequency w (rad/s). Defaults: BIDYN's trunk (models.md 5.2, 22 kg inferred)."""
+
+    J: float = 1.344
+    M: float = 22.0
+    r: float = 0.246
+    a: float = 0.193
+    b: float = 0.214
+    C: float = 5.0
+    S: float = 2.0
+    w: float = 2 * math.pi / 1.5
+
+    @property
+    def J0(self) -> float:
+        return self.J + 2 * self.M * self.r * (self.a + self.b)
+
+    @property
+    def n0sq(self) -> float:
+        return G * self.M * self.r
+
+    @property
+    def mu(self) -> float:
+        return math.sqrt(self.n0sq / self.J0)
+
+    def rhs(self, t: float, y: np.ndarray) -> np.ndarray:
+        """[psi', psi''] with psi'' = (n0^2 psi + C cos wt + S sin wt) / J0."""
+        return np.array([y[1], (self.n0sq * y[0] + self.C * math.cos(self.w * t) + self.S * math.sin(self.w * t)) / self.J0])
+
+    def periodic(self, t, P: float, W=(1.0, 1.0)) -> tuple[np.ndarray, np.ndarray]:
+        """The closed-form periodic solution psi(t), psi'(t) (rad, rad/s) with Y(0) = W Y(P), C1 and C2
+        solved from those two boundary conditions (module doc)."""
+        t = np.asarray(t, dtype=float)
+        k = self.J0 * self.w ** 2 + self.n0sq
+        D, B = self.C / k, self.S / k
+        mu, w = self.mu, self.w
+
+        def part(tt):
+            return -(D * np.cos(w * tt) + B * np.sin(w * tt)), -(-D * w * np.sin(w * tt) + B * w * np.cos(w * tt))
+
+        # homogeneous basis [e^-mu t, e^mu t] and derivatives; BC: Y(0) - W Y(P) = 0
+        w1, w2 = W
+        p0, dp0 = part(0.0)
+        pP, dpP = part(P)
+        A = np.array([[1 - w1 * math.exp(-mu * P), 1 - w1 * math.exp(mu * P)],
+                      [-mu * (1 - w2 * math.exp(-mu * P)), mu * (1 - w2 * math.exp(mu * P))]])
+        rhs = -np.array([p0 - w1 * pP, dp0 - w2 * dpP])
+        c1, c2 = np.linalg.solve(A, rhs)
+        pt, dpt = part(t)
+        return (c1 * np.exp(-mu * t) + c2 * np.exp(mu * t) + pt,
+                -mu * c1 * np.exp(-mu * t) + mu * c2 * np.exp(mu * t) + dpt)
