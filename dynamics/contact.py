@@ -545,6 +545,12 @@ def contact_wrench(points: np.ndarray, forces: np.ndarray, refs: np.ndarray, foo
     if (foot.shape != (c,) or not np.issubdtype(foot.dtype, np.integer)
             or (c and (foot.min() < 0 or foot.max() >= n_feet))):
         raise ContactError(f"contact_wrench: foot must be ({c},) integers in [0, {n_feet}), got {foot!r}")
+    if kernels.enabled():       # one compiled loop (kernels/ground.py)
+        f_out, m_out = np.empty((n, n_feet, d)), np.empty((n, n_feet, 3))
+        kernels.kernel("ground.contact_wrench")(np.ascontiguousarray(points), np.ascontiguousarray(forces),
+                                                np.ascontiguousarray(refs), np.ascontiguousarray(foot, dtype=np.int64),
+                                                f_out, m_out)
+        return f_out, (m_out if d == 3 else m_out[..., 0])
     # Σ over the contacts of each foot as one (F, C) @ (N, C, ·) product: cheaper than einsum on the
     # few contacts of a live step.
     to_feet = np.zeros((n_feet, c))

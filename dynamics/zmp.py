@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import kernels
 from .spatial import cross, matvec
 
 G = 9.81  # m/s², methods.md section 0
@@ -94,6 +95,11 @@ def zmp_of_wrench(force, moment, ground_z: float = 0.0, min_fz: float = 0.0) -> 
     """
     f, n = _series(force, "force", 3), _series(moment, "moment", 3)
     _check_n(force=f, moment=n)
+    if kernels.enabled():       # one compiled loop (kernels/ground.py)
+        p, valid = np.empty(f.shape), np.empty(f.shape[0], dtype=bool)
+        kernels.kernel("ground.zmp_of_wrench")(np.ascontiguousarray(f), np.ascontiguousarray(n), float(ground_z),
+                                               float(min_fz), p, valid)
+        return ZMP(p, valid)
     fz = f[:, 2:]
     valid = fz[:, 0] > max(min_fz, 0.0)
     p = np.full(f.shape, np.nan)
@@ -221,7 +227,6 @@ def zmp_model(model, q, v, a, ground: float = 0.0, min_fraction: float = 0.1) ->
     on the plane z = ground, point (N, 3). Planar models (gravity along −y; x forward, y up):
     :func:`zmp_planar` on the line y = ground, point (N,) = x, with k̇_c = L̇_G,z.
     """
-    from . import kernels
     from .centroidal import centroidal_momentum, centroidal_state
     from .kinematics import check_state, tree_state
 

@@ -184,3 +184,44 @@ def contact_forces(lcode, lp, fcode, fp, delta, ddot, v_t, normal, in_contact, v
             in_contact[c] = inc
             last_delta[c] = dc
             last_force[c] = f
+
+
+@njit(cache=True)
+def contact_wrench(points, forces, refs, foot, force_out, moment_out):
+    """Per sample, per foot f: F_f = Σ_{c∈f} F_c and M_f = Σ_{c∈f} (p_c − r_f) × F_c (contact.
+    contact_wrench). points, forces (N, C, d), refs (N, F, d), foot (C,); outputs force_out
+    (N, F, d) and moment_out (N, F, 3) (d = 2: the z moment in moment_out[..., 0])."""
+    N, C, d = points.shape
+    force_out[:, :, :] = 0.0
+    moment_out[:, :, :] = 0.0
+    for s in range(N):
+        for c in range(C):
+            f = foot[c]
+            for k in range(d):
+                force_out[s, f, k] += forces[s, c, k]
+            ax, ay = points[s, c, 0] - refs[s, f, 0], points[s, c, 1] - refs[s, f, 1]
+            if d == 3:
+                az = points[s, c, 2] - refs[s, f, 2]
+                fx, fy, fz = forces[s, c, 0], forces[s, c, 1], forces[s, c, 2]
+                moment_out[s, f, 0] += ay * fz - az * fy
+                moment_out[s, f, 1] += az * fx - ax * fz
+                moment_out[s, f, 2] += ax * fy - ay * fx
+            else:
+                moment_out[s, f, 0] += ax * forces[s, c, 1] - ay * forces[s, c, 0]
+
+
+@njit(cache=True)
+def zmp_of_wrench(force, moment, ground_z, min_fz, point, valid):
+    """Per sample the point of the plane z = ground_z where the horizontal moment vanishes,
+    p = ((p_z f_x − n_y)/f_z, (p_z f_y + n_x)/f_z, p_z) where f_z > max(min_fz, 0), else NaN
+    (zmp.zmp_of_wrench)."""
+    lim = max(min_fz, 0.0)
+    for s in range(force.shape[0]):
+        fz = force[s, 2]
+        valid[s] = fz > lim
+        if valid[s]:
+            point[s, 0] = (ground_z * force[s, 0] - moment[s, 1]) / fz
+            point[s, 1] = (ground_z * force[s, 1] + moment[s, 0]) / fz
+            point[s, 2] = ground_z
+        else:
+            point[s, 0] = point[s, 1] = point[s, 2] = np.nan

@@ -207,7 +207,8 @@ def gravity_to_child(R, i, g, out, io):
 
 @njit(cache=True, inline="always")
 def force_to_parent(R, t, i, f, jf, out, p):
-    """out[p] += ⁱX_pᵀ f[jf]: a force of segment i in its parent's frame, (R f, R n + t × R f)."""
+    """out[p] += ⁱX_pᵀ f[jf]: a force in segment i's frame moved to the frame (R[i], t[i]) are
+    given in (its parent's, or the lab's for Rw, pw): (R f, R n + t × R f)."""
     l0 = R[i, 0, 0] * f[jf, 0] + R[i, 0, 1] * f[jf, 1] + R[i, 0, 2] * f[jf, 2]
     l1 = R[i, 1, 0] * f[jf, 0] + R[i, 1, 1] * f[jf, 1] + R[i, 1, 2] * f[jf, 2]
     l2 = R[i, 2, 0] * f[jf, 0] + R[i, 2, 1] * f[jf, 1] + R[i, 2, 2] * f[jf, 2]
@@ -702,18 +703,8 @@ def centroidal(itab, ftab, Q, V, A, out):
             b = force_cross(vel, i, h, i)
             for r in range(6):
                 dh[i, r] += b[r]
-            for row, src in ((0, h), (1, dh)):     # to the lab frame about the lab origin, summed
-                l0 = Rw[i, 0, 0] * src[i, 0] + Rw[i, 0, 1] * src[i, 1] + Rw[i, 0, 2] * src[i, 2]
-                l1 = Rw[i, 1, 0] * src[i, 0] + Rw[i, 1, 1] * src[i, 1] + Rw[i, 1, 2] * src[i, 2]
-                l2 = Rw[i, 2, 0] * src[i, 0] + Rw[i, 2, 1] * src[i, 1] + Rw[i, 2, 2] * src[i, 2]
-                tot[row, 0] += l0
-                tot[row, 1] += l1
-                tot[row, 2] += l2
-                for r in range(3):
-                    tot[row, 3 + r] += Rw[i, r, 0] * src[i, 3] + Rw[i, r, 1] * src[i, 4] + Rw[i, r, 2] * src[i, 5]
-                tot[row, 3] += pw[i, 1] * l2 - pw[i, 2] * l1
-                tot[row, 4] += pw[i, 2] * l0 - pw[i, 0] * l2
-                tot[row, 5] += pw[i, 0] * l1 - pw[i, 1] * l0
+            force_to_parent(Rw, pw, i, h, i, tot, 0)    # to the lab frame about the lab origin, summed
+            force_to_parent(Rw, pw, i, dh, i, tot, 1)
         c0, c1, c2 = c0 / mass, c1 / mass, c2 / mass
         out[s, 0], out[s, 1], out[s, 2] = c0, c1, c2
         for row in range(order):                  # about the CoM: L_G = L_O − c × P

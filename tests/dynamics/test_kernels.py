@@ -213,3 +213,29 @@ def test_walklab_model_compile_bad_input_is_one_line(args, words):
     assert len(lines) == 1 and lines[0].startswith("walklab model: error: "), r.stderr
     for w in words:
         assert w in lines[0]
+
+
+@pytest.mark.parametrize("d", [3, 2])
+def test_contact_wrench_and_zmp_of_wrench_equal_on_both_paths(d):
+    """The compiled per-foot sums and wrench ZMP against the numpy path: several contacts per foot,
+    a foot without contacts, invalid (f_z below the limit) and NaN samples."""
+    from dynamics.contact import contact_wrench
+    from dynamics.zmp import zmp_of_wrench
+
+    rng = np.random.default_rng(11)
+    N, C, F = 50, 7, 4
+    points, forces, refs = rng.normal(size=(N, C, d)), rng.normal(scale=100, size=(N, C, d)), rng.normal(size=(N, F, d))
+    foot = np.array([0, 0, 1, 1, 1, 3, 0])
+    out = {}
+    for jit in (True, False):
+        with kernels.use_jit(jit):
+            out[jit] = contact_wrench(points, forces, refs, foot)
+            if d == 3:
+                f, m = out[jit][0][:, 0], out[jit][1][:, 0]
+                f[::5, 2] = -1.0
+                f[3] = np.nan
+                z = zmp_of_wrench(f, m, 0.02, 10.0)
+                out[jit] += (z.point, z.valid)
+    for a, b in zip(out[True], out[False]):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9)
+    assert np.all(out[True][0][:, 2] == 0)                 # the foot without contacts

@@ -17,6 +17,8 @@ from dynamics.zmp import (
     zmp_point_masses_planar,
 )
 
+pytestmark = pytest.mark.usefixtures("kernel_path")   # compiled kernels and the numpy path
+
 
 @pytest.fixture(scope="module")
 def humanoid():
