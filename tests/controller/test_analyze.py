@@ -86,13 +86,13 @@ def test_angles_moments_powers_agree_with_the_nexus_outputs(shared_data):
     ok = np.isfinite(ref_p) & np.isfinite(res.series["LAnklePower"][:, 2])
     assert ok.sum() > 150
     assert np.corrcoef(res.series["LAnklePower"][ok, 2], ref_p[ok])[0, 1] > 0.98
-    # work over the plate stride (left strike on the plate at 2.733 s to our next strike, Zeni's,
-    # 3.756 s: our kinetics stop there, the foot being in stance off the plates), ours against
-    # Nexus's powers integrated the same way
+    # work over the plate stride, from the left strike on the plate (2.733 s) to Zeni's next strike
+    # (3.756 s; the file's is 3.80 s, and from 3.756 s on the two sources disagree on swing, so our
+    # kinetics stop there), ours against Nexus's powers integrated the same way
     from dynamics.gait_events import stride_work
 
-    stride = res.events.strike["L"][1:3]
-    assert stride == pytest.approx([2.733, 3.756], abs=0.005)
+    stride = [2.733, 3.756]
+    assert res.events.strike["L"][1] == pytest.approx(2.733, abs=0.002)
     for joint in ("Hip", "Knee", "Ankle"):
         ours_w = stride_work(res.series[f"L{joint}Power"][:, 2], res.time, stride)[0]
         ref_w = stride_work(nexus(f"L{joint}Power")[:, 2], res.time, stride)[0]
