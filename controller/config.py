@@ -94,7 +94,7 @@ class Supervisor:
         endpoint=True))
     connect: str = field(default="", metadata=_doc(
         "endpoint subscribers connect to; empty = same as ``bind`` (needed when binding ``*``)",
-        endpoint=True))
+        endpoint="optional"))
     status_interval_s: float = field(default=5.0, metadata=_doc(
         "seconds between two status lines on stdout (0 = no status line)", min=0.0))
     stop_grace_s: float = field(default=1.0, metadata=_doc(
@@ -116,7 +116,7 @@ class Process:
     bind: str = field(metadata=_doc("endpoint where this process publishes its streams", endpoint=True))
     connect: str = field(default="", metadata=_doc(
         "endpoint subscribers connect to; empty = same as ``bind`` (needed when binding ``*``)",
-        endpoint=True))
+        endpoint="optional"))
     args: tuple[str, ...] = field(default=(), metadata=_doc(
         "extra arguments passed to ``run(ctx, args)`` (the module's own options)"))
     devices: tuple[str, ...] = field(default=(), metadata=_doc(
@@ -441,7 +441,7 @@ def _check(value: Any, key: str, ctx: _Ctx, meta: dict[str, Any]) -> None:
         if not rows_ok:
             what = f"{shape[0]} numbers" if len(shape) == 1 else f"{shape[0]} lists of {shape[1]} numbers"
             raise ctx.error(key, f"expected {what}", value)
-    if meta.get("endpoint") and value:
+    if meta.get("endpoint") and (value or meta["endpoint"] != "optional"):  # only a connect may be empty
         try:
             parse_endpoint(value)
         except ValueError:

@@ -60,9 +60,12 @@ def test_good_config_loads_into_typed_frozen_objects(tmp_path):
         lab.lab.name = "x"  # type: ignore[misc]
 
 
-def test_shipped_sim_config_is_valid():
-    lab = config.load(REPO / "configs" / "sim.toml")
-    assert {p.module for p in lab.processes} >= {"daq.simulated", "controller.healthmon"}
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs").glob("sim*.toml")))
+def test_shipped_sim_configs_are_valid_and_local(name):
+    """Every shipped sim lab loads, its process modules import with a run(), it stays on this machine."""
+    lab = config.load(REPO / "configs" / name)
+    config.check_processes(lab)
+    assert "controller.healthmon" in {p.module for p in lab.processes}
     assert all(is_local_endpoint(e) for e in lab.endpoints().values())
 
 
@@ -82,6 +85,8 @@ BAD = [
      ['"FP3"', "[devices.NAME]", "did you mean 'FP1'"]),
     (('bind = "tcp://127.0.0.1:5701"', 'bind = "tcp://127.0.0.1:99999"'), "processes[0].bind",
      ["99999", "tcp://HOST:PORT"]),
+    (('bind = "tcp://127.0.0.1:5701"', 'bind = ""'), "processes[0].bind", ['""', "tcp://HOST:PORT"]),
+    (('bind = "tcp://127.0.0.1:5700"', 'bind = ""'), "supervisor.bind", ['""', "tcp://HOST:PORT"]),
     (('bind = "tcp://127.0.0.1:5701"', 'bind = "tcp://10.0.0.7:5701"'), "processes[0].bind",
      ["10.0.0.7", "[bus.curve]", "walklab keys"]),
     (('bind = "tcp://127.0.0.1:5701"', 'bind = "tcp://127.0.0.1:5700"'), "processes[0].bind",
