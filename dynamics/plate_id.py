@@ -46,7 +46,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from . import workspace
+from . import kernels, workspace
 from .forceplate import Plate, PlateSignals
 from .kinematics import check_state, tree_state
 from .model import Model
@@ -269,6 +269,8 @@ def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], f
     ws = plate_id_workspace(model, feet, data)
     # One position pass serves the foot points, the CoM, the root placement and the motion subspaces.
     st = tree_state(model, q, data=data)
+    if kernels.enabled():
+        return _compiled(model, st, rnea(model, q, v, a, data=data), plates, ws, height_tol, edge_tol)
     positions = matvec(st.rotation[:, ws.point_segment], ws.point_local) + st.position[:, ws.point_segment]
     asg = assign_plates(plates, positions, ws.point_foot, len(ws.feet), height_tol, edge_tol)
 
@@ -315,6 +317,37 @@ def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], f
         assignment=asg,
         feet=ws.feet,
     )
+
+
+def _compiled(model: Model, st, tau_free: np.ndarray, plates: Sequence[PlateLoad], ws: PlateIDWorkspace,
+              height_tol: float, edge_tol: float) -> PlateID:
+    """plate_inverse_dynamics after the tree kernels, as one compiled loop (kernels/ground.py)."""
+    n, n_p, n_f, nv = st.position.shape[0], len(plates), len(ws.feet), model.nv
+    outlines = []
+    for p, pl in enumerate(plates):
+        _check_plate(pl, n, p)
+        outlines.append(_outline(np.ascontiguousarray(pl.corners, dtype=float).tobytes()))
+    width = max(o.n_vertices for o, _ in outlines)
+    ox, oy = np.zeros((n_p, width)), np.zeros((n_p, width))
+    for p, (o, _) in enumerate(outlines):
+        ox[p, :o.n_vertices], oy[p, :o.n_vertices] = o.vertices[:, 0], o.vertices[:, 1]
+    b = lambda shape: np.empty(shape, dtype=bool)   # noqa: E731
+    weights, on, shared, unassigned, straddling = np.empty((n, n_p, n_f)), b((n, n_p, n_f)), b((n, n_p)), b((n, n_p)), b((n, n_f))
+    tau_bu, tau_td, below, indet = np.empty((n, nv)), np.empty((n, nv)), b((n, nv)), b((n, nv))
+    res, acc_k, acc_p, c, w_foot = np.empty((n, 6)), np.empty((n, 3)), np.empty((n, 3)), np.empty((n, 3)), np.empty((n, n_f, 6))
+    kernels.kernel("ground.plate_id")(
+        st.rotation, st.position, st.S, np.ascontiguousarray(tau_free), model.masses, np.ascontiguousarray(model.coms),
+        ws.point_segment.astype(np.int64), np.ascontiguousarray(ws.point_local), ws.point_foot.astype(np.int64),
+        ws.below_weight, np.ascontiguousarray(np.stack([pl.force for pl in plates], axis=1), dtype=float),
+        np.ascontiguousarray(np.stack([pl.moment for pl in plates], axis=1), dtype=float),
+        np.ascontiguousarray(np.stack([pl.loaded for pl in plates], axis=1), dtype=bool), ox, oy,
+        np.array([o.n_vertices for o, _ in outlines], dtype=np.int64), np.array([z for _, z in outlines]),
+        float(height_tol), float(edge_tol), np.asarray(model.gravity, dtype=float),
+        weights, on, shared, unassigned, straddling, tau_bu, tau_td, below, indet, res, acc_k, acc_p, c, w_foot)
+    return PlateID(tau_bottom_up=tau_bu, tau_top_down=tau_td, disagreement=tau_bu - tau_td, plate_below=below,
+                   indeterminate=indet, residual_force=res[:, :3], residual_moment=res[:, 3:], com_acc_kinematic=acc_k,
+                   com_acc_plates=acc_p, com=c, foot_wrench=w_foot,
+                   assignment=Assignment(weights, on, shared, unassigned, straddling), feet=ws.feet)
 
 
 def adequacy(result: PlateID, dt: float, weights: Sequence[float] = (1.0, 1.0, 1.0, 0.0), trim: int = 0) -> float:

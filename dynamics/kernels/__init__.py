@@ -47,6 +47,12 @@ def _signatures() -> dict:
                                             O3, O3, O2, O2, _array(2, True, "boolean"), _array(2, True, "boolean")),
         "ground.contact_wrench": types.none(F3, F3, F3, _array(1, dtype="int64"), O3, O3),
         "ground.zmp_of_wrench": types.none(F2, F2, types.float64, types.float64, O2, _array(1, True, "boolean")),
+        "ground.plate_id": types.none(
+            _array(4), F3, F3, F2, F1, F2, _array(1, dtype="int64"), F2, _array(1, dtype="int64"), F2,
+            F3, F3, _array(2, dtype="boolean"), F2, F2, _array(1, dtype="int64"), F1, types.float64, types.float64,
+            F1, O3, _array(3, True, "boolean"), _array(2, True, "boolean"), _array(2, True, "boolean"),
+            _array(2, True, "boolean"), O2, O2, _array(2, True, "boolean"), _array(2, True, "boolean"), O2, O2, O2,
+            O2, O3),
         "ground.support_margin": i64(F3, _array(2, dtype="boolean"), F2, types.float64, _array(1, True),
                                             _array(1, True, "int64")),
         "world.jansen_contact": types.none(i64, F1, i64, F1, F3, _array(1, dtype="int64"), F1, F1, F1, F1, F1, F1,

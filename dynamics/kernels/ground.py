@@ -1,9 +1,10 @@
-"""Compiled per-sample ground stage (numba): support polygon and stability margin.
+"""Compiled per-sample ground stage (numba): support polygon and stability margin, contact forces
+with latching, contact wrenches, the ZMP of a wrench, and the plate inverse dynamics after the tree
+kernels.
 
-The same algorithm and floating-point steps as dynamics/support.py (Andrew's monotone chain on the
-ground projections of the points in contact, then the signed margin of methods.md d.5), looped over
-samples in compiled code. Arrays: points (N, C, 2) m (lab x, y), in_contact (N, C) bool, p (N, 2)
-m; outputs margin (N,) m and n_vertices (N,) int64, written in place.
+Each kernel follows the numpy reference of its module (support.py, contact.py, zmp.py, plate_id.py)
+step by step, looped over samples in compiled code, outputs written into arrays the caller
+allocates. Lab frame, z up, SI units.
 """
 from __future__ import annotations
 
@@ -65,6 +66,34 @@ def _segment_distance(x, y, ax, ay, bx, by):
     return math.hypot(qx - t * ex, qy - t * ey)
 
 
+@njit(cache=True, inline="always")
+def _margin(x, y, hx, hy, k):
+    """Signed margin of (x, y) to the convex polygon hx[:k], hy[:k] (CCW; support.stability_margin):
+    NaN for k = 0 or a non-finite point, −distance for a point or a segment, min edge distance
+    inside, −Euclidean distance outside."""
+    if k == 0 or not (math.isfinite(x) and math.isfinite(y)):
+        return np.nan
+    if k == 1:
+        return -math.hypot(x - hx[0], y - hy[0])
+    if k == 2:
+        return -_segment_distance(x, y, hx[0], hy[0], hx[1], hy[1])
+    smin = np.inf
+    for e in range(k):
+        x0, y0, x1, y1 = hx[e], hy[e], hx[(e + 1) % k], hy[(e + 1) % k]
+        ex, ey = x1 - x0, y1 - y0
+        length = math.hypot(ex, ey)
+        if length == 0.0:
+            length = 1.0
+        nx, ny = -ey / length, ex / length
+        smin = min(smin, (x * nx + y * ny) - (nx * x0 + ny * y0))
+    if smin >= 0.0:
+        return smin
+    d = np.inf
+    for e in range(k):
+        d = min(d, _segment_distance(x, y, hx[e], hy[e], hx[(e + 1) % k], hy[(e + 1) % k]))
+    return -d
+
+
 @njit(cache=True)
 def support_margin(points, in_contact, p, tol, margin, n_vertices):
     """Per sample: the support polygon of the points in contact and the signed margin of p.
@@ -82,32 +111,7 @@ def support_margin(points, in_contact, p, tol, margin, n_vertices):
                 m += 1
         k = _hull(px, py, m, tol, hx, hy) if m else 0
         n_vertices[s] = k
-        x, y = p[s, 0], p[s, 1]
-        margin[s] = np.nan
-        if k == 0 or not (math.isfinite(x) and math.isfinite(y)):
-            continue
-        if k == 1:
-            margin[s] = -math.hypot(x - hx[0], y - hy[0])
-            continue
-        if k == 2:
-            margin[s] = -_segment_distance(x, y, hx[0], hy[0], hx[1], hy[1])
-            continue
-        smin = np.inf
-        for e in range(k):
-            x0, y0, x1, y1 = hx[e], hy[e], hx[(e + 1) % k], hy[(e + 1) % k]
-            ex, ey = x1 - x0, y1 - y0
-            length = math.hypot(ex, ey)
-            if length == 0.0:
-                length = 1.0
-            nx, ny = -ey / length, ex / length
-            smin = min(smin, (x * nx + y * ny) - (nx * x0 + ny * y0))
-        if smin >= 0.0:
-            margin[s] = smin
-            continue
-        d = np.inf
-        for e in range(k):
-            d = min(d, _segment_distance(x, y, hx[e], hy[e], hx[(e + 1) % k], hy[(e + 1) % k]))
-        margin[s] = -d
+        margin[s] = _margin(p[s, 0], p[s, 1], hx, hy, k)
     return -1
 
 
@@ -225,3 +229,139 @@ def zmp_of_wrench(force, moment, ground_z, min_fz, point, valid):
             point[s, 2] = ground_z
         else:
             point[s, 0] = point[s, 1] = point[s, 2] = np.nan
+
+
+@njit(cache=True)
+def plate_id(Rw, pw, S, tau_free, masses, coms, point_segment, point_local, point_foot, below_weight,
+             plate_force, plate_moment, plate_loaded, outline_x, outline_y, outline_k, surface, height_tol, edge_tol,
+             gravity, weights, on, shared, unassigned, straddling, tau_bu, tau_td, plate_below, indeterminate,
+             residual, com_acc_kin, com_acc_plates, com, foot_wrench):
+    """The per-sample part of plate_id.plate_inverse_dynamics after the tree kernels (its module
+    doc): foot points from the segment placements Rw (N, nseg, 3, 3), pw (N, nseg, 3); plate
+    assignment (a point is on plate p when its margin to the outline is ≥ −edge_tol and it lies
+    less than height_tol above the surface; a plate with several feet goes to the foot of the
+    point nearest its COP); the plate wrenches per foot; the required ground wrench from the
+    ground-free τ (free-flyer rows, base frame) and lab subspaces S (N, nv, 6); bottom-up and
+    top-down torques, residual about the CoM, CoM accelerations. Outputs as PlateID/Assignment."""
+    N, K = Rw.shape[0], point_segment.shape[0]
+    P, F = plate_force.shape[1], below_weight.shape[1]
+    nv = S.shape[1]
+    mass = 0.0
+    for i in range(masses.shape[0]):
+        mass += masses[i]
+    pts = np.empty((K, 3))
+    inside = np.empty((P, K), dtype=np.bool_)
+    wf = np.empty((F, 6))
+    wreq, wmeas, wapp, wb = np.empty(6), np.empty(6), np.empty(6), np.empty(6)
+    for s in range(N):
+        for k in range(K):                       # foot points in the lab
+            i = point_segment[k]
+            for r in range(3):
+                pts[k, r] = pw[s, i, r] + Rw[s, i, r, 0] * point_local[k, 0] + Rw[s, i, r, 1] * point_local[k, 1] \
+                    + Rw[s, i, r, 2] * point_local[k, 2]
+        for p in range(P):                       # assignment
+            count = 0
+            for f in range(F):
+                on[s, p, f] = False
+            for k in range(K):
+                m = _margin(pts[k, 0], pts[k, 1], outline_x[p], outline_y[p], outline_k[p])
+                inside[p, k] = m >= -edge_tol and pts[k, 2] - surface[p] < height_tol
+                if inside[p, k]:
+                    on[s, p, point_foot[k]] = True
+            for f in range(F):
+                count += on[s, p, f]
+            loaded = plate_loaded[s, p]
+            shared[s, p] = loaded and count > 1
+            unassigned[s, p] = loaded and count == 0
+            for f in range(F):
+                weights[s, p, f] = 1.0 if (on[s, p, f] and loaded and count == 1) else 0.0
+            if shared[s, p]:                     # the foot of the point nearest the plate's COP
+                fz = plate_force[s, p, 2]
+                cx = (surface[p] * plate_force[s, p, 0] - plate_moment[s, p, 1]) / fz if fz > 0.0 else np.nan
+                cy = (surface[p] * plate_force[s, p, 1] + plate_moment[s, p, 0]) / fz if fz > 0.0 else np.nan
+                best, best_d = -1, np.inf
+                for k in range(K):
+                    if not inside[p, k]:
+                        continue
+                    dist = math.hypot(pts[k, 0] - cx, pts[k, 1] - cy)
+                    if best < 0 or dist < best_d:    # the first minimum (the first point if the COP is NaN)
+                        best, best_d = k, dist
+                weights[s, p, point_foot[best]] = 1.0
+        for f in range(F):
+            n_on = 0
+            for p in range(P):
+                n_on += weights[s, p, f] > 0.0
+            straddling[s, f] = n_on > 1
+        # wrenches: per foot, measured, applied, required
+        for r in range(6):
+            wmeas[r] = 0.0
+            wapp[r] = 0.0
+            for f in range(F):
+                wf[f, r] = 0.0
+        for p in range(P):
+            for r in range(3):
+                wmeas[r] += plate_force[s, p, r]
+                wmeas[3 + r] += plate_moment[s, p, r]
+            for f in range(F):
+                if weights[s, p, f] != 0.0:
+                    for r in range(3):
+                        wf[f, r] += weights[s, p, f] * plate_force[s, p, r]
+                        wf[f, 3 + r] += weights[s, p, f] * plate_moment[s, p, r]
+        for f in range(F):
+            for r in range(6):
+                foot_wrench[s, f, r] = wf[f, r]
+                wapp[r] += wf[f, r]
+        for r in range(3):
+            wreq[r] = Rw[s, 0, r, 0] * tau_free[s, 0] + Rw[s, 0, r, 1] * tau_free[s, 1] + Rw[s, 0, r, 2] * tau_free[s, 2]
+            wreq[3 + r] = Rw[s, 0, r, 0] * tau_free[s, 3] + Rw[s, 0, r, 1] * tau_free[s, 4] + Rw[s, 0, r, 2] * tau_free[s, 5]
+        p0, p1, p2 = pw[s, 0, 0], pw[s, 0, 1], pw[s, 0, 2]
+        wreq[3] += p1 * wreq[2] - p2 * wreq[1]
+        wreq[4] += p2 * wreq[0] - p0 * wreq[2]
+        wreq[5] += p0 * wreq[1] - p1 * wreq[0]
+        # CoM
+        c0, c1, c2 = 0.0, 0.0, 0.0
+        for i in range(masses.shape[0]):
+            for r in range(3):
+                x = masses[i] * (pw[s, i, r] + Rw[s, i, r, 0] * coms[i, 0] + Rw[s, i, r, 1] * coms[i, 1]
+                                 + Rw[s, i, r, 2] * coms[i, 2])
+                if r == 0:
+                    c0 += x
+                elif r == 1:
+                    c1 += x
+                else:
+                    c2 += x
+        c0, c1, c2 = c0 / mass, c1 / mass, c2 / mass
+        com[s, 0], com[s, 1], com[s, 2] = c0, c1, c2
+        # joints: plate wrench below, bottom-up and top-down torques
+        for k in range(nv):
+            below_any, above_any = False, False
+            for r in range(6):
+                wb[r] = 0.0
+            for f in range(F):
+                loaded_foot = False
+                for p in range(P):
+                    loaded_foot = loaded_foot or weights[s, p, f] > 0.0
+                if loaded_foot:
+                    if below_weight[k, f] > 0.0:
+                        below_any = True
+                    else:
+                        above_any = True
+                for r in range(6):
+                    wb[r] += below_weight[k, f] * wf[f, r]
+            plate_below[s, k] = below_any
+            indeterminate[s, k] = below_any and above_any
+            x, y = 0.0, 0.0
+            for r in range(6):
+                x += S[s, k, r] * wb[r]
+                y += S[s, k, r] * (wreq[r] - (wapp[r] - wb[r]))
+            tau_bu[s, k] = tau_free[s, k] - x
+            tau_td[s, k] = tau_free[s, k] - y if below_any else tau_free[s, k]
+        for r in range(6):
+            residual[s, r] = wmeas[r] - wreq[r]
+        f0, f1, f2 = residual[s, 0], residual[s, 1], residual[s, 2]
+        residual[s, 3] -= c1 * f2 - c2 * f1
+        residual[s, 4] -= c2 * f0 - c0 * f2
+        residual[s, 5] -= c0 * f1 - c1 * f0
+        for r in range(3):
+            com_acc_kin[s, r] = wreq[r] / mass + gravity[r]
+            com_acc_plates[s, r] = wmeas[r] / mass + gravity[r]

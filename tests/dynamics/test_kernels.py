@@ -239,3 +239,53 @@ def test_contact_wrench_and_zmp_of_wrench_equal_on_both_paths(d):
     for a, b in zip(out[True], out[False]):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9)
     assert np.all(out[True][0][:, 2] == 0)                 # the foot without contacts
+
+
+@pytest.mark.parametrize("edge_tol", [0.0, 0.03])
+def test_plate_inverse_dynamics_equal_on_both_paths(edge_tol):
+    """Plates under one foot, under both feet (shared: the nearest-COP rule), an empty loaded plate
+    (unassigned), plates touching so a foot straddles, the outline grown by edge_tol (points in the
+    band take the exact-distance branch), some samples unloaded: every PlateID field is the same on
+    the compiled and the numpy path."""
+    from dynamics.plate_id import PlateLoad, plate_inverse_dynamics
+
+    model = dynamics.load_model("human15")
+    rng = np.random.default_rng(21)
+    N = 25
+    q = np.tile(model.neutral(), (N, 1))
+    q[:, 2] = 0.8948
+    q[:, 7:] = 0.05 * rng.standard_normal((N, model.nq - 7))
+    v, a = rng.standard_normal((2, N, model.nv))
+    feet = dynamics.contact_positions(model, q, ["heel_r", "toe_r", "heel_l", "toe_l"])
+    lo, hi = feet[..., :2].min(axis=(0, 1)), feet[..., :2].max(axis=(0, 1))
+    mid = 0.5 * (lo[1] + hi[1])
+    z = float(feet[..., 2].min()) - 1e-3
+
+    def box(x0, x1, y0, y1):
+        return np.array([[x1, y1, z], [x0, y1, z], [x0, y0, z], [x1, y0, z]])
+
+    outlines = [box(lo[0] - 0.05, hi[0] + 0.05, lo[1] - 0.05, hi[1] + 0.05),     # both feet: shared
+                box(lo[0] - 0.02, 0.5 * (lo[0] + hi[0]), mid, hi[1] + 0.02),      # part of one foot
+                box(0.5 * (lo[0] + hi[0]), hi[0] + 0.02, mid, hi[1] + 0.02),      # the rest: straddling
+                box(5.0, 6.0, 5.0, 6.0)]                                          # nobody: unassigned
+    plates = []
+    for k, corners in enumerate(outlines):
+        force = np.column_stack([rng.normal(scale=20, size=N), rng.normal(scale=20, size=N), rng.uniform(100, 400, N)])
+        moment = rng.normal(scale=30, size=(N, 3))
+        loaded = rng.random(N) > 0.2
+        plates.append(PlateLoad(force, moment, corners, loaded, f"P{k}"))
+    res = {}
+    for jit in (True, False):
+        with kernels.use_jit(jit):
+            res[jit] = plate_inverse_dynamics(model, q, v, a, plates, ["foot_r", "foot_l"], edge_tol=edge_tol)
+    jit, ref = res[True], res[False]
+    for name in ("tau_bottom_up", "tau_top_down", "disagreement", "residual_force", "residual_moment",
+                 "com_acc_kinematic", "com_acc_plates", "com", "foot_wrench"):
+        x = getattr(ref, name)
+        np.testing.assert_allclose(getattr(jit, name), x, rtol=1e-10, atol=1e-10 * max(1.0, np.abs(x).max()), err_msg=name)
+    for name in ("plate_below", "indeterminate"):
+        np.testing.assert_array_equal(getattr(jit, name), getattr(ref, name), err_msg=name)
+    for name in ("weights", "on_plate", "shared", "unassigned", "straddling"):
+        np.testing.assert_array_equal(getattr(jit.assignment, name), getattr(ref.assignment, name), err_msg=name)
+    asg = ref.assignment
+    assert asg.shared.any() and asg.unassigned.any() and asg.straddling.any()
