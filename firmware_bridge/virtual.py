@@ -576,7 +576,8 @@ class VirtualMCU:
             if len(self._outbuf) + len(wire) > TX_BUFFER_LIMIT:
                 self._stats.tx_overflow += 1
                 continue
-            self._outbuf += wire
+            with self._io_lock:  # the transmitter thread may be inside os.write(_outbuf): no resize then
+                self._outbuf += wire
             if self.record:
                 self.transmitted[seq] = wire
             self._stats.tx_frames += 1

@@ -810,3 +810,38 @@ def test_virtual_mcu_cli_stall_trips_the_watchdog():
     logs = [f for f in frames if isinstance(f.msg, P.Log) and f.msg.text.startswith("watchdog:")]
     assert len(logs) == 1 and stall_us <= logs[0].t_us <= stall_us + watchdog_us + PERIOD_US
     assert c["stalls"] == 1 and c["watchdog_trips"] == 1 and c["rx_stalled_bytes"] > 0
+
+
+def test_mcu_tick_waits_for_a_transmit_in_progress_instead_of_crashing():
+    # The transmitter thread writes from the output buffer (os.write(_outbuf) holds a buffer export under
+    # _io_lock) while the MCU tick appends new frames to it: appending then must wait for the lock. Before
+    # the fix the tick raised BufferError ("Existing exports of data") and the MCU thread died when no
+    # host drained the pty fast enough. Here a held export stands for the write in progress.
+    import threading
+
+    mcu = VirtualMCU(1, control_hz=1000, stream_hz=1000)  # lockstep: ticks run by step()
+    try:
+        mcu.step(1)
+        # the race's window: the tick's pty read done (it takes the lock too), the transmitter then writing
+        mcu._read = lambda: b""
+        errors: list[BaseException] = []
+
+        def tick():
+            try:
+                mcu.step(200)  # 0.2 s of ticks: heartbeats and STATE frames to send
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        with mcu._io_lock:
+            view = memoryview(mcu._outbuf)  # the buffer as os.write sees it
+            worker = threading.Thread(target=tick)
+            worker.start()
+            worker.join(0.3)
+            blocked = worker.is_alive()
+            view.release()
+        worker.join(10.0)
+        assert not errors, errors
+        assert blocked  # it waited for the write to finish
+        assert mcu.stats.ticks >= 201 and mcu.stats.tx_frames > 1
+    finally:
+        mcu.close()
