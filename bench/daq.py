@@ -44,11 +44,12 @@ def lab(tmp: Path, body: str) -> Path:
 
 
 def start(cfg: Path, name: str) -> subprocess.Popen:
+    """The process as the supervisor starts it (its argv), alone."""
     from controller.config import load
+    from controller.supervisor import Supervisor
 
-    args = load(cfg).process(name).args
-    return subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", name, *args],
-                            cwd=REPO, stderr=subprocess.DEVNULL)
+    lab = load(cfg)
+    return subprocess.Popen(Supervisor(lab).command(lab.process(name)), cwd=REPO, stderr=subprocess.DEVNULL)
 
 
 def cpu_percent(procs: dict[str, subprocess.Popen], seconds: float, warmup: float = 3.0) -> dict[str, float]:

@@ -21,7 +21,7 @@ stamps go through `daq.clock.ClockSync` like a real device's), from one of:
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 

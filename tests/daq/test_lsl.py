@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pylsl
-import pytest
 
 from controller.config import load
+from controller.supervisor import Supervisor
 from daq.bus import Publisher, Subscriber
 from daq.lsl import clock_offset_s
 from daq.ports import free_tcp_ports
@@ -45,9 +44,9 @@ devices = [{device_names}]
 
 
 def start_bridge(cfg: Path) -> subprocess.Popen:
-    args = load(cfg).process("bridge").args
-    return subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "bridge",
-                             *args], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    lab_ = load(cfg)  # the bridge as the supervisor starts it, alone
+    return subprocess.Popen(Supervisor(lab_).command(lab_.process("bridge")), cwd=REPO, stderr=subprocess.PIPE,
+                            text=True)
 
 
 def stop(proc: subprocess.Popen) -> str:

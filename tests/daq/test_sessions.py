@@ -37,7 +37,6 @@ def test_info_counts_gaps_events_and_clock_faults(tmp_path):
         if not (f.stream == "forceplate/FP1" and f.seq in dropped):
             w.write(f)
     t_ev = fp1[200].t
-    ev = event_frame("clock_reset", 0, t_ev, "warning", device="FP1")
     w.write(event_frame("clock_reset", 0, t_ev, "warning", device="FP1"))
     w.write(event_frame("drops", 1, t_ev + 1000, "warning", stream="x"))
     w.close()
@@ -49,7 +48,7 @@ def test_info_counts_gaps_events_and_clock_faults(tmp_path):
     assert rep.streams["encoder/m3"].measured_rate_hz == pytest.approx(1000.0)
     assert [e["event"] for e in rep.events] == ["clock_reset", "drops"]
     assert rep.events[0]["t_s"] == pytest.approx((t_ev - all_frames[0].t) * 1e-9)
-    assert [e["device"] for e in rep.clock_faults] == ["FP1"] and ev.meta["event"] == "clock_reset"
+    assert [e["device"] for e in rep.clock_faults] == ["FP1"]
     assert rep.files[0].complete and rep.metadata["walklab/recorder"]["stop_reason"] == "stopped"
     out = cli("sessions", "info", str(path), "--json")
     assert out.returncode == 0, out.stderr

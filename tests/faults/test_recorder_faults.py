@@ -3,7 +3,6 @@ full disk (the kernel's file size limit, RLIMIT_FSIZE, which fails writes exactl
 system does for this file: a short write, then an error)."""
 from __future__ import annotations
 
-import os
 import resource
 import signal
 import subprocess
@@ -111,12 +110,13 @@ args = [{args}]
 
 
 def _proc(cfg: Path, name: str, **kw) -> subprocess.Popen:
-    """The process as the supervisor starts it (its config args on the command line)."""
+    """The process as the supervisor starts it (its argv), alone."""
     from controller.config import load
+    from controller.supervisor import Supervisor
 
-    args = load(cfg).process(name).args
-    return subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", name, *args],
-                            cwd=REPO, stderr=subprocess.PIPE, text=True, **kw)
+    lab = load(cfg)
+    return subprocess.Popen(Supervisor(lab).command(lab.process(name)), cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            **kw)
 
 
 @pytest.mark.parametrize("limit, reserve_mb, complete", [

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +13,9 @@ import numpy as np
 from mcap.reader import make_reader
 
 from controller.config import load
+from controller.supervisor import Supervisor
 from daq.bus import Subscriber
+from daq.health import parse_health
 from daq.ports import free_tcp_ports
 from firmware_bridge.virtual import VirtualMCU
 
@@ -27,9 +28,8 @@ def load_at(t: float) -> list[float]:
 
 
 def proc(cfg: Path, name: str) -> subprocess.Popen:
-    args = load(cfg).process(name).args
-    return subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", name, *args],
-                            cwd=REPO, stderr=subprocess.PIPE, text=True)
+    lab = load(cfg)  # the process as the supervisor starts it, alone
+    return subprocess.Popen(Supervisor(lab).command(lab.process(name)), cwd=REPO, stderr=subprocess.PIPE, text=True)
 
 
 def wait_for(sub: Subscriber, pred, timeout_s: float = 60.0):
@@ -73,7 +73,10 @@ corners = [[0.6, 0.4, 0.0], [0.0, 0.4, 0.0], [0.0, 0.8, 0.0], [0.6, 0.8, 0.0]]
         recorder = proc(cfg, "rec")
         daemon = proc(cfg, "plates")
         watch = Subscriber(f"tcp://127.0.0.1:{plates}", ["forceplate/FP1", "events/plates"])
+        rec_health = Subscriber(f"tcp://127.0.0.1:{rec}", ["health/rec"])
         try:
+            # the recorder is recording (it counts frames written) before the cable is pulled
+            wait_for(rec_health, lambda f: parse_health(f).get("recorder/frames", {}).get("count", 0) > 100)
             first = wait_for(watch, lambda f: f.stream == "forceplate/FP1" and f.seq >= 200)
             mcu.unplug()
             lost = wait_for(watch, lambda f: f.meta.get("event") == "device_lost")
@@ -84,6 +87,7 @@ corners = [[0.6, 0.4, 0.0], [0.0, 0.4, 0.0], [0.0, 0.8, 0.0], [0.6, 0.8, 0.0]]
             assert daemon.poll() is None  # the same process all along: no restart
         finally:
             watch.close()
+            rec_health.close()
             for p in (recorder, daemon):
                 p.send_signal(signal.SIGTERM)
             errs = [p.communicate(timeout=30)[1] for p in (recorder, daemon)]

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from controller.config import load
+from controller.supervisor import Supervisor
 from daq.bus import Subscriber
 from daq.formats import c3d
 from daq.ports import free_tcp_ports
@@ -23,8 +23,9 @@ def collect(tmp_path: Path, args: list[str], n_frames: int) -> list:
     cfg.write_text(f'[lab]\nname = "m"\n[supervisor]\nbind = "tcp://127.0.0.1:{sup}"\n[[processes]]\n'
                    f'name = "markers"\nmodule = "daq.devices.markers_sim"\nbind = "tcp://127.0.0.1:{port}"\n'
                    f'args = [{quoted}]\n')
-    proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "markers",
-                             *load(cfg).process("markers").args], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    lab = load(cfg)
+    proc = subprocess.Popen(Supervisor(lab).command(lab.process("markers")), cwd=REPO, stderr=subprocess.PIPE,
+                            text=True)
     got = []
     with Subscriber(f"tcp://127.0.0.1:{port}", ["markers/*"]) as sub:
         try:

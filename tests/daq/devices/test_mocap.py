@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 from controller.config import load
+from controller.supervisor import Supervisor
 from daq.bus import Subscriber
 from daq.devices.mocap import MocapSender
 from daq.ports import free_tcp_ports
@@ -40,9 +40,9 @@ rate_hz = 100.0
 """)
     labels = ["LASI", "RASI", "LHEE", "RHEE"]
     sender = MocapSender(f"tcp://127.0.0.1:{pc}", labels, 100.0, units="mm")
-    args = load(cfg).process("markers").args
-    daemon = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "markers",
-                               *args], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    lab = load(cfg)
+    daemon = subprocess.Popen(Supervisor(lab).command(lab.process("markers")), cwd=REPO, stderr=subprocess.PIPE,
+                              text=True)
     watch = Subscriber(f"tcp://127.0.0.1:{daemon_port}", ["markers/qtm", "events/markers"])
     rng = np.random.default_rng(9)
     sent: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}  # t_us -> positions, residuals, host ns
