@@ -37,6 +37,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -50,6 +51,8 @@ from controller.proc import SUPERVISOR_PID_ENV
 from daq.context import CONFIG_ERROR
 
 log = logging.getLogger("walklab.supervisor")
+
+_LOG_PREFIX = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \S+ [A-Z]+ ")
 
 #: ``sink(event, fields, at)``: ``at`` is the time of the event on the supervisor's clock [s].
 EventSink = Callable[[str, dict[str, Any], float], None]
@@ -249,7 +252,9 @@ class Supervisor:
             child.relay.join(timeout=2.0)  # its last line is its one-line error
             child.state = "failed"
             child.note = "config error"
-            self._event("failed", child, now, status=status, ran_s=round(ran, 3), error=child.last_line)
+            # the message without the child's log prefix (controller.proc.logging_setup's format)
+            error = _LOG_PREFIX.sub("", child.last_line)
+            self._event("failed", child, now, status=status, ran_s=round(ran, 3), error=error)
             return
         failed = status != 0 or silenced  # a wedged process that obeyed SIGTERM still failed
         wants = spec.restart == "always" or (spec.restart == "on-failure" and failed)

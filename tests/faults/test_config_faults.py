@@ -151,7 +151,7 @@ def test_a_config_error_exit_is_not_restarted_and_says_why(tmp_path):
     assert "restart" not in names and err.count("started badargs") == 1, err
     failed = next(e for e in events if e.meta["event"] == "failed")
     assert failed.meta["process"] == "badargs" and failed.meta["status"] == 2
-    assert "--speed fast: expected a number" in failed.meta["error"]
+    assert failed.meta["error"] == "process 'badargs': --speed fast: expected a number"  # its line, unprefixed
     assert "badargs exit status 2 (a config, argument or import error): failed, not restarted: " in err
     assert "badargs failed (config error)" in out  # the status line says so too
 
