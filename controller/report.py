@@ -208,7 +208,7 @@ def _table(rows: list[dict]) -> str:
 
 def _fmt(v) -> str:
     if isinstance(v, float):
-        return "–" if not np.isfinite(v) else f"{v:.3g}"
+        return "–" if not np.isfinite(v) else f"{v:.4g}"
     if isinstance(v, list):
         return ", ".join(_fmt(x) for x in v) or "–"
     return str(v)

