@@ -589,7 +589,7 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
                     asg, _ = _plate_side(data, pig, time, res)
                 loads = _foot_loads(data, res, asg, time)
                 kt = cgm.kinetics(kin, loads, subject, data.markers.rate)
-                res.series.update({k: v for k, v in kt.outputs.items() if k.endswith(("Moment", "Power"))})
+                res.series.update(kt.outputs)  # moments, powers and joint forces (N/kg, PiG frames)
                 if len(sides) == 2:
                     resid = cgm.pelvis_residual(kin, kt, subject, data.markers.rate)
                     res.series["PelvisResidualForce"] = resid / subject.mass  # N/kg, lab axes

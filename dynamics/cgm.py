@@ -398,12 +398,8 @@ def kinetics(kin: CGMKinematics, loads: Mapping[str, FootLoad], subject: CGMSubj
         parent = {"foot": "tibia", "tibia": "femur", "femur": "pelvis"}
         for name, r, pp, pdist, (mf, cf, kf), joint, r_out in segs:
             m = mf * mass
-            if name == "foot":
-                com = (pp + pdist) / 2
-                length = np.linalg.norm(pp - pdist, axis=1)
-            else:
-                com = pdist + cf * (pp - pdist)
-                length = np.linalg.norm(pp - pdist, axis=1)
+            com = pdist + cf * (pp - pdist)  # the foot's fraction is 0.5: the AJC–TOE midpoint
+            length = np.linalg.norm(pp - pdist, axis=1)
             acc = np.gradient(np.gradient(com, 1.0 / fs, axis=0), 1.0 / fs, axis=0)
             w = omegas[name]
             alpha = np.gradient(w, 1.0 / fs, axis=0)

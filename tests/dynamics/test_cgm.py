@@ -118,6 +118,11 @@ def test_moments_and_powers_match_nexus(nexus, shared_data):
             assert np.all(rms < 0.06), (side, joint, rms)
             sag = np.corrcoef(out[f"{side}{joint}Moment"][ok, 0], ref[ok, 0])[0, 1]
             assert sag > 0.95, (side, joint, sag)  # right: swing only, small inertial moments
+    for joint in ("Hip", "Knee", "Ankle"):  # joint forces, N/kg in the PiG frames and signs
+        ref = get(f"L{joint}Force")
+        ok = np.all(np.isfinite(ref), axis=1)
+        rms = np.sqrt(np.mean((out[f"L{joint}Force"][ok] - ref[ok]) ** 2, axis=0))
+        assert np.all(rms < 0.15), (joint, rms)  # measured <= 0.09 against peaks of 4-13 N/kg
     for joint in ("Hip", "Knee", "Ankle"):
         ref = get(f"L{joint}Power")[:, 2]
         ok = np.isfinite(ref)
