@@ -1,0 +1,417 @@
+"""Dynamics service, second stage: live shaft torques, ZMP and margin, foot forces and energy per cycle.
+
+The process beside `dynamics.service` (which turns the raw plate channels into wrenches and stays
+the plate path): for the configured walker model it subscribes to
+
+- the two shaft encoders ``encoder/<motor>`` of its ``kind = "mcu"`` device (angle rad, velocity
+  rad/s; the first motor's samples are the output grid),
+- the markers ``--markers`` (default ``markers/walker``: channels ``LABEL:x|y|z`` in m, lab frame,
+  NaN where occluded), from which the chassis pose (X, Z, pitch) comes: the mean of the front
+  corners ``chassis_FL``/``chassis_FR`` and of the back ones, pitch = atan2(Δz, Δx) between them,
+- each of its force plates' wrenches ``dynamics/grf/NAME`` (Fx..Mz about the plate centre),
+
+aligns them on lab time and computes, per encoder sample, `dynamics.walker_inverse` (the equations
+are there): shaft torques from the reduced-form tables with the measured foot forces (a plate's force
+shared among the feet on it) and the contact law's for feet no plate covers, the ZMP and its
+stability margin, and the actuators' power P = τ ω; each completed shaft revolution, the work of
+that cycle (`energetics.cycle_energy`: net, positive, absolute).
+
+Alignment: an encoder sample at lab time t is computed once every input has a sample at or after t
+(the markers are interpolated linearly between their bracketing samples, the second encoder and
+the plates likewise; the chassis velocity is the backward difference of consecutive marker poses,
+the shaft acceleration that of consecutive encoder velocities). So the service buffers exactly as
+long as its slowest input needs — each input's lag (receipt minus lab time of its newest sample)
+is in the health frame (``lag/STREAM``), with the time the encoder samples waited (``align``).
+A sample that has waited ``--max-wait-s`` is computed with the lagging inputs held at their last
+value (``STREAM:held_samples``; flagged ``stale`` in the torques); a sample no value exists for
+(an input never seen, an occluded chassis at start) is published as NaN.
+
+Published (stamps: the first motor's encoder samples' ``t``/``t_host``/``t_device``; one frame per
+run of consecutive samples computed together; ``meta["latency_s"]``: host time of publication minus
+the receipt of the newest input sample used — also in the health frame as ``latency``):
+
+- ``dynamics/torques``: ``tau_L tau_R`` (N·m, motor to shaft), ``load_L load_R`` (N·m, the legs'
+  load torque −Q_s), ``omega_L omega_R`` (rad/s), ``power_L power_R`` (W, τ ω), ``stale`` (1);
+- ``dynamics/zmp``: ``ZMPx ZMPy`` (m, lab, on z = 0), ``margin`` (m, > 0 inside the support
+  polygon), ``support`` (vertices of the polygon: 0 flight), ``valid`` (total F_z > ``--min-fz-n``);
+- ``dynamics/contact``: per foot ``foot_LABEL:x``, ``:z`` (m), ``:Fx``, ``:Fz`` (N, ground on foot)
+  and ``:plate`` (1 where the force is a plate's share, 0 the contact law's);
+- ``dynamics/energy``: one frame per completed revolution of a shaft, one sample ``net positive
+  absolute`` (J) and ``period`` (s), ``meta = {"shaft": MOTOR, "cycle": k}``, stamped with the
+  encoder sample that completed it.
+
+`WalkerService` is the computation with its state (no sockets: it calls ``publish`` with
+`daq.bus.Publisher.publish`'s signature); `run(ctx, args)` the process. docs/service.md.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from daq.context import ProcessContext
+from dynamics import forceplate as fp
+from dynamics.contact import Friction, NormalLaw
+from dynamics.energetics import cycle_boundaries, cycle_energy
+from dynamics.plants.jansen_world import JansenWorld, jansen_world
+from dynamics.walker_inverse import WalkerModel, walker_inverse, walker_model
+
+log = logging.getLogger("walklab.dynamics.torques")
+
+TORQUES, ZMP, CONTACT, ENERGY = "dynamics/torques", "dynamics/zmp", "dynamics/contact", "dynamics/energy"
+TORQUE_CHANNELS = ("tau_L", "tau_R", "load_L", "load_R", "omega_L", "omega_R", "power_L", "power_R", "stale")
+TORQUE_UNITS = ("N*m",) * 4 + ("rad/s",) * 2 + ("W",) * 2 + ("1",)
+ZMP_CHANNELS, ZMP_UNITS = ("ZMPx", "ZMPy", "margin", "support", "valid"), ("m", "m", "m", "1", "1")
+ENERGY_CHANNELS, ENERGY_UNITS = ("net", "positive", "absolute", "period"), ("J", "J", "J", "s")
+CHASSIS = ("chassis_FL", "chassis_FR", "chassis_BL", "chassis_BR")
+#: Most samples an input keeps while waiting (a bound, whatever the other inputs do) [s].
+KEEP_S = 2.0
+MAX_BATCH = 64
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Service parameters (SI): longest an encoder sample waits for a lagging input [s]; foot normal
+    force above which it supports [N]; least total vertical force for a ZMP [N]."""
+    max_wait_s: float = 0.1
+    contact_n: float = 1.0
+    min_fz_n: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (self.max_wait_s > 0 and math.isfinite(self.max_wait_s)) or not (
+                math.isfinite(self.contact_n) and math.isfinite(self.min_fz_n)):
+            raise ValueError(f"dynamics torques: need --max-wait-s > 0 and finite forces, got {self}")
+
+
+class _Input:
+    """One input stream's recent samples: lab times [ns], values (rows), receipt time of each sample's
+    frame [ns]; linear interpolation at given times and holding past the newest sample."""
+
+    def __init__(self, stream: str, width: int, rate_hz: float) -> None:
+        self.stream, self.width = stream, width
+        self.keep = max(8, int(KEEP_S * rate_hz))
+        self.t = np.empty(0, dtype=np.int64)
+        self.v = np.empty((0, width))
+        self.recv = np.empty(0, dtype=np.int64)
+        self.held = 0
+
+    def add(self, t: np.ndarray, v: np.ndarray, recv: int) -> None:
+        if self.t.size and t[0] <= self.t[-1]:      # a repeated or out-of-order block
+            keep = t > self.t[-1]
+            t, v = t[keep], v[keep]
+            if not t.size:
+                return
+        self.t = np.concatenate([self.t, t])[-self.keep:]
+        self.v = np.concatenate([self.v, v])[-self.keep:]
+        self.recv = np.concatenate([self.recv, np.full(t.size, recv, dtype=np.int64)])[-self.keep:]
+
+    @property
+    def newest(self) -> int | None:
+        return int(self.t[-1]) if self.t.size else None
+
+    def at(self, t: np.ndarray) -> tuple[np.ndarray, int]:
+        """Values (N, width) at lab times t (N,) ns (NaN when empty) and the receipt [ns] of the newest
+        sample used."""
+        if not self.t.size:
+            return np.full((t.size, self.width), np.nan), 0
+        base = self.t[0]
+        x, xp = (t - base).astype(float), (self.t - base).astype(float)
+        out = np.empty((t.size, self.width))
+        for j in range(self.width):
+            out[:, j] = np.interp(x, xp, self.v[:, j])
+        k = min(int(np.searchsorted(self.t, t[-1], side="left")), self.t.size - 1)
+        return out, int(self.recv[k])
+
+    def trim(self, before: int) -> None:
+        """Forget samples older than the last one at or before `before` (still needed to interpolate)."""
+        k = int(np.searchsorted(self.t, before, side="right")) - 1
+        if k > 0:
+            self.t, self.v, self.recv = self.t[k:], self.v[k:], self.recv[k:]
+
+
+class _Cycles:
+    """One shaft's power samples since its last completed revolution (`energetics.cycle_energy`)."""
+
+    def __init__(self) -> None:
+        self.t = np.empty(0)
+        self.s = np.empty(0)
+        self.p = np.empty(0)
+        self.count = 0
+
+    def add(self, t: np.ndarray, s: np.ndarray, p: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """Append samples (t s, angle rad, power W; finite); returns (index into the added samples of the
+        one that completed it, [net, positive, absolute, period]) per completed revolution."""
+        n0 = self.t.size
+        self.t, self.s, self.p = np.append(self.t, t), np.append(self.s, s), np.append(self.p, p)
+        out = []
+        if self.t.size < 2:
+            return out
+        b = cycle_boundaries(self.t, self.s)
+        while b.size >= 2:
+            e = cycle_energy(self.t, self.p, b[:2])
+            k = int(np.searchsorted(self.t, b[1], side="left"))
+            out.append((max(k - n0, 0), np.array([e.net[0], e.positive[0], e.absolute[0], b[1] - b[0]])))
+            self.count += 1
+            keep = max(k - 1, 0)        # the sample before the boundary, to integrate the next cycle
+            self.t, self.s, self.p, n0 = self.t[keep:], self.s[keep:], self.p[keep:], n0 - keep
+            b = cycle_boundaries(self.t, self.s) if self.t.size >= 2 else np.empty(0)
+        if b.size == 0:     # no boundary yet: only the last sample is needed to find the first one
+            self.t, self.s, self.p = self.t[-1:], self.s[-1:], self.p[-1:]
+        return out
+
+
+Publish = Callable[..., Any]
+
+
+class WalkerService:
+    """Encoder, marker and plate-wrench frames in; ``dynamics/torques``, ``/zmp``, ``/contact``,
+    ``/energy`` out (module doc). `plates`: (name, `fp.Plate`) of the plates whose
+    ``dynamics/grf/NAME`` it reads; `encoders`: the two encoder streams (left, right shaft);
+    `markers`: the marker stream. Give `feed` the received frames in arrival order."""
+
+    def __init__(self, world: JansenWorld, plates: Sequence[tuple[str, fp.Plate]], encoders: Sequence[str],
+                 markers: str, settings: Settings, publish: Publish,
+                 count: Callable[[str, int], None] = lambda subject, n=1: None,
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+        if len(encoders) != 2:
+            raise ValueError(f"dynamics torques: the walker needs two shaft encoders, got {list(encoders)}")
+        self.world, self.settings, self.publish, self.count, self.clock = world, settings, publish, count, clock
+        self.model: WalkerModel = walker_model(world, [p for _, p in plates])
+        self.enc = [_Input(s, 3, 1000.0) for s in encoders]       # angle, velocity, acceleration
+        self.markers = _Input(markers, 6, 200.0)                   # X, Z, pitch and their rates
+        self.plates = [_Input(f"dynamics/grf/{n}", 6, 1000.0) for n, _ in plates]
+        self.inputs = {i.stream: i for i in (*self.enc, self.markers, *self.plates)}
+        self.labels = tuple(f"foot_{n}" for n in world.labels)
+        self.contact_channels = tuple(f"{lab}:{c}" for lab in self.labels for c in ("x", "z", "Fx", "Fz", "plate"))
+        self.contact_units = ("m", "m", "N", "N", "1") * len(self.labels)
+        self.ref_rate = 0.0
+        self.ref_stamps: list[tuple[int, int | None]] = []      # (t_host, t_device) of pending ref samples
+        self.last_vel: dict[str, tuple[int, float]] = {}
+        self.last_pose: tuple[int, np.ndarray] | None = None
+        self.marker_cols = np.empty(0, dtype=np.intp)
+        self.marker_layout: tuple[str, ...] = ()
+        self.cycles = [_Cycles(), _Cycles()]
+        self.done = -(2 ** 62)                                     # lab time of the last computed sample
+        self.pending: list[int] = []                              # pending ref sample times (ns)
+        self.latencies: list[float] = []
+
+    # -- input ------------------------------------------------------------------------------
+
+    def feed(self, frames: Sequence[Any]) -> None:
+        """Take received frames (`daq.frames.Frame`, in arrival order; other streams are ignored) and
+        compute every encoder sample that is ready."""
+        for f in frames:
+            inp = self.inputs.get(f.stream)
+            if inp is None or f.samples == 0:
+                continue
+            recv = f.t_recv if f.t_recv is not None else (f.t_pub or self.clock())
+            step = 1e9 / f.rate_hz if f.rate_hz > 0 else 0.0
+            t = f.t + np.round(np.arange(f.samples) * step).astype(np.int64)
+            if inp is self.markers:
+                self._markers(f, t, recv)
+            elif inp in self.enc:
+                self._encoder(inp, f, t, recv, step)
+            else:
+                cols = [f.channels.index(c) for c in ("Fx", "Fy", "Fz", "Mx", "My", "Mz")]
+                inp.add(t, np.asarray(f.data, dtype=float)[:, cols], recv)
+        self._compute()
+
+    def _encoder(self, inp: _Input, f: Any, t: np.ndarray, recv: int, step: float) -> None:
+        data = np.asarray(f.data, dtype=float)
+        ang, vel = data[:, f.channels.index("angle")], data[:, f.channels.index("velocity")]
+        prev = self.last_vel.get(inp.stream)
+        v_prev = np.concatenate([[prev[1] if prev else vel[0]], vel[:-1]])
+        t_prev = np.concatenate([[prev[0] if prev else t[0] - 1], t[:-1]]).astype(float)
+        acc = (vel - v_prev) / ((t - t_prev) * 1e-9)      # backward difference
+        self.last_vel[inp.stream] = (int(t[-1]), float(vel[-1]))
+        before = inp.newest
+        inp.add(t, np.column_stack([ang, vel, acc]), recv)
+        if inp is self.enc[0]:
+            self.ref_rate = f.rate_hz
+            new = t > (before if before is not None else -(2 ** 62))
+            td = None if f.t_device is None else f.t_device + np.round(np.arange(f.samples) * step).astype(np.int64)
+            th = f.t_host + np.round(np.arange(f.samples) * step).astype(np.int64)
+            for i in np.flatnonzero(new):
+                self.pending.append(int(t[i]))
+                self.ref_stamps.append((int(th[i]), None if td is None else int(td[i])))
+
+    def _markers(self, f: Any, t: np.ndarray, recv: int) -> None:
+        if f.channels != self.marker_layout:
+            try:
+                self.marker_cols = np.array([f.channels.index(f"{m}:{a}") for m in CHASSIS for a in "xyz"])
+            except ValueError:
+                self.count(f"{f.stream}:rejected", 1)    # not the walker's chassis markers
+                return
+            self.marker_layout = f.channels
+        p = np.asarray(f.data, dtype=float)[:, self.marker_cols].reshape(-1, 4, 3)
+        front, back = p[:, :2].mean(axis=1), p[:, 2:].mean(axis=1)
+        pose = np.column_stack([(front[:, 0] + back[:, 0]) / 2, (front[:, 2] + back[:, 2]) / 2,
+                                np.arctan2(front[:, 2] - back[:, 2], front[:, 0] - back[:, 0])])
+        rows, times = [], []
+        for i in range(t.size):
+            if not np.all(np.isfinite(pose[i])):
+                if self.last_pose is None:
+                    continue                    # nothing to hold yet
+                self.count(f"{f.stream}:pose_held", 1)   # an occluded corner: the pose is held
+                pose[i] = self.last_pose[1]
+            rate = np.zeros(3) if self.last_pose is None else \
+                (pose[i] - self.last_pose[1]) / ((t[i] - self.last_pose[0]) * 1e-9)   # backward difference
+            self.last_pose = (int(t[i]), pose[i].copy())
+            rows.append(np.concatenate([pose[i], rate]))
+            times.append(t[i])
+        if rows:
+            self.markers.add(np.array(times, dtype=np.int64), np.array(rows), recv)
+
+    # -- computation ------------------------------------------------------------------------
+
+    def _compute(self) -> None:
+        if not self.pending:
+            return
+        others = [i for i in self.inputs.values() if i is not self.enc[0]]
+        cover = min((i.newest if i.newest is not None else -(2 ** 62)) for i in others)
+        now = self.clock()
+        ref = self.enc[0]
+        ready = 0
+        while ready < len(self.pending) and self.pending[ready] <= cover:
+            ready += 1
+        stale = False
+        if ready < len(self.pending):
+            # the oldest waiting sample's receipt: past max_wait, compute with the laggards held
+            k = int(np.searchsorted(ref.t, self.pending[ready], side="left"))
+            if k < ref.t.size and now - int(ref.recv[k]) > self.settings.max_wait_s * 1e9:
+                for i in others:
+                    behind = sum(1 for t in self.pending if i.newest is None or t > i.newest)
+                    if behind:
+                        self.count(f"{i.stream}:held_samples", behind)
+                ready, stale = len(self.pending), True
+        if not ready:
+            return
+        t_all = np.array(self.pending[:ready], dtype=np.int64)
+        stamps = self.ref_stamps[:ready]
+        del self.pending[:ready], self.ref_stamps[:ready]
+        # split at gaps of the reference stream: a frame's stamps go by sample count
+        period = 1e9 / self.ref_rate if self.ref_rate > 0 else 0.0
+        cuts = [0] + [j for j in range(1, ready) if abs(t_all[j] - t_all[j - 1] - period) > period / 2] + [ready]
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            for c in range(a, b, MAX_BATCH):
+                self._run(t_all[c:min(b, c + MAX_BATCH)], stamps[c:min(b, c + MAX_BATCH)], stale)
+        self.done = int(t_all[-1])
+        for i in self.inputs.values():
+            i.trim(self.done)
+
+    def _run(self, t: np.ndarray, stamps: list[tuple[int, int | None]], stale: bool) -> None:
+        n = t.size
+        (enc_l, r0), (enc_r, r1) = self.enc[0].at(t), self.enc[1].at(t)
+        chassis, r2 = self.markers.at(t)
+        recv = [r0, r1, r2]
+        wrench = np.full((n, len(self.plates), 6), np.nan)
+        for k, p in enumerate(self.plates):
+            wrench[:, k], r = p.at(t)
+            recv.append(r)
+        q = np.column_stack([chassis[:, 0], chassis[:, 1], chassis[:, 2], enc_l[:, 0], enc_r[:, 0]])
+        u = np.column_stack([chassis[:, 3], chassis[:, 4], chassis[:, 5], enc_l[:, 1], enc_r[:, 1]])
+        sdd = np.column_stack([enc_l[:, 2], enc_r[:, 2]])
+        ok = np.all(np.isfinite(q), axis=1) & np.all(np.isfinite(u), axis=1) & np.all(np.isfinite(sdd), axis=1)
+        L = self.world.n_legs
+        torques = np.full((n, len(TORQUE_CHANNELS)), np.nan)
+        zmp = np.full((n, len(ZMP_CHANNELS)), np.nan)
+        feet = np.full((n, L, 5), np.nan)
+        if ok.any():
+            r = walker_inverse(self.model, q[ok], u[ok], sdd[ok], wrench[ok], self.settings.contact_n,
+                               self.settings.min_fz_n)
+            omega = u[ok][:, 3:5]
+            torques[ok, :8] = np.column_stack([r.tau, r.load, omega, r.tau * omega])
+            zmp[ok] = np.column_stack([r.zmp[:, :2], r.margin, r.support, r.zmp_valid])
+            feet[ok] = np.stack([r.foot[..., 0], r.foot[..., 2], r.force[..., 0], r.force[..., 2], r.measured],
+                                axis=-1)
+        torques[:, 8] = float(stale)
+        th0, td0 = stamps[0]
+        common = dict(rate_hz=self.ref_rate, t=int(t[0]), t_host=th0, t_device=td0)
+        latency = (self.clock() - max(recv)) * 1e-9
+        meta = {"latency_s": latency}
+        self.publish(TORQUES, torques, kind="torques", channels=TORQUE_CHANNELS, units=TORQUE_UNITS, meta=meta,
+                     **common)
+        self.publish(ZMP, zmp, kind="zmp", channels=ZMP_CHANNELS, units=ZMP_UNITS, meta=meta, **common)
+        self.publish(CONTACT, feet.reshape(n, -1), kind="contact", channels=self.contact_channels,
+                     units=self.contact_units, meta=meta, **common)
+        self.latencies.append(latency)
+        self._energy(t, stamps, q, torques, ok)
+
+    def _energy(self, t: np.ndarray, stamps: list, q: np.ndarray, torques: np.ndarray, ok: np.ndarray) -> None:
+        for j, cyc in enumerate(self.cycles):
+            idx = np.flatnonzero(ok)
+            if not idx.size:
+                continue
+            for k, row in cyc.add(t[idx] * 1e-9, q[idx, 3 + j], torques[idx, 6 + j]):
+                i = int(idx[min(k, idx.size - 1)])
+                th, td = stamps[i]
+                self.publish(ENERGY, row[None], kind="energy", rate_hz=0.0, channels=ENERGY_CHANNELS,
+                             units=ENERGY_UNITS, t=int(t[i]), t_host=th, t_device=td,
+                             meta={"shaft": self.enc[j].stream.split("/", 1)[-1], "cycle": cyc.count})
+
+
+# -------------------------------------------------------------------------------- process ----
+
+def _parser() -> argparse.ArgumentParser:
+    d = Settings()
+    p = argparse.ArgumentParser(prog="dynamics.service_torques", description="live walker torques, ZMP, energy")
+    p.add_argument("--model", default="jansen_walker", help="walker model file (configs/models)")
+    p.add_argument("--markers", default="markers/walker", help="marker stream with the chassis corners")
+    p.add_argument("--max-wait-s", type=float, default=d.max_wait_s,
+                   help="longest an encoder sample waits for a lagging input [s]")
+    p.add_argument("--contact-n", type=float, default=d.contact_n, help="supporting foot's least normal force [N]")
+    p.add_argument("--min-fz-n", type=float, default=d.min_fz_n, help="least total vertical force for a ZMP [N]")
+    p.add_argument("--stiffness", type=float, default=2e4, help="contact law K [N/m^1.5] (the world's)")
+    p.add_argument("--damping", type=float, default=1.0, help="contact law damping alpha [s/m]")
+    p.add_argument("--mu", type=float, default=0.8, help="friction coefficient")
+    p.add_argument("--slip-velocity", type=float, default=0.02, help="tanh friction slip velocity [m/s]")
+    return p
+
+
+def service_from(ctx: ProcessContext, args: Sequence[str], publish: Publish | None = None) -> WalkerService:
+    """The `WalkerService` of process `ctx` (its devices: force plates and one mcu) with `args`."""
+    o = _parser().parse_args(list(args))
+    world = jansen_world(o.model, law=NormalLaw("hunt_crossley_constant", o.stiffness, damping=o.damping),
+                         friction=Friction(o.mu, kind="tanh", v_s=o.slip_velocity))
+    mcu = ctx.device("mcu")
+    if len(mcu.motors) != 2:
+        raise ValueError(f"process {ctx.name!r}: the walker's mcu device needs two motors (left, right shaft), "
+                         f"got {list(mcu.motors)}")
+    plates = [(n, fp.Plate(type=d.type, corners=d.corners, origin=d.origin, cal_matrix=d.cal_matrix, name=n))
+              for n, d in ctx.devices.items() if d.kind == "forceplate"]
+    return WalkerService(world, plates, mcu.streams, o.markers,
+                         Settings(o.max_wait_s, o.contact_n, o.min_fz_n),
+                         publish or ctx.publisher.publish, ctx.health.count, ctx.clock)
+
+
+def run(ctx: ProcessContext, args: Sequence[str]) -> int:
+    """Serve the walker's live dynamics until asked to stop (module doc)."""
+    service = service_from(ctx, args)
+    sub = ctx.subscriber(list(service.inputs))
+    log.info("walker torques from %s", ", ".join(service.inputs))
+    while not ctx.stopping:
+        frame = sub.recv(timeout_s=0.02)
+        batch = []
+        if frame is not None:
+            batch = [frame]
+            while len(batch) < MAX_BATCH and (frame := sub.recv(timeout_s=0)) is not None:
+                batch.append(frame)
+            for f in batch:
+                inp = service.inputs.get(f.stream)
+                if inp is not None and f.t_recv is not None and f.rate_hz > 0:
+                    end = f.t + round((f.samples - 1) * 1e9 / f.rate_hz)
+                    ctx.health.latency(f"lag/{f.stream}", (f.t_recv - end) * 1e-9)
+        service.feed(batch)     # also computes what waited past --max-wait-s
+        for lat in service.latencies:
+            ctx.health.latency("latency", lat)
+        service.latencies.clear()
+        if frame is None and not batch:
+            ctx.publisher.poll_subscriptions()
+        ctx.health.state = "running"
+        ctx.health.tick()
+    return 0

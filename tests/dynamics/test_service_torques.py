@@ -1,0 +1,205 @@
+"""The walker's live dynamics service (`dynamics.service_torques`) fed frames of a simulated walk.
+
+The frames come from `dynamics.plants.jansen_world` run offline (its own integrator and contact
+stage): shaft encoders at 1 kHz, the chassis corner markers at 200 Hz, the plates' wrenches at 1 kHz
+(what `dynamics.service` publishes on ``dynamics/grf/NAME``). Truths: the reduced-form tables of the
+one-leg linkage summed leg by leg (`linkage.reduced.crank_torque`, not the walker code), the world's
+own foot forces and load torques, a plate's measured force, the CoM projection of a walker at rest,
+and a trapezoid sum of the published power.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from daq.frames import Frame
+from dynamics import forceplate as fp
+from dynamics.linkage.reduced import crank_torque
+from dynamics.plants import jansen_world as jw
+from dynamics.service_torques import (CONTACT, ENERGY, TORQUES, ZMP, Settings, WalkerService)
+from dynamics.synthesis.crank import load_walker
+
+T0 = 10 ** 12          # lab time of the first sample [ns]
+PLATES = [("FP1", fp.Plate(type=2, corners=np.array([[0.6, -0.4, 0], [0, -0.4, 0], [0, 0.4, 0], [0.6, 0.4, 0]], float),
+                           origin=np.array([0, 0, -0.04]))),
+          ("FP2", fp.Plate(type=2, corners=np.array([[1.2, -0.4, 0], [0.6, -0.4, 0], [0.6, 0.4, 0], [1.2, 0.4, 0]], float),
+                           origin=np.array([0, 0, -0.04])))]
+ENCODERS = ("encoder/left_shaft", "encoder/right_shaft")
+
+
+@functools.lru_cache(maxsize=None)
+def world() -> jw.JansenWorld:
+    return jw.jansen_world()
+
+
+@functools.lru_cache(maxsize=None)
+def walk(seconds: float = 1.6, torque: float = 3.0, x0: float = -0.3) -> jw.Samples:
+    """The world driven by a constant torque on both shafts, sampled at 1 kHz (h = 0.5 ms)."""
+    sim = jw.JansenSim(world(), 5e-4, record_every=2, x0=x0)
+    for k in range(round(seconds / 5e-4)):
+        jw.advance(sim, np.array([torque, torque]), k * 5e-4)
+    return sim.take()
+
+
+def frames_of(s: jw.Samples, marker_every: int = 5) -> list[Frame]:
+    """Encoder (blocks of 10), marker (one sample per frame, 200 Hz) and plate-wrench (blocks of 5) frames of
+    the samples, in the order of their last sample's time (a bus delivers them so)."""
+    w = world()
+    n = s.t.size
+    ts = T0 + np.arange(n) * 1_000_000
+    out = []
+    seq: dict[str, int] = {}
+
+    def frame(stream, kind, rate, channels, data, i0):
+        seq[stream] = seq.get(stream, -1) + 1
+        return (int(ts[i0 + len(data) - 1]), Frame(stream, kind, seq[stream], None, int(ts[i0]), int(ts[i0]), rate,
+                                                    tuple(channels), ("1",) * len(channels), np.asarray(data, float)))
+
+    for j, st in enumerate(ENCODERS):
+        for i in range(0, n - 9, 10):
+            out.append(frame(st, "encoder", 1000.0, ("angle", "velocity", "current"),
+                             np.column_stack([s.q[i:i + 10, 3 + j], s.u[i:i + 10, 3 + j], np.zeros(10)]), i))
+    loads = jw.plate_loads(s.foot, s.force, [p for _, p in PLATES])
+    for (name, _), (F, M) in zip(PLATES, loads):
+        for i in range(0, n - 4, 5):
+            out.append(frame(f"dynamics/grf/{name}", "grf", 1000.0, ("Fx", "Fy", "Fz", "Mx", "My", "Mz"),
+                             np.column_stack([F[i:i + 5], M[i:i + 5]]), i))
+    pos = jw.marker_positions(w, s)
+    labels = jw.marker_labels(w)
+    chans = [f"{lab}:{a}" for lab in labels for a in "xyz"]
+    for i in range(0, n, marker_every):
+        out.append(frame("markers/walker", "markers", 1000.0 / marker_every, chans, pos[i].reshape(1, -1), i))
+    out.sort(key=lambda x: x[0])
+    return [f for _, f in out]
+
+
+class Bus:
+    """Collects what the service publishes."""
+
+    def __init__(self) -> None:
+        self.frames: dict[str, list] = {}
+
+    def publish(self, stream, data, **kw):
+        self.frames.setdefault(stream, []).append((np.array(data, dtype=float), kw))
+
+    def series(self, stream: str) -> tuple[np.ndarray, np.ndarray, tuple]:
+        """(t (N,) ns, data (N, C), channels) of a stream's frames joined."""
+        fr = self.frames[stream]
+        step = 1e9 / fr[0][1]["rate_hz"] if fr[0][1]["rate_hz"] else 0
+        t = np.concatenate([kw["t"] + np.round(np.arange(d.shape[0]) * step).astype(np.int64) for d, kw in fr])
+        return t, np.concatenate([d for d, _ in fr]), fr[0][1]["channels"]
+
+
+def serve(frames, settings=Settings(), chunk: int = 7, clock=lambda: 0) -> Bus:
+    bus = Bus()
+    svc = WalkerService(world(), PLATES, ENCODERS, "markers/walker", settings, bus.publish, clock=clock)
+    for i in range(0, len(frames), chunk):
+        svc.feed(frames[i:i + chunk])
+    return bus
+
+
+def col(data, channels, name):
+    return data[:, list(channels).index(name)]
+
+
+def test_torque_equals_the_one_leg_reduced_table_summed_over_the_legs():
+    s = walk()
+    bus = serve(frames_of(s))
+    t, tq, tch = bus.series(TORQUES)
+    _, ct, cch = bus.series(CONTACT)
+    n = t.size
+    assert n >= s.t.size - 20          # every encoder sample but the tail waiting for the next marker
+    i = ((t - T0) // 1_000_000).astype(int)
+    # the service's inputs, rebuilt here: pose interpolated between the 200 Hz markers, backward differences
+    pos = jw.marker_positions(world(), s)[::5]
+    tm = s.t[::5]
+    pitch = np.interp(s.t[i], tm, np.arctan2(pos[:, 0, 2] - pos[:, 2, 2], pos[:, 0, 0] - pos[:, 2, 0]))
+    acc = np.vstack([np.zeros((1, 2)), np.diff(s.u[:, 3:5], axis=0) / 1e-3])[i]
+    walker = load_walker("jansen_walker")
+    w = world()
+    tau = np.zeros((n, 2))
+    for leg, slot in enumerate(walker.slots):
+        sh, sg = w.shaft[leg], w.sigma[leg]
+        lab = f"foot_{slot.prefix}"
+        F = np.column_stack([col(ct, cch, f"{lab}:Fx"), col(ct, cch, f"{lab}:Fz")])
+        c, sn = np.cos(pitch), np.sin(pitch)
+        fc = np.column_stack([c * F[:, 0] + sn * F[:, 1], -sn * F[:, 0] + c * F[:, 1]])   # R(φ)ᵀ F, chassis frame
+        f_leg = np.column_stack([w.bx[leg] * fc[:, 0], fc[:, 1]])                          # the leg table's frame
+        th = sg * s.q[i, 3 + sh] + w.offset[leg]
+        tau[:, sh] += sg * crank_torque(walker.table, th, sg * s.u[i, 3 + sh], sg * acc[:, sh], f_leg)
+    got = np.column_stack([col(tq, tch, "tau_L"), col(tq, tch, "tau_R")])
+    assert np.abs(got[1:] - tau[1:]).max() < 1e-9 * np.abs(tau).max()
+    assert np.allclose(col(tq, tch, "power_L"), col(tq, tch, "tau_L") * s.u[i, 3])
+
+
+def test_plate_forces_are_shared_exactly_and_the_loads_follow_the_world():
+    s = walk()
+    bus = serve(frames_of(s))
+    t, ct, cch = bus.series(CONTACT)
+    i = ((t - T0) // 1_000_000).astype(int)
+    labels = [f"foot_{n}" for n in world().labels]
+    fx = np.column_stack([col(ct, cch, f"{lab}:Fx") for lab in labels])
+    fz = np.column_stack([col(ct, cch, f"{lab}:Fz") for lab in labels])
+    x = np.column_stack([col(ct, cch, f"{lab}:x") for lab in labels])
+    on_plate = np.column_stack([col(ct, cch, f"{lab}:plate") for lab in labels]) > 0
+    # conservation: the feet the service put on a plate carry exactly its measured force
+    for (name, plate), (F, _) in zip(PLATES, jw.plate_loads(s.foot, s.force, [p for _, p in PLATES])):
+        on = on_plate & (x >= plate.corners[:, 0].min()) & (x <= plate.corners[:, 0].max())
+        assert np.allclose((fz * on).sum(axis=1), F[i, 2], atol=1e-9 * np.abs(F).max())
+        assert np.allclose((fx * on).sum(axis=1), F[i, 0], atol=1e-9 * np.abs(F).max())
+    assert on_plate.any(axis=1).mean() > 0.5        # the walk crosses the plates
+    # against the world's truth (its feet and its load torque): off only by the 200 Hz chassis estimate
+    assert np.abs(x - s.foot[i, :, 0]).max() < 2e-3
+    both = on_plate.any(axis=1) & ~((fz > 1.0) & ~on_plate).any(axis=1)     # every loaded foot on a plate
+    assert both.sum() > 200
+    _, tq, tch = bus.series(TORQUES)
+    load = np.column_stack([col(tq, tch, "load_L"), col(tq, tch, "load_R")])
+    err = np.abs(load[both] - s.tau_load[i[both]])
+    assert np.median(err) < 0.02 * np.abs(s.tau_load).max()
+    assert np.abs(fz[both] - s.force[i[both], :, 2]).sum(axis=1).max() < 0.05 * s.force[:, :, 2].sum(axis=1).max()
+
+
+def test_zmp_of_a_walker_at_rest_is_the_com_projection():
+    # shafts held, chassis settling on its feet (no plates: the contact law gives every force)
+    w = world()
+    sim = jw.JansenSim(w, 5e-4, record_every=2, x0=2.0)
+    for k in range(6000):
+        sim.load(k * 5e-4, np.zeros(2), np.zeros(2))
+    s = sim.take()
+    assert np.abs(s.u[-200:, :3]).max() < 1e-3      # at rest
+    last = slice(s.t.size - 300, s.t.size)
+    rest = jw.Samples(*(getattr(s, f)[last] for f in jw.Samples.__dataclass_fields__))
+    bus = serve(frames_of(rest))
+    _, z, zch = bus.series(ZMP)
+    assert np.all(col(z, zch, "valid") == 1)
+    # M g balanced by the feet, moment balance about the CoM (the crank centre): ZMP x = CoM x
+    assert np.abs(col(z, zch, "ZMPx")[50:] - rest.q[0, 0]).max() < 2e-3
+    assert np.all(col(z, zch, "margin")[50:] > 0)
+
+
+def test_energy_per_cycle_is_the_work_of_the_published_power():
+    s = walk(seconds=3.0)
+    bus = serve(frames_of(s))
+    t, tq, tch = bus.series(TORQUES)
+    ts = (t - T0) * 1e-9
+    energy = bus.frames[ENERGY]
+    left = [(d[0], kw) for d, kw in energy if kw["meta"]["shaft"] == "left_shaft"]
+    assert len(left) >= 2
+    ang = s.q[((t - T0) // 1_000_000).astype(int), 3]
+    rev = np.floor(ang / (2 * np.pi))
+    for row, kw in left:
+        # this cycle: between the two crossings of a multiple of 2π before the completing sample
+        k = int(np.searchsorted(t, kw["t"]))
+        starts = np.flatnonzero(np.diff(rev[:k + 1]) != 0)
+        a, b = starts[-2], starts[-1]
+        ta = ts[a] + (2 * np.pi * rev[a + 1] - ang[a]) / (ang[a + 1] - ang[a]) * 1e-3
+        tb = ts[b] + (2 * np.pi * rev[b + 1] - ang[b]) / (ang[b + 1] - ang[b]) * 1e-3
+        p = col(tq, tch, "power_L")
+        grid = np.concatenate([[ta], ts[a + 1:b + 1], [tb]])
+        pw = np.interp(grid, ts, p)
+        assert row[3] == pytest.approx(tb - ta, abs=1e-9)
+        net = np.trapezoid(pw, grid)
+        assert row[0] == pytest.approx(net, rel=1e-6, abs=1e-9)
+        assert row[2] >= abs(row[0]) and row[1] >= row[0]
