@@ -128,7 +128,7 @@ class Process:
     enabled: bool = field(default=True, metadata=_doc("false = listed but not started"))
     liveness_s: float = field(default=5.0, metadata=_doc(
         "the supervisor restarts the process when its health frames (``health/NAME``) stop for this "
-        "long, s (0 = never)", min=0.0))
+        "long, s (0 = never; else at least 2: the frames come once a second, give or take)", min=0.0))
     startup_s: float = field(default=30.0, metadata=_doc(
         "time allowed from a start to the first health frame, s, before ``liveness_s`` applies", gt=0.0))
 
@@ -488,6 +488,9 @@ def _cross_checks(lab: Lab, ctx: _Ctx) -> None:
         if p.name in seen_names or p.name == "supervisor":
             raise ctx.error(f"{key}.name", "expected a unique process name (also not 'supervisor')", p.name)
         seen_names[p.name] = i
+        if 0 < p.liveness_s < 2.0:
+            raise ctx.error(f"{key}.liveness_s", "expected 0 (no liveness check) or at least 2 s: health frames "
+                            "come once a second, so a shorter limit restarts healthy processes", p.liveness_s)
         if p.enabled and p.bind in binds:
             raise ctx.error(f"{key}.bind", f"endpoint already bound by {binds[p.bind]}", p.bind)
         binds[p.bind] = f"{key}.bind"

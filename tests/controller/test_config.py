@@ -86,6 +86,8 @@ BAD = [
     (('bind = "tcp://127.0.0.1:5701"', 'bind = "tcp://127.0.0.1:99999"'), "processes[0].bind",
      ["99999", "tcp://HOST:PORT"]),
     (('bind = "tcp://127.0.0.1:5701"', 'bind = ""'), "processes[0].bind", ['""', "tcp://HOST:PORT"]),
+    (('name = "plates"', 'name = "plates"\nliveness_s = 1.0'), "processes[0].liveness_s",
+     ["1.0", "0 (no liveness check) or at least 2 s"]),
     (('bind = "tcp://127.0.0.1:5700"', 'bind = ""'), "supervisor.bind", ['""', "tcp://HOST:PORT"]),
     (('bind = "tcp://127.0.0.1:5701"', 'bind = "tcp://10.0.0.7:5701"'), "processes[0].bind",
      ["10.0.0.7", "[bus.curve]", "walklab keys"]),
