@@ -1,0 +1,112 @@
+"""`dynamics.service_torques` as a real `controller.proc` subprocess on real ZeroMQ sockets: the frames
+of an offline world walk published by the test, the outputs read back with a Subscriber.
+
+Truth: the same frames fed in process (`test_service_torques.serve`, whose results are checked against
+the reduced tables and the world there) — the process computes the same numbers — and every output
+frame carries its latency (publication minus the newest input's receipt), reported in its health."""
+from __future__ import annotations
+
+import signal
+import textwrap
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from daq.bus import Publisher, Subscriber
+from daq.health import parse_health
+from daq.ports import free_tcp_ports
+
+from .test_service_live import start
+from .test_service_torques import PLATES, TORQUES, ZMP, frames_of, serve, walk
+
+
+def lab(tmp_path, ports):
+    plates = "".join(f"""
+        [devices.{name}]
+        kind = "forceplate"
+        source = "test"
+        corners = {p.corners.tolist()}
+        origin = [0.0, 0.0, -0.04]
+        """ for name, p in PLATES)
+    text = textwrap.dedent(f"""
+        [lab]
+        name = "torquestest"
+        [supervisor]
+        bind = "tcp://127.0.0.1:{ports[0]}"
+        [[processes]]
+        name = "torques"
+        module = "dynamics.service_torques"
+        bind = "tcp://127.0.0.1:{ports[1]}"
+        devices = ["FP1", "FP2", "walker_mcu"]
+        args = ["--max-wait-s", "2.0"]
+        # not started: the test publishes the world's frames there
+        [[processes]]
+        name = "feed"
+        module = "controller.healthmon"
+        bind = "tcp://127.0.0.1:{ports[2]}"
+        [devices.walker_mcu]
+        kind = "mcu"
+        port = "/tmp/walklab-test-none"
+        motors = ["left_shaft", "right_shaft"]
+    """) + textwrap.dedent(plates)
+    path = tmp_path / "lab.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_process_computes_what_the_service_computes_in_process(tmp_path):
+    ports = free_tcp_ports(3)
+    config = lab(tmp_path, ports)
+    frames = frames_of(walk())
+    expected = serve(frames)
+    feed = Publisher(f"tcp://127.0.0.1:{ports[2]}")
+    proc = start(config, "torques", tmp_path)
+    got = defaultdict(list)
+    sub = Subscriber([f"tcp://127.0.0.1:{ports[1]}"], ["dynamics/*", "health/torques"],
+                     expect=["dynamics/torques", "dynamics/zmp", "dynamics/contact"])
+    try:
+        assert sub.wait_connected(timeout_s=30.0), "the service did not come up"
+        assert feed.wait_for_subscribers(1, timeout_s=30.0), "the service never subscribed"
+        for k, f in enumerate(frames):
+            feed.publish(f.stream, f.data, kind=f.kind, rate_hz=f.rate_hz, channels=f.channels, units=f.units,
+                         t=f.t, t_host=f.t_host, t_device=f.t_device)
+            if k % 4 == 3:
+                time.sleep(0.002)       # about real time: the world's 1.6 s in ~1.6 s
+                while (g := sub.recv(timeout_s=0)) is not None:
+                    got[g.stream].append(g)
+        n_expected = sum(d.shape[0] for d, _ in expected.frames[TORQUES])
+        deadline = time.monotonic() + 30.0
+        while sum(g.samples for g in got[TORQUES]) < n_expected and time.monotonic() < deadline:
+            g = sub.recv(timeout_s=0.2)
+            if g is not None:
+                got[g.stream].append(g)
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline:
+            g = sub.recv(timeout_s=0.2)
+            if g is not None:
+                got[g.stream].append(g)
+                if g.stream == "health/torques" and g.meta["state"] == "stopped":
+                    break
+        stats = sub.stats()
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        sub.close()
+        feed.close()
+    for stream in (TORQUES, ZMP):
+        live = np.concatenate([g.data for g in got[stream]])
+        mine = np.concatenate([d for d, _ in expected.frames[stream]])
+        assert live.shape == mine.shape
+        assert np.allclose(live, mine, rtol=1e-12, atol=1e-9, equal_nan=True)
+    t_live = np.concatenate([g.t + np.arange(g.samples) * 1_000_000 for g in got[TORQUES]])
+    t_mine = np.concatenate([kw["t"] + np.arange(d.shape[0]) * 1_000_000 for d, kw in expected.frames[TORQUES]])
+    assert np.array_equal(t_live, t_mine)
+    assert all(0 <= g.meta["latency_s"] < 5.0 for g in got[TORQUES])
+    assert all(stats[s].gaps == 0 and stats[s].dropped == 0 for s in (TORQUES, ZMP, "dynamics/contact"))
+    # every frame's latency went into the health frames (p50/p99/max per second)
+    health = [parse_health(g) for g in got["health/torques"]]
+    assert sum(h["latency"]["latency_n"] for h in health if "latency" in h) == len(got[TORQUES])
+    assert all(h["latency"]["latency_max_s"] < 5.0 for h in health if "latency" in h)
