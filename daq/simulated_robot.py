@@ -108,6 +108,16 @@ def pty_handle(mcu: VirtualMCU) -> str:
     return handle
 
 
+def count_mcu(ctx: ProcessContext, st, reported: dict[str, int]) -> None:
+    """Health counters ``mcu/KEY`` of a virtual MCU's stats `st` since the values in `reported`
+    (updated), and the queue depth ``mcu/catch_up_ticks``."""
+    for key in ("ticks", "tx_frames", "tx_overflow", "rx_frames", "rx_lost", "watchdog_trips", "estops"):
+        value = getattr(st, key)
+        ctx.health.count(f"mcu/{key}", value - reported.get(key, 0))
+        reported[key] = value
+    ctx.health.queue_depth("mcu/catch_up_ticks", st.max_catch_up_ticks)
+
+
 def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     """Run the simulated robot of process `ctx` until it is asked to stop (see module doc)."""
     opts = _parser().parse_args(list(args))
@@ -126,12 +136,7 @@ def run(ctx: ProcessContext, args: Sequence[str]) -> int:
                  "none" if plant.ground_y is None else f"y = {plant.ground_y:.4f} m ({opts.contact})", port, handle)
         reported: dict[str, int] = {}
         while ctx.sleep_until(time.monotonic_ns() + 100_000_000):
-            st = mcu.stats
-            for key in ("ticks", "tx_frames", "tx_overflow", "rx_frames", "rx_lost", "watchdog_trips", "estops"):
-                value = getattr(st, key)
-                ctx.health.count(f"mcu/{key}", value - reported.get(key, 0))
-                reported[key] = value
-            ctx.health.queue_depth("mcu/catch_up_ticks", st.max_catch_up_ticks)
+            count_mcu(ctx, mcu.stats, reported)
         return 0
     finally:
         if handle and os.path.islink(port) and os.readlink(port) == handle:

@@ -316,6 +316,11 @@ class VirtualMCU:
             with self._lock:
                 self._step()
 
+    @property
+    def running(self) -> bool:
+        """True while the real-time loop thread started by `start` runs (False if it died or stopped)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def step(self, ticks: int = 1) -> None:
         """Run `ticks` control ticks now, without pacing (lockstep use, e.g. with a simulator; only
         when the real-time thread was not started)."""

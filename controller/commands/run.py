@@ -1,4 +1,7 @@
-"""``walklab run [CONFIG]``: start a lab's processes under the supervisor until Ctrl-C/SIGTERM."""
+"""``walklab run [CONFIG] [--duration S] [--record FILE] [--script FILE]``: start a lab's processes under the
+supervisor until Ctrl-C/SIGTERM (or for S seconds); with no CONFIG, the simulated Jansen world
+(configs/sim.toml) walks through the command script configs/walk_script.toml under a live status
+(`controller.status.run_live`)."""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +18,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="lab config (default: the shipped configs/sim.toml)")
     parser.add_argument("--record", metavar="FILE.mcap",
                         help="record every stream of the lab into FILE.mcap meanwhile (see `walklab record`)")
+    parser.add_argument("--duration", metavar="S", type=float,
+                        help="stop after S seconds with the lab up (start-up excluded); a live status and a summary")
+    parser.add_argument("--script", metavar="FILE",
+                        help="operator commands for the lab's control loop at set times (TOML, docs/sim.md); "
+                             "default with no CONFIG: configs/walk_script.toml")
     parser.set_defaults(func=run_handler)
 
 
@@ -25,6 +33,12 @@ def run_handler(args: argparse.Namespace) -> int:
 
     lab = config.load(args.config if args.config is not None else configs.path("sim.toml"))
     config.check_processes(lab)  # refuse a lab whose process modules cannot be imported: one line
+    if args.config is None or args.duration is not None or args.script is not None:
+        from controller.status import load_script, run_live
+
+        script = load_script(args.script or configs.path("walk_script.toml")) \
+            if args.script is not None or args.config is None else []
+        return run_live(lab, duration=args.duration, script=script, record=args.record)
     if args.record is None:
         return run_lab(lab)
     from controller.commands.record import start_beside, stop_beside

@@ -55,13 +55,20 @@ def _config(args):
 
 
 def _build(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    if args.jobs < 1:
+        raise ValueError(f"--jobs: expected an integer >= 1, got {args.jobs}")
+    build_with_progress(cfg, args.jobs)
+    return 0
+
+
+def build_with_progress(cfg, jobs: int = 1) -> None:
+    """Build a robot config's library with a rich progress bar and a one-line result (also used by
+    `walklab run` when a lab's control loop finds no library)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from controller.synergies import library
 
-    cfg = _config(args)
-    if args.jobs < 1:
-        raise ValueError(f"--jobs: expected an integer >= 1, got {args.jobs}")
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn()) as prog:
         task = prog.add_task(f"building {cfg.robot} nominals", total=None)
@@ -69,11 +76,10 @@ def _build(args: argparse.Namespace) -> int:
         def step(done: int, total: int, name: str) -> None:
             prog.update(task, completed=done, total=total, description=f"{name}")
 
-        written, skipped = library.build(cfg, jobs=args.jobs, progress=step)
+        written, skipped = library.build(cfg, jobs=jobs, progress=step)
     print(f"{len(written)} nominals written to {cfg.library}" +
           (f"; {len(skipped)} optimised profiles skipped (no cut of both peak force and energy): "
            + ", ".join(skipped) if skipped else ""))
-    return 0
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -265,7 +265,7 @@ class Samples:
     """Recorded world samples, time first: t (N,) s; q (N, 5) and u (N, 5) (module doc); tau_load (N, 2) N m
     the load torque the legs put on each shaft (−Q_s: the crank torque of the reduced form with the
     foot forces, methods.md c.6); foot (N, L, 3) m and force (N, L, 3) N ground on foot, lab frame
-    (x forward, y left, z up); delta (N, L) m."""
+    (x forward, y left, z up); delta (N, L) m; aux (N, n_aux) the `JansenSim` aux values."""
 
     t: np.ndarray
     q: np.ndarray
@@ -274,18 +274,21 @@ class Samples:
     foot: np.ndarray
     force: np.ndarray
     delta: np.ndarray
+    aux: np.ndarray
 
 
 class JansenSim:
     """A running world: its state, the partitioned linearly implicit step (module doc), the samples.
 
     h: the step (s) of each `load` call (the motor plant's substep); record_every: keep one sample
-    row every this many steps (rows in `rows`, drained by `take`). X0: initial chassis x (m).
-    Shaft angles and rates come from the caller (the motor plant) at each `load`.
+    row every this many steps (rows in `rows`, drained by `take`); x0: initial chassis x (m), set
+    down level with the lowest foot `settle` m into the ground; aux: values (n_aux,) recorded with
+    each row (e.g. the motors' currents, read where the plant runs). Shaft angles and rates come from
+    the caller (the motor plant) at each `load`.
     """
 
     def __init__(self, world: JansenWorld, h: float, *, record_every: int = 1, x0: float = 0.0,
-                 settle: float = 0.002) -> None:
+                 settle: float = 0.002, aux: Callable[[], np.ndarray] | None = None, n_aux: int = 0) -> None:
         if not (h > 0 and math.isfinite(h)) or record_every < 1:
             raise ValueError(f"JansenSim: need h > 0 s and record_every >= 1, got {h}, {record_every}")
         self.world, self.h, self.record_every = world, float(h), int(record_every)
@@ -293,8 +296,8 @@ class JansenSim:
         self.u = np.zeros(5)
         self.steps = 0
         self.rows: list[np.ndarray] = []
-        L = world.n_legs
-        self._row = np.empty(len(HEAD) + 5 * L)
+        self.aux, self.n_aux = aux, (n_aux if aux is not None else 0)
+        self._row = np.empty(len(HEAD) + 5 * world.n_legs + self.n_aux)
 
     def load(self, t: float, theta: np.ndarray, omega: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Motor-plant callback (`dynamics.plants.motor.LoadFn`): shafts at theta (2,) rad, omega (2,) rad/s
@@ -325,7 +328,9 @@ class JansenSim:
         n = len(HEAD)
         r[n:n + L], r[n + L:n + 2 * L] = ct.foot[:, 0], ct.foot[:, 1]
         r[n + 2 * L:n + 3 * L], r[n + 3 * L:n + 4 * L] = ct.force[:, 0], ct.force[:, 1]
-        r[n + 4 * L:] = ct.delta
+        r[n + 4 * L:n + 5 * L] = ct.delta
+        if self.aux is not None:
+            r[n + 5 * L:] = self.aux()
         self.rows.append(r.copy())
 
     def take(self) -> Samples | None:
@@ -336,7 +341,7 @@ class JansenSim:
 
 
 def samples(world: JansenWorld, rows: np.ndarray) -> Samples:
-    """`Samples` of row array (N, len(HEAD) + 5 L) (`JansenSim` rows)."""
+    """`Samples` of row array (N, len(HEAD) + 5 L + n_aux) (`JansenSim` rows)."""
     n, L = len(HEAD), world.n_legs
     q = rows[:, [1, 2, 3, 7, 8]]
     u = rows[:, [4, 5, 6, 9, 10]]
@@ -345,7 +350,7 @@ def samples(world: JansenWorld, rows: np.ndarray) -> Samples:
     foot[:, :, 0], foot[:, :, 1], foot[:, :, 2] = rows[:, n:n + L], world.lateral, rows[:, n + L:n + 2 * L]
     force = np.zeros((N, L, 3))
     force[:, :, 0], force[:, :, 2] = rows[:, n + 2 * L:n + 3 * L], rows[:, n + 3 * L:n + 4 * L]
-    return Samples(rows[:, 0], q, u, rows[:, 11:13], foot, force, rows[:, n + 4 * L:])
+    return Samples(rows[:, 0], q, u, rows[:, 11:13], foot, force, rows[:, n + 4 * L:n + 5 * L], rows[:, n + 5 * L:])
 
 
 def advance(sim: JansenSim, tau: np.ndarray, t: float) -> None:

@@ -1,0 +1,372 @@
+"""`walklab run` with a live status: the lab under its supervisor, a command script, a terminal status and a summary.
+
+`run_live` (what `walklab run` does with ``--duration``, ``--script`` or the default lab):
+
+1. the lab's control loops get their synergy library (built once, with a progress bar, when missing);
+2. the recorder (``--record FILE``, `controller.commands.record.start_beside`) and the supervisor
+   (``walklab run CONFIG`` in a subprocess, its output and the processes' logs in a log file beside the
+   recording, or in the temporary folder) start;
+3. once every process reports a health frame (start-up excluded from ``--duration``), the script's
+   operator commands (`load_script`, TOML ``[[command]]`` tables ``at``/``speed``/``turn``/``label``)
+   are published on ``controller/request`` at the control loop's operator endpoint, each at its time;
+4. the status (`Monitor`, from health frames, ``sim/walker``, ``controller/events`` and the
+   supervisor's events; a `rich` table refreshed 4 times a second on a terminal) shows the streams
+   (frames/s as published, drops as their subscribers count them), the dynamics service's latency
+   p50/p99, the distance walked, the energy per crank cycle, the safety state;
+5. after ``--duration`` seconds (or Ctrl-C) the supervisor and the recorder stop cleanly (SIGINT) and
+   the summary is printed: what the status showed over the whole run, the recording's and the log's paths.
+
+Units: SI (s, m, J); stream rates in frames per second.
+"""
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Command:
+    """One scripted operator command: at (s after the lab is up), speed (m/s, >= 0), turn (rad/s), label."""
+
+    at: float
+    speed: float
+    turn: float = 0.0
+    label: str = ""
+
+
+def load_script(path: str | Path) -> list[Command]:
+    """The commands of a script file (module doc), sorted by time; ValueError/OSError with one line."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--script {p}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"--script {p}: not TOML ({exc})") from None
+    rows = data.get("command")
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"--script {p}: expected [[command]] tables with at, speed (and turn, label)")
+    out = []
+    for k, r in enumerate(rows):
+        unknown = set(r) - {"at", "speed", "turn", "label"}
+        if unknown:
+            raise ValueError(f"--script {p}: command[{k}]: unknown key(s) {sorted(unknown)}")
+        try:
+            c = Command(float(r["at"]), float(r["speed"]), float(r.get("turn", 0.0)), str(r.get("label", "")))
+        except KeyError as exc:
+            raise ValueError(f"--script {p}: command[{k}]: missing {exc.args[0]!r}") from None
+        except (TypeError, ValueError):
+            raise ValueError(f"--script {p}: command[{k}]: at, speed and turn must be numbers") from None
+        if not (math.isfinite(c.at) and c.at >= 0 and math.isfinite(c.speed) and c.speed >= 0
+                and math.isfinite(c.turn)):
+            raise ValueError(f"--script {p}: command[{k}]: expected at >= 0 s, speed >= 0 m/s, a finite turn")
+        out.append(c)
+    return sorted(out, key=lambda c: c.at)
+
+
+# ------------------------------------------------------------------------------------ the monitor
+
+
+@dataclass
+class _Walker:
+    """What sim/walker frames told: first and last chassis x (m), shaft angles (rad), energy per left-shaft
+    revolution (J, ∫ (P_L + P_R) dt from the legs' load power)."""
+
+    x0: float = math.nan
+    x: float = math.nan
+    s0: np.ndarray | None = None
+    s: np.ndarray | None = None
+    advance: float = math.nan
+    cycle_start: float = math.nan
+    work: float = 0.0
+    cycles: list[float] = field(default_factory=list)
+
+
+class Monitor:
+    """The lab as the status sees it (module doc, step 4); `poll` it often, `table` and `summary` read it."""
+
+    def __init__(self, lab: Any) -> None:
+        from controller.proc import subscriber_for
+
+        self.lab = lab
+        eps = [lab.supervisor.bind] + [p.endpoint for p in lab.processes if p.enabled]
+        self.sub = subscriber_for(lab, eps, ["health/*", "sim/*", "controller/events", "events/*"], expect=())
+        self.processes = [p.name for p in lab.processes if p.enabled]
+        self.health: dict[str, dict] = {}
+        self.state: dict[str, str] = {}
+        self.rates: dict[str, list[float]] = {}
+        self.latency: list[tuple[float, float]] = []   # (p50, p99) s of the dynamics service per health period
+        self.walker = _Walker()
+        self.events: list[str] = []
+        self.safety: list[str] = []
+        self.restarts = 0
+
+    def close(self) -> None:
+        self.sub.close()
+
+    def up(self) -> bool:
+        """Every enabled process has published a health frame."""
+        return all(p in self.state for p in self.processes)
+
+    def poll(self, budget_s: float = 0.05) -> None:
+        from daq.health import parse_health
+
+        end = time.monotonic() + budget_s
+        while (f := self.sub.recv(timeout_s=max(0.0, end - time.monotonic()))) is not None:
+            if f.stream.startswith("health/"):
+                name = f.stream[len("health/"):]
+                v = parse_health(f)
+                self.health[name] = v
+                self.state[name] = str((f.meta or {}).get("state", "?"))
+                for subject, fields in v.items():
+                    if "sent_per_s" in fields:
+                        self.rates.setdefault(subject, []).append(fields["sent_per_s"])
+                proc = v.get("processing", {})
+                if name == "dynamics" and proc.get("latency_p99_s", math.nan) == proc.get("latency_p99_s"):
+                    self.latency.append((proc["latency_p50_s"], proc["latency_p99_s"]))
+            elif f.stream == "sim/walker":
+                self._walker(f)
+            elif f.stream == "controller/events":
+                cause = str((f.meta or {}).get("cause", "?"))
+                detail = str((f.meta or {}).get("detail", ""))
+                (self.events if cause == "request" else self.safety).append(f"{cause}: {detail}")
+            elif f.stream == "events/supervisor":
+                ev = (f.meta or {}).get("event")
+                if ev in ("restarted", "exited", "failed", "silent", "gave_up"):
+                    self.restarts += ev == "restarted"
+                    self.events.append(f"supervisor {ev}: {(f.meta or {}).get('process', '')}")
+            if time.monotonic() >= end:
+                break
+
+    def _walker(self, f) -> None:
+        w = self.walker
+        ch = {c: i for i, c in enumerate(f.channels)}
+        d = f.data
+        if math.isnan(w.x0):
+            w.x0 = float(d[0, ch["x"]])
+            w.s0 = d[0, [ch["s_L"], ch["s_R"]]].copy()
+            w.cycle_start = float(d[0, ch["s_L"]])
+            w.advance = float((f.meta or {}).get("advance_per_cycle_m", math.nan))
+        w.x = float(d[-1, ch["x"]])
+        w.s = d[-1, [ch["s_L"], ch["s_R"]]].copy()
+        power = d[:, ch["power_L"]] + d[:, ch["power_R"]]
+        for k in range(d.shape[0]):  # one left-shaft revolution at a time
+            w.work += power[k] / f.rate_hz
+            if d[k, ch["s_L"]] - w.cycle_start >= 2 * math.pi:
+                w.cycles.append(w.work)
+                w.work, w.cycle_start = 0.0, float(d[k, ch["s_L"]])
+
+    # -- figures -----------------------------------------------------------------------------
+
+    def drops(self) -> dict[str, float]:
+        """Per stream, the frames its subscribers lost (gaps + dropped, the largest count of any subscriber)."""
+        out: dict[str, float] = {}
+        for v in self.health.values():
+            for subject, fields in v.items():
+                if "gaps" in fields:
+                    out[subject] = max(out.get(subject, 0.0), fields.get("dropped", 0.0) + fields.get("lost_samples", 0.0))
+        return out
+
+    def distance(self) -> float:
+        return self.walker.x - self.walker.x0
+
+    def expected_distance(self) -> float:
+        """No-slip distance of the shafts' mean revolutions (L/D per revolution, m)."""
+        w = self.walker
+        if w.s is None:
+            return math.nan
+        return float(np.mean(w.s - w.s0)) / (2 * math.pi) * w.advance
+
+    def latency_figures(self) -> tuple[float, float]:
+        """(median of the per-second p50, largest per-second p99) of the dynamics service, s."""
+        if not self.latency:
+            return math.nan, math.nan
+        a = np.array(self.latency)
+        return float(np.nanmedian(a[:, 0])), float(np.nanmax(a[:, 1]))
+
+    def safety_state(self) -> str:
+        loops = [n for n in self.processes if n in self.health and "loop/cycles" in self.health[n]]
+        states = {self.state.get(n, "?") for n in loops}
+        return "/".join(sorted(states)) if states else "no control loop"
+
+    def table(self, elapsed: float, duration: float | None):
+        """The live status as a rich renderable."""
+        from rich.console import Group
+        from rich.table import Table
+
+        t = Table(title=f"walklab run — {self.lab.lab.name}: {elapsed:5.1f} s"
+                        + (f" of {duration:g} s" if duration else ""), expand=False)
+        for c in ("stream", "frames/s", "drops"):
+            t.add_column(c, justify="right" if c != "stream" else "left")
+        drops = self.drops()
+        for name in sorted(s for s in self.rates if not s.startswith("health/")):
+            t.add_row(name, f"{self.rates[name][-1]:.0f}", f"{drops.get(name, 0):.0f}")
+        p50, p99 = self.latency_figures()
+        cycle = self.walker.cycles[-1] if self.walker.cycles else math.nan
+        info = Table.grid(padding=(0, 2))
+        info.add_row("processes", ", ".join(f"{n} {self.state.get(n, '…')}" for n in self.processes))
+        info.add_row("dynamics latency", f"p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms")
+        info.add_row("distance walked", f"{self.distance():.2f} m (no-slip {self.expected_distance():.2f} m)")
+        info.add_row("energy per cycle", f"{cycle:.2f} J (last left-shaft revolution)")
+        info.add_row("safety", f"{self.safety_state()}; events: {len(self.safety)}")
+        info.add_row("last command", self.events[-1] if self.events else "none")
+        return Group(t, info)
+
+    def summary(self, elapsed: float, record: str | None, log: Path, status: int) -> str:
+        p50, p99 = self.latency_figures()
+        lines = [f"walklab run: {elapsed:.1f} s of lab {self.lab.lab.name!r} ({self.lab.source}), exit {status}"]
+        drops = self.drops()
+        for name in sorted(s for s in self.rates if not s.startswith("health/")):
+            r = np.array(self.rates[name])
+            lines.append(f"  stream {name}: {np.median(r):.0f} frames/s median, {drops.get(name, 0):.0f} dropped")
+        w = self.walker
+        lines.append(f"  distance walked: {self.distance():.3f} m (x {w.x0:.3f} -> {w.x:.3f} m); "
+                     f"no-slip distance of the crank revolutions: {self.expected_distance():.3f} m")
+        if w.cycles:
+            lines.append(f"  energy per cycle: {np.mean(w.cycles):.2f} J mean over {len(w.cycles)} left-shaft "
+                         f"revolutions (last {w.cycles[-1]:.2f} J; the legs' load work)")
+        else:
+            lines.append("  energy per cycle: no complete crank revolution")
+        lines.append(f"  dynamics latency: p50 {p50 * 1e3:.3f} ms, p99 {p99 * 1e3:.3f} ms (largest 1-s p99)")
+        lines.append(f"  safety: {self.safety_state()}; {len(self.safety)} safety event(s)"
+                     + ("".join(f"\n    {e}" for e in self.safety[:10])))
+        lines.append(f"  commands: {len(self.events)}" + "".join(f"\n    {e}" for e in self.events[:20]))
+        if record:
+            size = Path(record).stat().st_size if Path(record).exists() else 0
+            lines.append(f"  recording: {Path(record).resolve()} ({size / 1e6:.1f} MB)")
+        lines.append(f"  log: {log}")
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ the runner
+
+
+def ensure_libraries(lab: Any) -> None:
+    """Build the synergy library of every control loop of `lab` that has none (progress bar)."""
+    import dataclasses
+
+    from controller.commands.synergies import build_with_progress
+    from controller.loop import parse_args
+    from controller.synergies.library import INDEX
+    from controller.synergies.robot import load_robot
+
+    for p in lab.processes:
+        if p.module != "controller.loop" or not p.enabled:
+            continue
+        o = parse_args(p.name, p.args)
+        cfg = load_robot(o.robot)
+        if o.library:
+            cfg = dataclasses.replace(cfg, library=Path(o.library))
+        if not (Path(cfg.library) / INDEX).exists():
+            print(f"walklab run: no synergy library at {cfg.library} for process {p.name!r}: building it once")
+            build_with_progress(cfg)
+
+
+def _operator(lab: Any):
+    """A publisher bound at the control loop's operator endpoint; ValueError unless the lab has one loop."""
+    from controller.loop import parse_args
+    from controller.proc import publisher_for
+
+    loops = [p for p in lab.processes if p.module == "controller.loop" and p.enabled]
+    if len(loops) != 1:
+        raise ValueError(f"{lab.source}: a command script needs one process with module = \"controller.loop\", "
+                         f"found {len(loops)}")
+    return publisher_for(lab, parse_args(loops[0].name, loops[0].args).operator)
+
+
+def run_live(lab: Any, *, duration: float | None, script: list[Command], record: str | None,
+             startup_s: float = 180.0) -> int:
+    """Run `lab` with the status, `script` and an optional recording (module doc); the exit status."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from controller.commands.record import start_beside, stop_beside
+    from controller.loop import REQUEST_STREAM
+
+    if duration is not None and not (math.isfinite(duration) and duration > 0):
+        raise ValueError(f"--duration {duration}: expected a positive number of seconds")
+    console = Console()
+    ensure_libraries(lab)
+    log = Path(record).with_suffix(".log") if record else Path(tempfile.mkstemp(prefix="walklab-run-", suffix=".log")[1])
+    recorder = start_beside(lab, record) if record else None
+    logf = open(log, "w")
+    sup = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(lab.source)], stdout=logf,
+                           stderr=subprocess.STDOUT)
+    mon = Monitor(lab)
+    op = _operator(lab) if script else None
+    status, t_up, pending = 0, None, list(script)
+
+    def on_term(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    live = Live(console=console, refresh_per_second=4, transient=False) if console.is_terminal else None
+    t_start = time.monotonic()
+    try:
+        if live is not None:
+            live.start()
+        while True:
+            mon.poll(0.05)
+            now = time.monotonic()
+            if sup.poll() is not None:
+                status = sup.returncode or 1
+                console.print(f"walklab run: the supervisor exited ({sup.returncode}); see {log}")
+                break
+            if t_up is None:
+                if mon.up() and (op is None or op.wait_for_subscribers(1, 0.0)):
+                    t_up = now
+                elif now - t_start > startup_s:
+                    status = 1
+                    console.print(f"walklab run: the lab was not up after {startup_s:g} s "
+                                  f"(no health from {sorted(set(mon.processes) - set(mon.state))}); see {log}")
+                    break
+            else:
+                while pending and now - t_up >= pending[0].at:
+                    c = pending.pop(0)
+                    if op is not None:
+                        op.publish(REQUEST_STREAM, np.array([[c.speed, c.turn]]), kind="operator", rate_hz=0.0,
+                                   channels=["speed", "turn"], units=["m/s", "rad/s"],
+                                   meta={"source": "walklab run script", "label": c.label})
+                    mon.events.append(f"{now - t_up:5.1f} s script: {c.label or 'command'} speed {c.speed} m/s "
+                                      f"turn {c.turn} rad/s")
+                if op is not None:
+                    op.poll_subscriptions()
+                if duration is not None and now - t_up >= duration:
+                    break
+            if live is not None:
+                live.update(mon.table(0.0 if t_up is None else now - t_up, duration))
+    except KeyboardInterrupt:
+        pass  # Ctrl-C or SIGTERM: a normal end, as for the supervisor
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if live is not None:
+            live.stop()
+        elapsed = 0.0 if t_up is None else time.monotonic() - t_up
+        if sup.poll() is None:
+            sup.send_signal(signal.SIGINT)
+            try:
+                sup.wait(60)
+            except subprocess.TimeoutExpired:
+                sup.kill()
+                sup.wait()
+            if status == 0 and sup.returncode not in (0, -signal.SIGINT):
+                status = 1
+        mon.poll(0.2)  # the last events (the supervisor's stop)
+        if recorder is not None:
+            stop_beside(recorder)
+        if op is not None:
+            op.close()
+        mon.close()
+        logf.close()
+    print(mon.summary(elapsed, record, log, status))
+    return status
