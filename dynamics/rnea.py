@@ -171,7 +171,7 @@ def rnea(model: Model, q, v, a, f_ext: Sequence[Wrench] | None = None, data: wor
         raise ValueError("rnea needs q, v and a")
     N = q.shape[0]
     ext = external_wrenches(model, f_ext, N, batched)
-    if kernels.tree_compiled(q.shape[0]):
+    if kernels.enabled():
         d = workspace.data(model, data)
         tau = np.empty((N, model.nv))
         q = contiguous(q)

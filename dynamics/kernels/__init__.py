@@ -64,11 +64,11 @@ SIGNATURES = _signatures()
 
 _ready: dict[str, Callable] = {}
 
-# From this many samples in one call, rnea, crba, aba and the kinematics take the numpy path even
-# when the kernels are enabled: its column kernels (one numpy call per scalar operation whatever N)
-# then beat the compiled per-sample recursion on human15 (measured crossover about 128 samples for
-# rnea and 1000 for aba; docs/kernels.md). The centroidal kernel (com, centroidal_momentum,
-# zmp_model) and the ground stage are faster compiled at every N and ignore it.
+# From this many samples in one call, crba, aba and the kinematics take the numpy path even when the
+# kernels are enabled: its column kernels (one numpy call per scalar operation whatever N) then beat
+# their compiled per-sample recursion on human15 (measured crossover about 1000 samples for aba;
+# docs/kernels.md). rnea (whose kernel keeps each body in local scalars), the centroidal kernel
+# (com, centroidal_momentum, zmp_model) and the ground stage are faster compiled at every N.
 NUMPY_BATCH_FROM = 512
 
 
@@ -78,7 +78,7 @@ def enabled() -> bool:
 
 
 def tree_compiled(n: int) -> bool:
-    """Whether rnea, crba, aba and the kinematics run a call of n samples compiled."""
+    """Whether crba, aba and the kinematics run a call of n samples compiled."""
     return _enabled and n < NUMPY_BATCH_FROM
 
 

@@ -309,50 +309,176 @@ def forward_motion(itab, i, R, t, S, v, a, vJ, cJ, g, vel, acc):
         acc[i, r] += c[r]
 
 
+@njit(cache=True, inline="always")
+def joint_rt(jt, ftab, i, q, iq):
+    """(RJ row-major (9), tJ (3)) of joint i as one 12-tuple of floats: rnea keeps a body's
+    quantities in local scalars (several times faster than through scratch arrays in numba)."""
+    if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED:
+        if jt == REVOLUTE:
+            c, s = math.cos(q[iq]), math.sin(q[iq])
+        else:
+            c, s = q[iq], q[iq + 1]
+        u0, u1, u2 = ftab[i, AXIS], ftab[i, AXIS + 1], ftab[i, AXIS + 2]
+        oc = 1.0 - c                              # Rodrigues: R = u uᵀ + c (E − u uᵀ) + s [u]×
+        return (u0 * u0 * oc + c, u0 * u1 * oc - s * u2, u0 * u2 * oc + s * u1,
+                u0 * u1 * oc + s * u2, u1 * u1 * oc + c, u1 * u2 * oc - s * u0,
+                u0 * u2 * oc - s * u1, u1 * u2 * oc + s * u0, u2 * u2 * oc + c, 0.0, 0.0, 0.0)
+    if jt == SPHERICAL or jt == FREE_FLYER:
+        k = iq + 3 if jt == FREE_FLYER else iq
+        x, y, z, w = q[k], q[k + 1], q[k + 2], q[k + 3]
+        t0, t1, t2 = (q[iq], q[iq + 1], q[iq + 2]) if jt == FREE_FLYER else (0.0, 0.0, 0.0)
+        return (1.0 - 2.0 * (y * y + z * z), 2.0 * (x * y - w * z), 2.0 * (x * z + w * y),
+                2.0 * (x * y + w * z), 1.0 - 2.0 * (x * x + z * z), 2.0 * (y * z - w * x),
+                2.0 * (x * z - w * y), 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y), t0, t1, t2)
+    if jt == PLANAR:
+        c, s = math.cos(q[iq + 2]), math.sin(q[iq + 2])
+        return (c, -s, 0.0, s, c, 0.0, 0.0, 0.0, 1.0, q[iq], q[iq + 1], 0.0)
+    d = q[iq] if jt == PRISMATIC else 0.0
+    return (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, ftab[i, AXIS] * d, ftab[i, AXIS + 1] * d, ftab[i, AXIS + 2] * d)
+
+
 @njit(cache=True)
 def rnea(itab, ftab, g, Q, V, A, Fext, tau):
     """τ (N, nv) = rnea(q, v, a) with external forces Fext (N or 0, nseg, 6): the summed wrench
     on each segment, lab frame, about the lab origin; τ −= J_eᵀ w_e enters as f_i −= w_i in the
-    body frame (Pinocchio's form)."""
+    body frame (Pinocchio's form). Per body: (R, t) = placement, v = X v_p + S q̇,
+    a = X a_p + S q̈ + c_J + v × v_J, f = Y a + v ×* Y v (Y v = (m (v − c × ω), I_c ω + c × (Y v)_lin));
+    backward τ = Sᵀ f, f_p += Xᵀ f. The body's quantities live in local scalars; arrays hold only
+    what the other bodies read (R, t, RJ, v, a, f)."""
     n, N = itab.shape[0], Q.shape[0]
     ext = Fext.shape[0] > 0
-    qn, RJ, tJ = np.empty(Q.shape[1]), np.empty((3, 3)), np.empty(3)
-    R, t, Rw, pw = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 3, 3)), np.empty((n, 3))
-    S = np.empty((n, 6, 6))
-    vel, acc, f, vJ, cJ, Yv = (np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)),
-                               np.empty((n, 6)), np.empty((n, 6)))
+    qn = np.empty(Q.shape[1])
+    R, RJs, t, M = np.empty((n, 9)), np.empty((n, 9)), np.empty((n, 3)), np.empty((n, 18))  # M: v 0:6, a 6:12, f 12:18
+    Rw, pw = np.empty((n, 9)), np.empty((n, 3))
     for s in range(N):
         bad = normalize(itab, Q[s], qn)
         if bad >= 0:
             return s * n + bad
         v, a = V[s], A[s]
         for i in range(n):
-            jt = itab[i, TYPE]
-            placement(itab, ftab, i, qn, RJ, tJ, R, t)
-            subspace(jt, ftab, i, itab[i, NV], RJ, S)
-            joint_bias(jt, S, i, v, itab[i, IV], cJ)
-            forward_motion(itab, i, R, t, S, v, a, vJ, cJ, g, vel, acc)
-            if ftab[i, MASS] > 0.0:
-                inertia_times(ftab, i, vel, i, Yv, i)          # f = Y a + v ×* (Y v)
-                inertia_times(ftab, i, acc, i, f, i)
-                c = force_cross(vel, i, Yv, i)
-                for r in range(6):
-                    f[i, r] += c[r]
-            else:
-                for r in range(6):
-                    f[i, r] = 0.0
-            if ext:
-                world_placement(itab, i, R, t, Rw, pw)
-                subtract_external(Rw, pw, i, Fext, s, f)
-        for i in range(n - 1, -1, -1):
-            p, iv, nv = itab[i, PARENT], itab[i, IV], itab[i, NV]
-            for k in range(nv):
-                x = 0.0
-                for r in range(6):
-                    x += S[i, r, k] * f[i, r]
-                tau[s, iv + k] = x
+            jt, p, iq, iv = itab[i, TYPE], itab[i, PARENT], itab[i, IQ], itab[i, IV]
+            r = joint_rt(jt, ftab, i, qn, iq)
+            for k in range(9):
+                RJs[i, k] = r[k]
+            for row in range(3):                  # R = R0 RJ, t = t0 + R0 tJ
+                e0, e1, e2 = ftab[i, ROT + 3 * row], ftab[i, ROT + 3 * row + 1], ftab[i, ROT + 3 * row + 2]
+                R[i, 3 * row] = e0 * r[0] + e1 * r[3] + e2 * r[6]
+                R[i, 3 * row + 1] = e0 * r[1] + e1 * r[4] + e2 * r[7]
+                R[i, 3 * row + 2] = e0 * r[2] + e1 * r[5] + e2 * r[8]
+                t[i, row] = ftab[i, TRANS + row] + e0 * r[9] + e1 * r[10] + e2 * r[11]
+            R00, R01, R02, R10, R11, R12 = R[i, 0], R[i, 1], R[i, 2], R[i, 3], R[i, 4], R[i, 5]
+            R20, R21, R22, t0, t1, t2 = R[i, 6], R[i, 7], R[i, 8], t[i, 0], t[i, 1], t[i, 2]
             if p >= 0:
-                force_to_parent(R, t, i, f, i, f, p)
+                pv0, pv1, pv2, pw0, pw1, pw2 = M[p, 0], M[p, 1], M[p, 2], M[p, 3], M[p, 4], M[p, 5]
+                pa0, pa1, pa2, pb0, pb1, pb2 = M[p, 6], M[p, 7], M[p, 8], M[p, 9], M[p, 10], M[p, 11]
+            else:                                 # the world: at rest, gravity as the base acceleration
+                pv0 = pv1 = pv2 = pw0 = pw1 = pw2 = pb0 = pb1 = pb2 = 0.0
+                pa0, pa1, pa2 = -g[0], -g[1], -g[2]
+            # into the child: lin' = Rᵀ (lin + ang × t), ang' = Rᵀ ang
+            x0, x1, x2 = pv0 + pw1 * t2 - pw2 * t1, pv1 + pw2 * t0 - pw0 * t2, pv2 + pw0 * t1 - pw1 * t0
+            v0, v1, v2 = R00 * x0 + R10 * x1 + R20 * x2, R01 * x0 + R11 * x1 + R21 * x2, R02 * x0 + R12 * x1 + R22 * x2
+            w0, w1, w2 = R00 * pw0 + R10 * pw1 + R20 * pw2, R01 * pw0 + R11 * pw1 + R21 * pw2, R02 * pw0 + R12 * pw1 + R22 * pw2
+            x0, x1, x2 = pa0 + pb1 * t2 - pb2 * t1, pa1 + pb2 * t0 - pb0 * t2, pa2 + pb0 * t1 - pb1 * t0
+            a0, a1, a2 = R00 * x0 + R10 * x1 + R20 * x2, R01 * x0 + R11 * x1 + R21 * x2, R02 * x0 + R12 * x1 + R22 * x2
+            b0, b1, b2 = R00 * pb0 + R10 * pb1 + R20 * pb2, R01 * pb0 + R11 * pb1 + R21 * pb2, R02 * pb0 + R12 * pb1 + R22 * pb2
+            # joint velocity v_J = S q̇ = (j, k); S q̈ + c_J added to (a, b)
+            j0 = j1 = j2 = k0 = k1 = k2 = 0.0
+            if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED or jt == PRISMATIC:
+                qd, qdd = v[iv], a[iv]
+                u0, u1, u2 = ftab[i, AXIS], ftab[i, AXIS + 1], ftab[i, AXIS + 2]
+                if jt == PRISMATIC:
+                    j0, j1, j2 = u0 * qd, u1 * qd, u2 * qd
+                    a0, a1, a2 = a0 + u0 * qdd, a1 + u1 * qdd, a2 + u2 * qdd
+                else:
+                    k0, k1, k2 = u0 * qd, u1 * qd, u2 * qd
+                    b0, b1, b2 = b0 + u0 * qdd, b1 + u1 * qdd, b2 + u2 * qdd
+            elif jt == SPHERICAL:
+                k0, k1, k2 = v[iv], v[iv + 1], v[iv + 2]
+                b0, b1, b2 = b0 + a[iv], b1 + a[iv + 1], b2 + a[iv + 2]
+            elif jt == FREE_FLYER:
+                j0, j1, j2, k0, k1, k2 = v[iv], v[iv + 1], v[iv + 2], v[iv + 3], v[iv + 4], v[iv + 5]
+                a0, a1, a2 = a0 + a[iv], a1 + a[iv + 1], a2 + a[iv + 2]
+                b0, b1, b2 = b0 + a[iv + 3], b1 + a[iv + 4], b2 + a[iv + 5]
+            elif jt == PLANAR:                    # x, y fixed in the placement frame: RJᵀ (·, ·, 0)
+                j0, j1, j2 = r[0] * v[iv] + r[3] * v[iv + 1], r[1] * v[iv] + r[4] * v[iv + 1], r[2] * v[iv] + r[5] * v[iv + 1]
+                k2 = v[iv + 2]
+                a0 += r[0] * a[iv] + r[3] * a[iv + 1] + k2 * j1          # + c_J = −(0, 0, θ̇) × j
+                a1 += r[1] * a[iv] + r[4] * a[iv + 1] - k2 * j0
+                a2 += r[2] * a[iv] + r[5] * a[iv + 1]
+                b2 += a[iv + 2]
+            # + v × v_J with v = X v_p + v_J (v_J × v_J = 0)
+            a0 += w1 * j2 - w2 * j1 + v1 * k2 - v2 * k1
+            a1 += w2 * j0 - w0 * j2 + v2 * k0 - v0 * k2
+            a2 += w0 * j1 - w1 * j0 + v0 * k1 - v1 * k0
+            b0 += w1 * k2 - w2 * k1
+            b1 += w2 * k0 - w0 * k2
+            b2 += w0 * k1 - w1 * k0
+            v0, v1, v2, w0, w1, w2 = v0 + j0, v1 + j1, v2 + j2, w0 + k0, w1 + k1, w2 + k2
+            M[i, 0], M[i, 1], M[i, 2], M[i, 3], M[i, 4], M[i, 5] = v0, v1, v2, w0, w1, w2
+            M[i, 6], M[i, 7], M[i, 8], M[i, 9], M[i, 10], M[i, 11] = a0, a1, a2, b0, b1, b2
+            m = ftab[i, MASS]
+            f0 = f1 = f2 = n0 = n1 = n2 = 0.0
+            if m > 0.0:
+                c0, c1, c2 = ftab[i, COM], ftab[i, COM + 1], ftab[i, COM + 2]
+                h0, h1, h2 = m * (v0 - (c1 * w2 - c2 * w1)), m * (v1 - (c2 * w0 - c0 * w2)), m * (v2 - (c0 * w1 - c1 * w0))
+                g0 = ftab[i, INERTIA] * w0 + ftab[i, INERTIA + 1] * w1 + ftab[i, INERTIA + 2] * w2 + c1 * h2 - c2 * h1
+                g1 = ftab[i, INERTIA + 3] * w0 + ftab[i, INERTIA + 4] * w1 + ftab[i, INERTIA + 5] * w2 + c2 * h0 - c0 * h2
+                g2 = ftab[i, INERTIA + 6] * w0 + ftab[i, INERTIA + 7] * w1 + ftab[i, INERTIA + 8] * w2 + c0 * h1 - c1 * h0
+                f0, f1, f2 = m * (a0 - (c1 * b2 - c2 * b1)), m * (a1 - (c2 * b0 - c0 * b2)), m * (a2 - (c0 * b1 - c1 * b0))
+                n0 = ftab[i, INERTIA] * b0 + ftab[i, INERTIA + 1] * b1 + ftab[i, INERTIA + 2] * b2 + c1 * f2 - c2 * f1
+                n1 = ftab[i, INERTIA + 3] * b0 + ftab[i, INERTIA + 4] * b1 + ftab[i, INERTIA + 5] * b2 + c2 * f0 - c0 * f2
+                n2 = ftab[i, INERTIA + 6] * b0 + ftab[i, INERTIA + 7] * b1 + ftab[i, INERTIA + 8] * b2 + c0 * f1 - c1 * f0
+                # + v ×* (Y v) = (ω × h, ω × g + v × h)
+                f0, f1, f2 = f0 + w1 * h2 - w2 * h1, f1 + w2 * h0 - w0 * h2, f2 + w0 * h1 - w1 * h0
+                n0 += w1 * g2 - w2 * g1 + v1 * h2 - v2 * h1
+                n1 += w2 * g0 - w0 * g2 + v2 * h0 - v0 * h2
+                n2 += w0 * g1 - w1 * g0 + v0 * h1 - v1 * h0
+            if ext:                               # f −= the external wrench in the body frame
+                for row in range(3):
+                    for col in range(3):
+                        x = R[i, 3 * row + col]
+                        if p >= 0:
+                            x = Rw[p, 3 * row] * R[i, col] + Rw[p, 3 * row + 1] * R[i, 3 + col] + Rw[p, 3 * row + 2] * R[i, 6 + col]
+                        Rw[i, 3 * row + col] = x
+                    pw[i, row] = t[i, row] if p < 0 else (pw[p, row] + Rw[p, 3 * row] * t0 + Rw[p, 3 * row + 1] * t1
+                                                          + Rw[p, 3 * row + 2] * t2)
+                F0, F1, F2 = Fext[s, i, 0], Fext[s, i, 1], Fext[s, i, 2]
+                m0 = Fext[s, i, 3] - (pw[i, 1] * F2 - pw[i, 2] * F1)
+                m1 = Fext[s, i, 4] - (pw[i, 2] * F0 - pw[i, 0] * F2)
+                m2 = Fext[s, i, 5] - (pw[i, 0] * F1 - pw[i, 1] * F0)
+                f0 -= Rw[i, 0] * F0 + Rw[i, 3] * F1 + Rw[i, 6] * F2
+                f1 -= Rw[i, 1] * F0 + Rw[i, 4] * F1 + Rw[i, 7] * F2
+                f2 -= Rw[i, 2] * F0 + Rw[i, 5] * F1 + Rw[i, 8] * F2
+                n0 -= Rw[i, 0] * m0 + Rw[i, 3] * m1 + Rw[i, 6] * m2
+                n1 -= Rw[i, 1] * m0 + Rw[i, 4] * m1 + Rw[i, 7] * m2
+                n2 -= Rw[i, 2] * m0 + Rw[i, 5] * m1 + Rw[i, 8] * m2
+            M[i, 12], M[i, 13], M[i, 14], M[i, 15], M[i, 16], M[i, 17] = f0, f1, f2, n0, n1, n2
+        for i in range(n - 1, -1, -1):
+            jt, p, iv = itab[i, TYPE], itab[i, PARENT], itab[i, IV]
+            f0, f1, f2, n0, n1, n2 = M[i, 12], M[i, 13], M[i, 14], M[i, 15], M[i, 16], M[i, 17]
+            if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED:
+                tau[s, iv] = ftab[i, AXIS] * n0 + ftab[i, AXIS + 1] * n1 + ftab[i, AXIS + 2] * n2
+            elif jt == PRISMATIC:
+                tau[s, iv] = ftab[i, AXIS] * f0 + ftab[i, AXIS + 1] * f1 + ftab[i, AXIS + 2] * f2
+            elif jt == SPHERICAL:
+                tau[s, iv], tau[s, iv + 1], tau[s, iv + 2] = n0, n1, n2
+            elif jt == FREE_FLYER:
+                tau[s, iv], tau[s, iv + 1], tau[s, iv + 2] = f0, f1, f2
+                tau[s, iv + 3], tau[s, iv + 4], tau[s, iv + 5] = n0, n1, n2
+            elif jt == PLANAR:                    # (RJ f)_x, (RJ f)_y, n_z
+                tau[s, iv] = RJs[i, 0] * f0 + RJs[i, 1] * f1 + RJs[i, 2] * f2
+                tau[s, iv + 1] = RJs[i, 3] * f0 + RJs[i, 4] * f1 + RJs[i, 5] * f2
+                tau[s, iv + 2] = n2
+            if p >= 0:                            # f_p += Xᵀ f = (R f, R n + t × R f)
+                l0 = R[i, 0] * f0 + R[i, 1] * f1 + R[i, 2] * f2
+                l1 = R[i, 3] * f0 + R[i, 4] * f1 + R[i, 5] * f2
+                l2 = R[i, 6] * f0 + R[i, 7] * f1 + R[i, 8] * f2
+                M[p, 12] += l0
+                M[p, 13] += l1
+                M[p, 14] += l2
+                M[p, 15] += R[i, 0] * n0 + R[i, 1] * n1 + R[i, 2] * n2 + t[i, 1] * l2 - t[i, 2] * l1
+                M[p, 16] += R[i, 3] * n0 + R[i, 4] * n1 + R[i, 5] * n2 + t[i, 2] * l0 - t[i, 0] * l2
+                M[p, 17] += R[i, 6] * n0 + R[i, 7] * n1 + R[i, 8] * n2 + t[i, 0] * l1 - t[i, 1] * l0
     return -1
 
 
