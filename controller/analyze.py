@@ -37,6 +37,7 @@ from dynamics import cgm, forceplate as fp, gait_events as ge, markers as mk, sm
 from dynamics.model import G
 from dynamics.plate_id import assign_plates, plate_load
 from dynamics.support import stability_margin, support_polygon
+from dynamics.zmp import zmp_of_wrench
 
 TRIAL_SUFFIXES = (".c3d", ".trc", ".mcap")
 # Common names of the PiG lower-body markers in other sets (Helen Hayes / Motion Analysis,
@@ -441,15 +442,12 @@ def _zmp(data: TrialData, res: TrialResult, pig: dict[str, np.ndarray], time: np
         comb = fp.combine([p.plate for p in data.plates], sigs)
         res.zmp = comb.cop
     elif data.feet is not None:
+        # the feet's wrenches summed about the lab origin (a foot's torque is its free moment)
         f = sum(g.force for g in data.feet.grf.values())
         m = sum(np.cross(g.cop, g.force) + g.torque for g in data.feet.grf.values())
-        with np.errstate(invalid="ignore", divide="ignore"):
-            pz = float(np.nanmean(data.feet.grf["R"].cop[:, 2]))  # the COP plane of the file
-            cop = np.stack([(pz * f[:, 0] - m[:, 1]) / f[:, 2], (pz * f[:, 1] + m[:, 0]) / f[:, 2],
-                            np.full(len(f), pz)], axis=1)
-        cop[f[:, 2] < fp.DEFAULT_THRESHOLD] = np.nan
+        pz = float(np.nanmean(data.feet.grf["R"].cop[:, 2]))  # the COP plane of the file
         idx = _at_frames(data.feet.rate, data.feet.t0, len(f), time)
-        res.zmp = cop[idx]
+        res.zmp = zmp_of_wrench(f[idx], m[idx], pz, fp.DEFAULT_THRESHOLD).point
     else:
         return
     if res.events is None:
