@@ -205,7 +205,7 @@ def replay(path: Path) -> None:
     from daq.replay import frames, replay as run_replay, set_backpressure
 
     _, _, dur = file_losses(path)
-    with Publisher("tcp://127.0.0.1:*") as pub:
+    with Publisher("tcp://127.0.0.1:*", replay_s=0.0) as pub:  # as `walklab replay --fast`
         set_backpressure(pub)
         consumer = subprocess.Popen([sys.executable, "-c", CONSUMER.format(repo=str(REPO), endpoint=pub.endpoint)],
                                     stdout=subprocess.PIPE, text=True)

@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def replay_handler(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from daq.bus import Publisher
+    from daq.bus import REPLAY_S, Publisher
     from daq.replay import frames, replay, set_backpressure
     from daq.sessions import scan
 
@@ -42,7 +42,9 @@ def replay_handler(args: argparse.Namespace) -> int:
 
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, on_signal)
-    with Publisher(args.bind) as pub:
+    # --fast: no late-joiner buffer (daq.bus replays a publisher's first 10 s to late subscribers;
+    # at full speed that would hold the whole file): wait for the subscribers instead
+    with Publisher(args.bind, replay_s=0.0 if args.fast else REPLAY_S) as pub:
         print(f"replaying {args.file} on {pub.endpoint}", flush=True)
         if args.fast:
             set_backpressure(pub)
