@@ -1,0 +1,137 @@
+"""`walklab run` on the simulated Jansen world (configs/sim.toml with private ports and pty, a one-nominal
+library built by `walklab synergies build`): a real supervisor, world, dynamics service, control loop and
+recorder as subprocesses. Truths: the recording read with the mcap library and msgpack (not walklab's
+reader): every stream the issue names, no seq gaps; the walker's distance against the no-slip distance of
+its crank revolutions (gait metrics L/D); the plates' raw channels, read through dynamics.forceplate with
+offsets taken while the walker stood off them, carry the walker's weight when it stands on them."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+from mcap.reader import make_reader
+
+import configs
+from controller.config import load
+from controller.status import load_script
+from daq.ports import free_tcp_ports
+from dynamics.forceplate import Plate, process
+
+REPO = Path(__file__).resolve().parents[2]
+G = 9.81
+
+
+@pytest.fixture(scope="module")
+def robot(tmp_path_factory) -> tuple[Path, Path]:
+    """configs/jansen_world.toml reduced to one nominal (0.2 m/s straight), and its library."""
+    d = tmp_path_factory.mktemp("robot")
+    text = configs.path("jansen_world.toml").read_text()
+    text = re.sub(r"speeds = \[.*\]", "speeds = [0.2]", text)
+    text = re.sub(r"turns = \[.*\]", "turns = [0.0]", text)
+    cfg = d / "robot.toml"
+    cfg.write_text(text)
+    subprocess.run([sys.executable, "-m", "controller.cli", "synergies", "build", "--config", str(cfg), "--library",
+                    str(d / "lib")], cwd=REPO, check=True, timeout=600, capture_output=True)
+    return cfg, d / "lib"
+
+
+def private_lab(tmp_path: Path, robot: tuple[Path, Path]) -> Path:
+    """configs/sim.toml on free ports with its pty under tmp_path, the test's robot, the walker 0.3 m before FP1."""
+    text = configs.path("sim.toml").read_text()
+    ports = sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text)))
+    for old, new in zip(ports, free_tcp_ports(len(ports))):
+        text = text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+    text = text.replace("/tmp/walklab-sim/world-mcu", str(tmp_path / "pty" / "mcu"))
+    text = text.replace('"--robot", "jansen_world"', f'"--robot", "{robot[0]}", "--library", "{robot[1]}"')
+    text = text.replace('"--x0", "-1.0"', '"--x0", "-0.6"')
+    cfg = tmp_path / "sim.toml"
+    cfg.write_text(text)
+    return cfg
+
+
+def frames(path: Path) -> dict[str, list[dict]]:
+    """Decoded messages by topic (docs/recording.md: one msgpack map per frame, buffers with dtype/shape)."""
+    out: dict[str, list[dict]] = {}
+    with open(path, "rb") as fh:
+        for _, ch, m in make_reader(fh).iter_messages(log_time_order=False):
+            doc = msgpack.unpackb(m.data, raw=False)
+            doc["arrays"] = {b["name"]: np.frombuffer(b["data"], dtype=np.dtype(b["dtype"])).reshape(b["shape"])
+                             for b in doc["buffers"]}
+            out.setdefault(ch.topic, []).append(doc)
+    return out
+
+
+def samples(docs: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """(t_device of each sample ns, data (N, C)) of a sampled stream's frames."""
+    t, d = [], []
+    for doc in docs:
+        a = doc["arrays"]["data"]
+        t.append(doc["t_device"] + np.round(np.arange(a.shape[0]) * 1e9 / doc["rate_hz"]).astype(np.int64))
+        d.append(a)
+    return np.concatenate(t), np.concatenate(d)
+
+
+def test_walklab_run_walks_the_world_records_it_and_summarises(tmp_path, robot):
+    script = tmp_path / "script.toml"
+    script.write_text("[[command]]\nat = 0.0\nlabel = 'stand'\nspeed = 0.0\n\n"
+                      "[[command]]\nat = 3.0\nlabel = 'walk'\nspeed = 0.2\n\n"
+                      "[[command]]\nat = 16.0\nlabel = 'stop'\nspeed = 0.0\n")
+    cfg = private_lab(tmp_path, robot)
+    rec = tmp_path / "s.mcap"
+    run = subprocess.run([sys.executable, "-m", "controller.cli", "run", str(cfg), "--duration", "18", "--record",
+                          str(rec), "--script", str(script)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    f = frames(rec)
+    for stream in ("forceplate/FP1", "forceplate/FP2", "markers/walker", "encoder/left_shaft", "encoder/right_shaft",
+                   "dynamics/grf", "controller/state", "controller/events", "sim/walker"):
+        assert stream in f, sorted(f)
+    for stream, docs in f.items():
+        seq = np.array([d["seq"] for d in docs])
+        assert np.array_equal(seq, np.arange(seq[0], seq[0] + seq.size)), stream  # no seq gap
+    # the walker walked, as far as its cranks turned: no-slip L/D per revolution (within slip)
+    ch = list(f["sim/walker"][0]["channels"])
+    t_sim, sim = samples(f["sim/walker"])
+    advance = f["sim/walker"][0]["meta"]["advance_per_cycle_m"]
+    distance = sim[-1, ch.index("x")] - sim[0, ch.index("x")]
+    revs = (sim[-1, [ch.index("s_L"), ch.index("s_R")]] - sim[0, [ch.index("s_L"), ch.index("s_R")]]).mean() / (2 * np.pi)
+    assert distance > 1.0
+    assert distance == pytest.approx(revs * advance, rel=0.2)
+    m = re.search(r"distance walked: ([-0-9.]+) m", run.stdout)
+    assert m and float(m.group(1)) == pytest.approx(distance, abs=0.05)
+    assert "recording: " + str(rec.resolve()) in run.stdout
+    # plates: offsets from the first second (walker off the plates), then Fz of FP1 + FP2 while every foot
+    # is on them (chassis x in [0.48, 0.72] m: feet within 0.478 m of it) averages the weight
+    lab = load(cfg)
+    total = None
+    for name in ("FP1", "FP2"):
+        dev = lab.devices[name]
+        plate = Plate(type=dev.type, corners=dev.corners, origin=dev.origin, name=name)
+        t_p, raw = samples(f[f"forceplate/{name}"])
+        sig = process(plate, raw, offset=raw[:1000].mean(axis=0))
+        fz = np.interp(t_sim, t_p, sig.force[:, 2])
+        total = fz if total is None else total + fz
+    x = sim[:, ch.index("x")]
+    on = (x > 0.48) & (x < 0.72)
+    assert on.sum() > 50
+    weight = f["sim/walker"][0]["meta"]["mass_kg"] * G
+    assert total[on].mean() == pytest.approx(weight, rel=0.05)
+
+
+def test_script_errors_are_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[command]]\nat = 1.0\n")
+    with pytest.raises(ValueError, match=r"command\[0\]: missing 'speed'"):
+        load_script(bad)
+    bad.write_text("[[command]]\nat = -1.0\nspeed = 0.2\n")
+    with pytest.raises(ValueError, match="at >= 0 s"):
+        load_script(bad)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        load_script(tmp_path / "none.toml")
+    out = subprocess.run([sys.executable, "-m", "controller.cli", "run", "--duration", "-3"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith("walklab run: error: --duration")
