@@ -6,8 +6,9 @@ the plate path): for the configured walker model it subscribes to
 - the two shaft encoders ``encoder/<motor>`` of its ``kind = "mcu"`` device (angle rad, velocity
   rad/s; the first motor's samples are the output grid),
 - the markers ``--markers`` (default ``markers/walker``: channels ``LABEL:x|y|z`` in m, lab frame,
-  NaN where occluded), from which the chassis pose (X, Z, pitch) comes: the mean of the front
-  corners ``chassis_FL``/``chassis_FR`` and of the back ones, pitch = atan2(Δz, Δx) between them,
+  NaN where occluded), from which the chassis pose (X, Z, pitch) comes: the mean of the visible front
+  corners ``chassis_FL``/``chassis_FR`` and of the back ones, pitch = atan2(Δz, Δx) between them
+  (one end hidden: the last pitch, X and Z from the visible end),
 - each of its force plates' wrenches ``dynamics/grf/NAME`` (Fx..Mz about the plate centre),
 
 aligns them on lab time and computes, per encoder sample, `dynamics.walker_inverse` (the equations
@@ -18,13 +19,15 @@ that cycle (`energetics.cycle_energy`: net, positive, absolute).
 
 Alignment: an encoder sample at lab time t is computed once every input has a sample at or after t
 (the markers are interpolated linearly between their bracketing samples, the second encoder and
-the plates likewise; the chassis velocity is the backward difference of consecutive marker poses,
+the plates likewise; the chassis velocity is the least-squares slope of the marker poses of the last
+``--velocity-window-s`` (0.05 s: 1 mm marker noise gives ~2 cm/s),
 the shaft acceleration that of consecutive encoder velocities). So the service buffers exactly as
 long as its slowest input needs — each input's lag (receipt minus lab time of its newest sample)
 is in the health frame (``lag/STREAM``), with the time the encoder samples waited (``align``).
 A sample that has waited ``--max-wait-s`` is computed with the lagging inputs held at their last
 value (``STREAM:held_samples``; flagged ``stale`` in the torques); a sample no value exists for
-(an input never seen, an occluded chassis at start) is published as NaN.
+(an input never seen, a chassis not seen yet) is published as NaN; a marker sample without a pose
+(no corner visible) is skipped (``STREAM:pose_missing``).
 
 Published (stamps: the first motor's encoder samples' ``t``/``t_host``/``t_device``; one frame per
 run of consecutive samples computed together; ``meta["latency_s"]``: host time of publication minus
@@ -77,15 +80,19 @@ MAX_BATCH = 64
 @dataclass(frozen=True)
 class Settings:
     """Service parameters (SI): longest an encoder sample waits for a lagging input [s]; foot normal
-    force above which it supports [N]; least total vertical force for a ZMP [N]."""
+    force above which it supports [N]; least total vertical force for a ZMP [N]; the window of past
+    marker poses whose least-squares slope is the chassis velocity [s] (0: the last two poses)."""
     max_wait_s: float = 0.1
     contact_n: float = 1.0
     min_fz_n: float = 1.0
+    velocity_window_s: float = 0.05
 
     def __post_init__(self) -> None:
         if not (self.max_wait_s > 0 and math.isfinite(self.max_wait_s)) or not (
-                math.isfinite(self.contact_n) and math.isfinite(self.min_fz_n)):
-            raise ValueError(f"dynamics torques: need --max-wait-s > 0 and finite forces, got {self}")
+                math.isfinite(self.contact_n) and math.isfinite(self.min_fz_n)) or not (
+                0 <= self.velocity_window_s < 10):
+            raise ValueError(f"dynamics torques: need --max-wait-s > 0, finite forces and 0 <= --velocity-window-s "
+                             f"< 10, got {self}")
 
 
 class _Input:
@@ -168,6 +175,17 @@ class _Cycles:
 Publish = Callable[..., Any]
 
 
+def _slope(poses: list[tuple[int, np.ndarray]]) -> np.ndarray:
+    """Least-squares slope (3,) per second of the poses (t ns, (3,)) — the backward difference of the
+    last two when the window holds only them; zero for one pose."""
+    if len(poses) < 2:
+        return np.zeros(3)
+    t = np.array([p[0] for p in poses], dtype=float) * 1e-9
+    y = np.array([p[1] for p in poses])
+    tc = t - t.mean()
+    return tc @ (y - y.mean(axis=0)) / (tc @ tc)
+
+
 class WalkerService:
     """Encoder, marker and plate-wrench frames in; ``dynamics/torques``, ``/zmp``, ``/contact``,
     ``/energy`` out (module doc). `plates`: (name, `fp.Plate`) of the plates whose
@@ -192,7 +210,8 @@ class WalkerService:
         self.ref_rate = 0.0
         self.ref_stamps: list[tuple[int, int | None]] = []      # (t_host, t_device) of pending ref samples
         self.last_vel: dict[str, tuple[int, float]] = {}
-        self.last_pose: tuple[int, np.ndarray] | None = None
+        self.poses: list[tuple[int, np.ndarray]] = []           # recent (t, pose) for the velocity
+        self.velocity_ns = round(settings.velocity_window_s * 1e9)
         self.marker_cols = np.empty(0, dtype=np.intp)
         self.marker_layout: tuple[str, ...] = ()
         self.cycles = [_Cycles(), _Cycles()]
@@ -249,23 +268,36 @@ class WalkerService:
                 return
             self.marker_layout = f.channels
         p = np.asarray(f.data, dtype=float)[:, self.marker_cols].reshape(-1, 4, 3)
-        front, back = p[:, :2].mean(axis=1), p[:, 2:].mean(axis=1)
-        pose = np.column_stack([(front[:, 0] + back[:, 0]) / 2, (front[:, 2] + back[:, 2]) / 2,
-                                np.arctan2(front[:, 2] - back[:, 2], front[:, 0] - back[:, 0])])
         rows, times = [], []
         for i in range(t.size):
-            if not np.all(np.isfinite(pose[i])):
-                if self.last_pose is None:
-                    continue                    # nothing to hold yet
-                self.count(f"{f.stream}:pose_held", 1)   # an occluded corner: the pose is held
-                pose[i] = self.last_pose[1]
-            rate = np.zeros(3) if self.last_pose is None else \
-                (pose[i] - self.last_pose[1]) / ((t[i] - self.last_pose[0]) * 1e-9)   # backward difference
-            self.last_pose = (int(t[i]), pose[i].copy())
-            rows.append(np.concatenate([pose[i], rate]))
+            pose = self._pose(p[i])
+            if pose is None:
+                self.count(f"{f.stream}:pose_missing", 1)
+                continue
+            self.poses.append((int(t[i]), pose))
+            while len(self.poses) > 2 and self.poses[0][0] < t[i] - self.velocity_ns:
+                self.poses.pop(0)
+            rows.append(np.concatenate([pose, _slope(self.poses)]))
             times.append(t[i])
         if rows:
             self.markers.add(np.array(times, dtype=np.int64), np.array(rows), recv)
+
+    def _pose(self, corners: np.ndarray) -> np.ndarray | None:
+        """Chassis (X, Z, pitch) from its corner markers (4, 3) (FL, FR, BL, BR; NaN occluded): the mean
+        of the visible front and back corners (left and right share x and z); with one end hidden, the
+        pitch is the last one's and X, Z follow from the visible end (±length/2 along the chassis)."""
+        ok = np.isfinite(corners).all(axis=1)
+        front = corners[:2][ok[:2]].mean(axis=0) if ok[:2].any() else None
+        back = corners[2:][ok[2:]].mean(axis=0) if ok[2:].any() else None
+        if front is not None and back is not None:
+            return np.array([(front[0] + back[0]) / 2, (front[2] + back[2]) / 2,
+                             math.atan2(front[2] - back[2], front[0] - back[0])])
+        if self.poses and (front is not None or back is not None):
+            phi = self.poses[-1][1][2]
+            end, sign = (front, 1.0) if front is not None else (back, -1.0)
+            half = 0.5 * self.world.chassis_length
+            return np.array([end[0] - sign * half * math.cos(phi), end[2] - sign * half * math.sin(phi), phi])
+        return None
 
     # -- computation ------------------------------------------------------------------------
 
@@ -366,6 +398,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="longest an encoder sample waits for a lagging input [s]")
     p.add_argument("--contact-n", type=float, default=d.contact_n, help="supporting foot's least normal force [N]")
     p.add_argument("--min-fz-n", type=float, default=d.min_fz_n, help="least total vertical force for a ZMP [N]")
+    p.add_argument("--velocity-window-s", type=float, default=d.velocity_window_s,
+                   help="past marker poses fitted for the chassis velocity [s]")
     p.add_argument("--stiffness", type=float, default=2e4, help="contact law K [N/m^1.5] (the world's)")
     p.add_argument("--damping", type=float, default=1.0, help="contact law damping alpha [s/m]")
     p.add_argument("--mu", type=float, default=0.8, help="friction coefficient")
@@ -385,7 +419,7 @@ def service_from(ctx: ProcessContext, args: Sequence[str], publish: Publish | No
     plates = [(n, fp.Plate(type=d.type, corners=d.corners, origin=d.origin, cal_matrix=d.cal_matrix, name=n))
               for n, d in ctx.devices.items() if d.kind == "forceplate"]
     return WalkerService(world, plates, mcu.streams, o.markers,
-                         Settings(o.max_wait_s, o.contact_n, o.min_fz_n),
+                         Settings(o.max_wait_s, o.contact_n, o.min_fz_n, o.velocity_window_s),
                          publish or ctx.publisher.publish, ctx.health.count, ctx.clock)
 
 
