@@ -135,3 +135,21 @@ def test_script_errors_are_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "controller.cli", "run", "--duration", "-3"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith("walklab run: error: --duration")
+
+
+@pytest.mark.parametrize("name", ["lab-jansen.toml", "lab-forceplates.toml"])
+def test_live_lab_templates_are_valid(name):
+    # the README's live-mode templates: they load, their modules import, the loop's robot drives the MCU's motors
+    from controller import config
+    from controller.loop import parse_args
+    from controller.synergies.robot import load_robot
+
+    lab = config.load(configs.path(name))
+    config.check_processes(lab)
+    plates = [d for d in lab.devices.values() if d.kind == "forceplate"]
+    assert len(plates) == 2 and all(d.source.startswith("/dev/") for d in plates)
+    for p in lab.processes:
+        if p.module == "controller.loop":
+            mcu = [lab.devices[n] for n in p.devices if lab.devices[n].kind == "mcu"][0]
+            assert tuple(mcu.motors) == load_robot(parse_args(p.name, p.args).robot).actuators
+            assert mcu.port.startswith("/dev/")
