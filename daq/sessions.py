@@ -450,19 +450,26 @@ def export_csv(paths: str | Path | Sequence[str | Path], out_dir: str | Path, st
     """One CSV per stream in ``out_dir``: columns ``t_ns`` (lab time of the sample, integer ns),
     ``t_s`` (seconds since the session's first frame), ``seq``, then one column per channel named
     ``CHANNEL [UNIT]``, one row per sample (NaN written as empty). Event streams get ``t_ns, t_s,
-    seq, meta`` (JSON). Returns {stream: file}. ``progress`` is called with frames done."""
+    seq, meta`` (JSON). A stream whose channels change (a health stream gaining a subject, a new
+    marker epoch) continues in ``STREAM.2.csv``, ``STREAM.3.csv``... with its new header. Returns
+    {stream (or ``stream#k`` for the k-th layout): file}. ``progress`` is called with frames done."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files: dict[str, Any] = {}
+    files: dict[tuple, Any] = {}
+    layouts: dict[str, int] = {}
     result: dict[str, Path] = {}
     t0 = None
     try:
         for i, f in enumerate(read(paths, streams)):
             t0 = f.t if t0 is None else t0
-            fh = files.get(f.stream)
+            key = (f.stream, f.channels, f.units)
+            fh = files.get(key)
             if fh is None:
-                result[f.stream] = out / f"{stream_file_name(f.stream)}.csv"
-                fh = files[f.stream] = open(result[f.stream], "w", encoding="utf-8", newline="")
+                k = layouts[f.stream] = layouts.get(f.stream, 0) + 1
+                name = f.stream if k == 1 else f"{f.stream}#{k}"
+                result[name] = out / (f"{stream_file_name(f.stream)}.csv" if k == 1 else
+                                      f"{stream_file_name(f.stream)}.{k}.csv")
+                fh = files[key] = open(result[name], "w", encoding="utf-8", newline="")
                 cols = ["t_ns", "t_s", "seq"] + ([f"{c} [{u}]" for c, u in zip(f.channels, f.units)]
                                                  if f.kind != "event" else ["meta"])
                 fh.write(",".join(_csv_cell(c) for c in cols) + "\n")
@@ -527,11 +534,26 @@ def gather(paths: str | Path | Sequence[str | Path], streams: Sequence[str] = ()
         extra = {k: np.full((n,) + v.shape[1:], np.nan if v.dtype.kind == "f" else 0, dtype=v.dtype)
                  for k, v in first.extra.items()}
         for i, f in zip(idx, fs):
+            if f.channels != first.channels:
+                raise SessionError(f"stream {name!r}: its channels change at seq {f.seq} "
+                                   f"({len(first.channels)} -> {len(f.channels)}); export a time window or other streams")
             data[i:i + f.samples] = f.data
             for k, v in f.extra.items():
                 if k in extra and v.shape[1:] == extra[k].shape[1:]:
                     extra[k][i:i + v.shape[0]] = v
         out[name] = StreamData(name, first.kind, rate, first.channels, first.units, first.t, data, extra)
+    return out
+
+
+def stream_kinds(paths: Sequence[Path]) -> dict[str, str]:
+    """``{stream: kind}`` of every channel of a session's files (from the MCAP channel metadata)."""
+    from mcap.records import Channel
+
+    out: dict[str, str] = {}
+    for p in paths:
+        for rec in records(Path(p), Scan(Path(p))):
+            if isinstance(rec, Channel):
+                out.setdefault(rec.topic, rec.metadata.get("kind", ""))
     return out
 
 
@@ -566,7 +588,12 @@ def export_c3d(paths: str | Path | Sequence[str | Path], out: str | Path, *, mar
 
     parts = session_parts(paths) if isinstance(paths, (str, Path)) else list(paths)
     cal = plate_calibrations(metadata(scan(parts)))
-    data = gather(parts)
+    kinds = stream_kinds(parts)
+    wanted = ([markers] if markers else [k for k, v in kinds.items() if v == "markers"]) + \
+        list(plates if plates is not None else cal)
+    if not wanted:
+        raise SessionError("nothing to export to C3D: no marker stream and no force plate with a calibration")
+    data = gather(parts, wanted)
     if markers is None:
         found = [k for k, v in data.items() if v.kind == "markers"]
         if len(found) > 1:

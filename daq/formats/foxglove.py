@@ -13,8 +13,9 @@ with ``message_encoding = "json"`` and one ``jsonschema`` schema per stream; top
 - event streams (kind ``event``): one message per frame ``{"seq", "t_ns", "event", "severity",
   "meta": {...}}``.
 
-Units are in each schema's property ``description``; the file's ``walklab/*`` metadata records are
-copied.
+Units are in each schema's property ``description``; a stream whose channels change (a health
+stream gaining a subject) gets a new schema and channel on the same topic from that frame on. The
+file's ``walklab/*`` metadata records are copied.
 """
 from __future__ import annotations
 
@@ -95,16 +96,17 @@ def export(paths: Any, out: str | Path, streams: Sequence[str] = (),
     if out.suffix != ".mcap":
         raise ValueError(f"{out}: the Foxglove export must be an .mcap file")
     counts: dict[str, int] = {}
-    channels: dict[str, int] = {}
+    channels: dict[tuple, int] = {}
     scans: list = []
     with open(out, "wb") as fh:
         w = Writer(fh, chunk_size=2**20, compression=CompressionType.ZSTD)
         w.start(profile="", library="walklab sessions export --foxglove")
         for n, f in enumerate(read(paths, streams, scans=scans)):
-            cid = channels.get(f.stream)
-            if cid is None:
+            key = (f.stream, f.kind, f.channels, f.units)
+            cid = channels.get(key)
+            if cid is None:  # a stream whose channels change gets another schema (same topic, a new channel)
                 sid = w.register_schema(f.stream, "jsonschema", json.dumps(schema(f)).encode())
-                cid = channels[f.stream] = w.register_channel("/" + f.stream, "json", sid)
+                cid = channels[key] = w.register_channel("/" + f.stream, "json", sid)
             for t, msg in messages(f):
                 w.add_message(cid, max(t, 0), json.dumps(msg, allow_nan=False).encode(), max(t, 0),
                               counts.get(f.stream, 0) % 2**32)

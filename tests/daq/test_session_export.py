@@ -75,6 +75,9 @@ def session(tmp_path_factory):
     for f in markers:
         w.write(f)
     w.write(event_frame("foot_strike", 0, t0 + 500_000_000, side="left"))
+    for k, chans in enumerate((("a:count",), ("a:count", "b:count"))):  # a health stream gaining a subject
+        w.write(Frame("health/x", "health", k, None, t0 + k * 10**9, t0 + k * 10**9, 1.0, chans, ("1",) * len(chans),
+                      np.ones((1, len(chans)))))
     w.close()
     return path, plates, markers, t0
 
@@ -152,7 +155,7 @@ def test_foxglove_export_is_json_with_valid_schemas(session, tmp_path):
             validate(msg, json.loads(schema.data))
             assert m.log_time == msg["t_ns"]
             seen.setdefault(ch.topic, []).append(msg)
-    assert set(seen) == {"/forceplate/FP1", "/forceplate/FP2", "/markers/mocap", "/events/recorder"}
+    assert set(seen) == {"/forceplate/FP1", "/forceplate/FP2", "/markers/mocap", "/events/recorder", "/health/x"}
     dev, raw = plates["forceplate/FP1"]
     fz = [msg["Fz"] for msg in seen["/forceplate/FP1"]]
     assert fz == raw[:, 2].tolist() and [msg["t_ns"] for msg in seen["/forceplate/FP1"]] == \

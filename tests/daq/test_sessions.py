@@ -16,6 +16,7 @@ from mcap.stream_reader import StreamReader, breakup_chunk
 
 from daq import sessions
 from daq.labload import frames, lab_streams, write_session
+from daq.frames import Frame
 from daq.record import SessionWriter, Settings, event_frame
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,6 +100,23 @@ def test_recover_and_info_refuse_junk(tmp_path):
         out = cli(*args)
         assert out.returncode == 2 and out.stderr.startswith("walklab sessions: error:"), out.stderr
         assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_csv_export_starts_a_new_file_when_a_stream_changes_channels(tmp_path):
+    path = tmp_path / "h.mcap"
+    w = SessionWriter(path, Settings(fsync=False))
+    layouts = [("a:count",), ("a:count",), ("a:count", "b:count")]
+    for k, chans in enumerate(layouts):
+        w.write(Frame("health/x", "health", k, None, k * 10**9, k * 10**9, 1.0, chans, ("1",) * len(chans),
+                      np.full((1, len(chans)), float(k))))
+    w.close()
+    files = sessions.export_csv(path, tmp_path / "csv")
+    assert sorted(p.name for p in files.values()) == ["health__x.2.csv", "health__x.csv"]
+    with open(files["health/x"], newline="") as fh:
+        assert list(csv.reader(fh)) == [["t_ns", "t_s", "seq", "a:count [1]"], ["0", "0.000000000", "0", "0.0"],
+                                        ["1000000000", "1.000000000", "1", "1.0"]]
+    with open(files["health/x#2"], newline="") as fh:
+        assert list(csv.reader(fh))[1] == ["2000000000", "2.000000000", "2", "2.0", "2.0"]
 
 
 def test_csv_export_equals_the_frames(tmp_path):
