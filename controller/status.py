@@ -76,6 +76,13 @@ def load_script(path: str | Path) -> list[Command]:
 
 # ------------------------------------------------------------------------------------ the monitor
 
+#: Control-loop event causes that are not safety events: operator requests, data fresh again.
+NOT_SAFETY = ("request", "fresh")
+
+
+def _num(x: float, digits: int) -> str:
+    return "—" if not math.isfinite(x) else f"{x:.{digits}f}"
+
 
 @dataclass
 class _Walker:
@@ -109,6 +116,7 @@ class Monitor:
         self.walker = _Walker()
         self.events: list[str] = []
         self.safety: list[str] = []
+        self.loop_states: set[str] = set()  # control-loop health states seen while the lab was up
         self.restarts = 0
 
     def close(self) -> None:
@@ -128,6 +136,8 @@ class Monitor:
                 v = parse_health(f)
                 self.health[name] = v
                 self.state[name] = str((f.meta or {}).get("state", "?"))
+                if "loop/cycles" in v and self.up() and self.state[name] != "stopped":
+                    self.loop_states.add(self.state[name])
                 for subject, fields in v.items():
                     if "sent_per_s" in fields:
                         self.rates.setdefault(subject, []).append(fields["sent_per_s"])
@@ -139,7 +149,7 @@ class Monitor:
             elif f.stream == "controller/events":
                 cause = str((f.meta or {}).get("cause", "?"))
                 detail = str((f.meta or {}).get("detail", ""))
-                (self.events if cause == "request" else self.safety).append(f"{cause}: {detail}")
+                (self.events if cause in NOT_SAFETY else self.safety).append(f"{cause}: {detail}")
             elif f.stream == "events/supervisor":
                 ev = (f.meta or {}).get("event")
                 if ev in ("restarted", "exited", "failed", "silent", "gave_up"):
@@ -195,17 +205,22 @@ class Monitor:
         return float(np.nanmedian(a[:, 0])), float(np.nanmax(a[:, 1]))
 
     def safety_state(self) -> str:
-        loops = [n for n in self.processes if n in self.health and "loop/cycles" in self.health[n]]
-        states = {self.state.get(n, "?") for n in loops}
-        return "/".join(sorted(states)) if states else "no control loop"
+        """The control loops' health states seen while the lab was up (running, stale, latched)."""
+        if not self.loop_states:
+            return "no control loop heard"
+        return ("running throughout" if self.loop_states == {"running"}
+                else "states seen: " + ", ".join(sorted(self.loop_states)))
 
     def table(self, elapsed: float, duration: float | None):
         """The live status as a rich renderable."""
         from rich.console import Group
         from rich.table import Table
 
-        t = Table(title=f"walklab run — {self.lab.lab.name}: {elapsed:5.1f} s"
-                        + (f" of {duration:g} s" if duration else ""), expand=False)
+        from rich.text import Text
+
+        head = Text(f"walklab run — lab {self.lab.lab.name!r}: " + (f"{elapsed:5.1f} s" if self.up() else "starting")
+                    + (f" of {duration:g} s" if duration and self.up() else ""), style="bold")
+        t = Table(expand=False)
         for c in ("stream", "frames/s", "drops"):
             t.add_column(c, justify="right" if c != "stream" else "left")
         drops = self.drops()
@@ -215,12 +230,12 @@ class Monitor:
         cycle = self.walker.cycles[-1] if self.walker.cycles else math.nan
         info = Table.grid(padding=(0, 2))
         info.add_row("processes", ", ".join(f"{n} {self.state.get(n, '…')}" for n in self.processes))
-        info.add_row("dynamics latency", f"p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms")
-        info.add_row("distance walked", f"{self.distance():.2f} m (no-slip {self.expected_distance():.2f} m)")
-        info.add_row("energy per cycle", f"{cycle:.2f} J (last left-shaft revolution)")
-        info.add_row("safety", f"{self.safety_state()}; events: {len(self.safety)}")
+        info.add_row("dynamics latency", f"p50 {_num(p50 * 1e3, 2)} ms, p99 {_num(p99 * 1e3, 2)} ms")
+        info.add_row("distance walked", f"{_num(self.distance(), 2)} m (no-slip {_num(self.expected_distance(), 2)} m)")
+        info.add_row("energy per cycle", f"{_num(cycle, 2)} J (last left-shaft revolution)")
+        info.add_row("safety", f"{self.safety_state()}; safety events: {len(self.safety)}")
         info.add_row("last command", self.events[-1] if self.events else "none")
-        return Group(t, info)
+        return Group(head, t, info)
 
     def summary(self, elapsed: float, record: str | None, log: Path, status: int) -> str:
         p50, p99 = self.latency_figures()

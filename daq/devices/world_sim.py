@@ -211,7 +211,7 @@ class WorldSource:
         from daq.simulated_robot import count_mcu
         from dynamics.plants.jansen_world import marker_positions, plate_loads
 
-        self.ctx.stop.wait(min(timeout_s, 0.01))
+        self.ctx.stop.wait(min(timeout_s, 0.005))  # a plate block's period: frames leave as they fill
         if not self.mcu.running:
             raise OSError("the virtual MCU's thread stopped (see the traceback above): the world is frozen")
         count_mcu(self.ctx, self.mcu.stats, self._reported)
@@ -276,7 +276,7 @@ def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     try:
         src.open()
         while not ctx.stopping:
-            for b in src.read(0.01):
+            for b in src.read(0.005):
                 t = src.t0 + b.t_device
                 ctx.publisher.publish(b.stream, b.data, kind=b.kind, rate_hz=b.rate_hz, channels=b.channels,
                                       units=b.units, t_device=b.t_device, t_host=t, t=t, extra=b.extra, meta=b.meta)
