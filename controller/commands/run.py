@@ -1,6 +1,6 @@
 """``walklab run [CONFIG] [--duration S] [--record FILE] [--script FILE]``: start a lab's processes under the
-supervisor until Ctrl-C/SIGTERM (or for S seconds); with no CONFIG, the simulated Jansen world
-(configs/sim.toml) walks through the command script configs/walk_script.toml under a live status
+supervisor until Ctrl-C/SIGTERM (or for S seconds); the shipped configs/sim.toml (the default) runs the
+simulated Jansen world through the command script configs/walk_script.toml under a live status
 (`controller.status.run_live`)."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="stop after S seconds with the lab up (start-up excluded); a live status and a summary")
     parser.add_argument("--script", metavar="FILE",
                         help="operator commands for the lab's control loop at set times (TOML, docs/sim.md); "
-                             "default with no CONFIG: configs/walk_script.toml")
+                             "default for the shipped configs/sim.toml: configs/walk_script.toml; 'none': no script")
     parser.set_defaults(func=run_handler)
 
 
@@ -33,11 +33,14 @@ def run_handler(args: argparse.Namespace) -> int:
 
     lab = config.load(args.config if args.config is not None else configs.path("sim.toml"))
     config.check_processes(lab)  # refuse a lab whose process modules cannot be imported: one line
-    if args.config is None or args.duration is not None or args.script is not None:
+    default = lab.source.resolve() == configs.path("sim.toml").resolve()  # the shipped sim lab: scripted
+    if default or args.duration is not None or args.script is not None:
         from controller.status import load_script, run_live
 
-        script = load_script(args.script or configs.path("walk_script.toml")) \
-            if args.script is not None or args.config is None else []
+        if args.script == "none" or (args.script is None and not default):
+            script = []
+        else:
+            script = load_script(args.script or configs.path("walk_script.toml"))
         return run_live(lab, duration=args.duration, script=script, record=args.record)
     if args.record is None:
         return run_lab(lab)

@@ -79,11 +79,11 @@ def samples(docs: list[dict]) -> tuple[np.ndarray, np.ndarray]:
 def test_walklab_run_walks_the_world_records_it_and_summarises(tmp_path, robot):
     script = tmp_path / "script.toml"
     script.write_text("[[command]]\nat = 0.0\nlabel = 'stand'\nspeed = 0.0\n\n"
-                      "[[command]]\nat = 3.0\nlabel = 'walk'\nspeed = 0.2\n\n"
-                      "[[command]]\nat = 16.0\nlabel = 'stop'\nspeed = 0.0\n")
+                      "[[command]]\nat = 2.0\nlabel = 'walk'\nspeed = 0.2\n\n"
+                      "[[command]]\nat = 17.0\nlabel = 'stop'\nspeed = 0.0\n")
     cfg = private_lab(tmp_path, robot)
     rec = tmp_path / "s.mcap"
-    run = subprocess.run([sys.executable, "-m", "controller.cli", "run", str(cfg), "--duration", "18", "--record",
+    run = subprocess.run([sys.executable, "-m", "controller.cli", "run", str(cfg), "--duration", "19", "--record",
                           str(rec), "--script", str(script)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     f = frames(rec)
@@ -120,6 +120,26 @@ def test_walklab_run_walks_the_world_records_it_and_summarises(tmp_path, robot):
     assert on.sum() > 50
     weight = f["sim/walker"][0]["meta"]["mass_kg"] * G
     assert total[on].mean() == pytest.approx(weight, rel=0.05)
+    # encoders: the shaft angle in whole counts of the MCU (4096 per revolution), within one count of the truth
+    t_e, enc = samples(f["encoder/left_shaft"])
+    count = 2 * np.pi / 4096
+    np.testing.assert_allclose(enc[:, 0] / count, np.round(enc[:, 0] / count), atol=1e-6)
+    k = np.searchsorted(t_e, t_sim).clip(0, t_e.size - 1)
+    same = t_e[k] == t_sim
+    assert same.sum() > 100
+    assert np.abs(enc[k[same], 0] - sim[same, ch.index("s_L")]).max() <= count
+    # markers: 1 mm noise on the true chassis corner, occlusions NaN in positions and residuals
+    docs = f["markers/walker"]
+    labels = list(docs[0]["channels"])
+    t_m, pos = samples(docs)
+    res = np.concatenate([d["arrays"]["residual"] for d in docs])
+    assert np.array_equal(np.isnan(pos[:, 0::3]), np.isnan(res))
+    assert np.isnan(res).any() and not np.isnan(res).all()
+    k = np.searchsorted(t_m, t_sim).clip(0, t_m.size - 1)
+    same = (t_m[k] == t_sim) & ~np.isnan(pos[k, labels.index("chassis_FL:x")])
+    front = sim[same, ch.index("x")] + 0.3 * np.cos(sim[same, ch.index("pitch")])
+    err = pos[k[same], labels.index("chassis_FL:x")] - front
+    assert same.sum() > 100 and abs(err.mean()) < 0.5e-3 and 0.5e-3 < err.std() < 2e-3
 
 
 def test_script_errors_are_one_line(tmp_path):
