@@ -47,6 +47,8 @@ def _analyze(args: argparse.Namespace) -> int:
         raise ValueError(f"--mass must be a positive number of kg, got {args.mass}")
     if args.workers < 0:
         raise ValueError(f"--workers must be >= 0, got {args.workers}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise NotADirectoryError(f"--out {args.out} exists and is not a folder")
     paths = analyze.expand_inputs(args.inputs)
     options = analyze.Options(model=args.model, mass=args.mass, cutoff=args.cutoff, figures=not args.no_figures,
                               identify=args.identify)

@@ -239,6 +239,9 @@ def test_command_line_mistakes_are_one_line_errors(tmp_path, capsys):
     assert main(["analyze", str(tmp_path / "none.c3d"), "--out", str(tmp_path / "o"), "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "none.c3d: no such trial file" in err[0]
+    (tmp_path / "file").write_text("x")
+    assert main(["analyze", "x.c3d", "--out", str(tmp_path / "file")]) == 2
+    assert capsys.readouterr().err.strip() == f"walklab analyze: error: --out {tmp_path / 'file'} exists and is not a folder"
 
 
 def test_a_leg_without_its_markers_leaves_the_other_leg_computed(shared_data):
