@@ -590,7 +590,9 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
                 res.series.update(kt.outputs)  # moments, powers and joint forces (N/kg, PiG frames)
                 if len(sides) == 2:
                     resid = cgm.pelvis_residual(kin, kt, subject, data.markers.rate)
+                    resid_m = cgm.pelvis_residual_moment(kin, kt, subject, data.markers.rate)
                     res.series["PelvisResidualForce"] = resid / subject.mass  # N/kg, lab axes
+                    res.series["PelvisResidualMoment"] = resid_m / subject.mass  # N·m/kg, lab axes
                     ok = np.all(np.isfinite(resid), axis=1)
                 else:
                     ok = np.zeros(n, bool)
@@ -598,6 +600,8 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
                     bw = subject.mass * G
                     res.metrics["pelvis_residual_rms_pct_bw"] = float(
                         100 * np.sqrt(np.mean(np.sum(resid[ok] ** 2, axis=1))) / bw)
+                    res.metrics["pelvis_residual_moment_rms_N_m_per_kg"] = float(
+                        np.sqrt(np.mean(np.sum(resid_m[ok] ** 2, axis=1))) / subject.mass)
                     res.metrics["pelvis_residual_frames"] = float(ok.sum())
                 else:
                     res.notes.append("no pelvis residual: both legs' loads are never known at once")

@@ -434,8 +434,19 @@ def kinetics(kin: CGMKinematics, loads: Mapping[str, FootLoad], subject: CGMSubj
 
 
 # Head-arms-trunk (Dempster via Winter): mass = body − both legs; CoM 0.626 of the greater
-# trochanter → glenohumeral length (0.288 × height) above the hips.
-HAT_COM_HEIGHT = 0.626 * 0.288
+# trochanter → glenohumeral length (0.288 × height) above the hips; radius of gyration about the
+# CoM 0.496 of that length (transverse axes; the long axis taken as 0, as for the leg segments).
+HAT_LENGTH = 0.288
+HAT_COM_HEIGHT = 0.626 * HAT_LENGTH
+HAT_GYRATION = 0.496
+
+
+def _hat(kin: CGMKinematics, subject: CGMSubject, bsp) -> tuple[float, np.ndarray, float]:
+    """HAT mass kg, CoM (N, 3) m and length m (rigid with the pelvis)."""
+    m_hat = subject.mass * (1 - 2 * sum(bsp[k][0] for k in ("femur", "tibia", "foot")))
+    height = subject.height or (subject.leg_length["L"] + subject.leg_length["R"]) / 2 / 0.52
+    c = (kin.centres["LHJC"] + kin.centres["RHJC"]) / 2 + HAT_COM_HEIGHT * height * kin.frames["Pelvis"][:, :, 2]
+    return m_hat, c, HAT_LENGTH * height
 
 
 def pelvis_residual(kin: CGMKinematics, kt: CGMKinetics, subject: CGMSubject, fs: float,
@@ -449,8 +460,25 @@ def pelvis_residual(kin: CGMKinematics, kt: CGMKinetics, subject: CGMSubject, fs
     load is unknown. A quality figure (divide by M g), not a correction: arm and trunk swing
     relative to the pelvis show in its horizontal components. bsp: as in ``kinetics`` (the same
     table must be used for both)."""
-    m_hat = subject.mass * (1 - 2 * sum(bsp[k][0] for k in ("femur", "tibia", "foot")))
-    height = subject.height or (subject.leg_length["L"] + subject.leg_length["R"]) / 2 / 0.52
-    c = (kin.centres["LHJC"] + kin.centres["RHJC"]) / 2 + HAT_COM_HEIGHT * height * kin.frames["Pelvis"][:, :, 2]
+    m_hat, c, _ = _hat(kin, subject, bsp)
     acc = np.gradient(np.gradient(c, 1.0 / fs, axis=0), 1.0 / fs, axis=0)
     return m_hat * (acc - G) + kt.proximal["LHip"][0] + kt.proximal["RHip"][0]
+
+
+def pelvis_residual_moment(kin: CGMKinematics, kt: CGMKinetics, subject: CGMSubject, fs: float,
+                           bsp: Mapping[str, tuple[float, float, float]] = BSP) -> np.ndarray:
+    """Residual moment (N, 3) N·m about the HAT CoM, lab axes, the companion of
+    ``pelvis_residual``: R_M = I α + ω × I ω + Σ_sides [M_hip + (HJC − c) × F_hip], with (F_hip,
+    M_hip) the load of the pelvis on each femur, ω, α the pelvis's, and I = R diag(I_t, I_t, 0) Rᵀ,
+    I_t = m_HAT (0.496 L_HAT)² (Winter's HAT). NaN where a side's load is unknown. A quality figure:
+    the trunk and arms turning relative to the pelvis show in it."""
+    m_hat, c, length = _hat(kin, subject, bsp)
+    r = kin.frames["Pelvis"]
+    w = angular_velocity(r, fs)
+    alpha = np.gradient(w, 1.0 / fs, axis=0)
+    inertia = _segment_inertia(r, m_hat, HAT_GYRATION, np.full(len(r), length))
+    out = np.einsum("nij,nj->ni", inertia, alpha) + np.cross(w, np.einsum("nij,nj->ni", inertia, w))
+    for side in SIDES:
+        f, m = kt.proximal[side + "Hip"]
+        out = out + m + np.cross(kin.centres[side + "HJC"] - c, f)
+    return out
