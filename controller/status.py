@@ -245,14 +245,14 @@ class Monitor:
             r = np.array(self.rates[name])
             lines.append(f"  stream {name}: {np.median(r):.0f} frames/s median, {drops.get(name, 0):.0f} dropped")
         w = self.walker
-        lines.append(f"  distance walked: {self.distance():.3f} m (x {w.x0:.3f} -> {w.x:.3f} m); "
-                     f"no-slip distance of the crank revolutions: {self.expected_distance():.3f} m")
+        lines.append(f"  distance walked: {_num(self.distance(), 3)} m (x {_num(w.x0, 3)} -> {_num(w.x, 3)} m); "
+                     f"no-slip distance of the crank revolutions: {_num(self.expected_distance(), 3)} m")
         if w.cycles:
             lines.append(f"  energy per cycle: {np.mean(w.cycles):.2f} J mean over {len(w.cycles)} left-shaft "
                          f"revolutions (last {w.cycles[-1]:.2f} J; the legs' load work)")
         else:
             lines.append("  energy per cycle: no complete crank revolution")
-        lines.append(f"  dynamics latency: p50 {p50 * 1e3:.3f} ms, p99 {p99 * 1e3:.3f} ms (largest 1-s p99)")
+        lines.append(f"  dynamics latency: p50 {_num(p50 * 1e3, 3)} ms, p99 {_num(p99 * 1e3, 3)} ms (largest 1-s p99)")
         lines.append(f"  safety: {self.safety_state()}; {len(self.safety)} safety event(s)"
                      + ("".join(f"\n    {e}" for e in self.safety[:10])))
         lines.append(f"  commands: {len(self.events)}" + "".join(f"\n    {e}" for e in self.events[:20]))
