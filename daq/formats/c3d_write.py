@@ -5,6 +5,8 @@ first, and is converted here, at the edge (the inverse of `daq.formats.c3d.load`
 
 * lengths in ``POINT:UNITS`` = mm: marker positions and residuals ×1000, plate CORNERS and ORIGIN
   ×1000; NaN marker samples are written as (0, 0, 0) with residual −1 (the C3D gap convention);
+  float storage with ``POINT:SCALE`` = −0.1: residuals are kept in 0.1 mm steps up to 25.5 mm
+  (C3D stores a residual as an 8-bit multiple of |SCALE|);
 * force-plate channels are written as analog channels in the units the readers expect with mm
   points: forces N, moments N·mm (types 1 and 2), type-1 COP in mm, type-3 channels N; a type-4
   plate's raw channels are written as they are and its CAL_MATRIX rescaled so that it maps them to
@@ -33,6 +35,8 @@ from daq.formats.c3d import Analogs, C3DError, Markers
 from dynamics import forceplate as fp
 
 MM = 1000.0  # mm per m
+#: Resolution of the residuals written [mm] (POINT:SCALE = -RESIDUAL_STEP_MM); larger ones are clipped.
+RESIDUAL_STEP_MM = 0.1
 
 
 @dataclass(frozen=True)
@@ -124,10 +128,15 @@ def write(path: str | Path, *, markers: Markers | None = None, residuals: np.nda
     res = np.zeros((n_p, pos.shape[1])) if residuals is None else np.asarray(residuals, float) * MM
     if res.shape != (n_p, pos.shape[1]):
         raise C3DError(f"{p}: residuals shape {res.shape}, expected ({n_p}, {pos.shape[1]})")
-    res = np.where(gap | ~np.isfinite(res) | (res < 0), -1.0, res)
+    # the stored count is truncated (ezc3d): write the nearest count plus a quarter step
+    counts = np.rint(np.clip(np.nan_to_num(res), 0, 255 * RESIDUAL_STEP_MM) / RESIDUAL_STEP_MM)
+    res = np.where(gap | ~np.isfinite(res) | (res < 0), -1.0, (counts + 0.25) * RESIDUAL_STEP_MM)
     c["parameters"]["POINT"]["RATE"]["value"] = np.array([p_rate])
     c["parameters"]["POINT"]["LABELS"]["value"] = list(markers.labels) if markers is not None else []
     c["parameters"]["POINT"]["UNITS"]["value"] = ["mm"]
+    # float storage: the sign says float, the magnitude is the residual's resolution (C3D keeps it
+    # as an 8-bit count of |SCALE| in the 4th word): 0.1 mm steps, up to 25.5 mm
+    c["parameters"]["POINT"]["SCALE"]["value"] = np.array([-RESIDUAL_STEP_MM])
     c["data"]["points"] = data
     c["data"]["meta_points"] = {"residuals": res.T[None, :, :]}
 
