@@ -121,17 +121,19 @@ class JansenWorld:
         return self.step_length / self.duty_factor
 
 
-def jansen_world(model: str = "jansen_walker", *, law: NormalLaw | None = None, friction: Friction | None = None,
-                 size: int = 720) -> JansenWorld:
-    """The world of a walker file (slots, leg table, masses) with contact `law` (default: constant-damping
-    Hunt-Crossley K = 2e4 N/m^1.5, α = 1 s/m, the thesis's soft ground) and `friction` (default tanh,
-    μ = 0.8, v_s = 0.02 m/s). Only laws without a latched approach velocity are accepted (the load is
-    then a function of the state alone)."""
-    law = law or NormalLaw("hunt_crossley_constant", 2e4, damping=1.0)
+#: The thesis's soft ground (K = 2e4 N/m^1.5) with constant damping α = 1 s/m, and a gripping foot.
+DEFAULT_LAW = NormalLaw("hunt_crossley_constant", 2e4, damping=1.0)
+DEFAULT_FRICTION = Friction(0.8, kind="tanh", v_s=0.02)
+
+
+def jansen_world(model: str = "jansen_walker", *, law: NormalLaw = DEFAULT_LAW,
+                 friction: Friction | None = DEFAULT_FRICTION, size: int = 720) -> JansenWorld:
+    """The world of a walker file (slots, leg table, masses) with the contact `law` and `friction`
+    (None: frictionless feet, which slide and do not propel). Only laws without a latched approach
+    velocity are accepted (the load is then a function of the state alone)."""
     if law.uses_latch:
         raise ContactError(f"jansen_world: the {law.kind} law latches the approach velocity per episode; "
                            "use hertz, kelvin_voigt or hunt_crossley_constant")
-    friction = Friction(0.8, kind="tanh", v_s=0.02) if friction is None else friction
     walker = load_walker(model, size)
     data = read_toml(resolve(model))
     chassis = data.get("chassis", {})

@@ -169,7 +169,16 @@ def test_markers_follow_the_chassis_and_feet(world, walk):
     np.testing.assert_allclose(pos[:, 4:], walk.foot)
 
 
-def test_compiled_contact_equals_numpy_reference(world):
+@pytest.mark.parametrize("variant", ["default", "kelvin_voigt_frictionless", "hertz_stiction"])
+def test_compiled_contact_equals_numpy_reference(world, variant):
+    from dynamics.contact import Friction
+
+    if variant == "kelvin_voigt_frictionless":
+        world = jansen_world(law=NormalLaw("kelvin_voigt", 5e3, damping=50.0), friction=None)
+        assert world.friction is None
+    elif variant == "hertz_stiction":
+        world = jansen_world(law=NormalLaw("hertz", 2e4), friction=Friction(0.6, kind="stiction", v_s=0.05,
+                                                                               mu_static=0.9, mu_viscous=0.1))
     rng = np.random.default_rng(1)
     for _ in range(20):
         s = rng.uniform(0, 7, 2)
@@ -189,3 +198,17 @@ def test_bad_input_is_one_line(world):
         jansen_world(law=NormalLaw("lankarani_nikravesh", 2e4, restitution=0.5))
     with pytest.raises(ValueError, match="need h > 0"):
         JansenSim(world, 0.0)
+
+
+def test_frictionless_feet_conserve_horizontal_momentum():
+    # no friction: no horizontal external force, so the chassis (whose legs' momentum the model leaves
+    # out) keeps its horizontal momentum exactly, however the cranks turn
+    w = jansen_world(friction=None)
+    sim = JansenSim(w, 1e-3, x0=0.25)
+    for k in range(2000):
+        advance(sim, speed_torque(sim), k * 1e-3)
+    s = sim.take()
+    assert abs(s.q[:, 3]).max() > 3.0  # the shafts turned (rad)
+    assert np.abs(s.force[:, :, 0]).max() == 0.0
+    np.testing.assert_allclose(s.u[:, 0], 0.0, atol=1e-12)
+    np.testing.assert_allclose(s.q[:, 0], 0.25, atol=1e-12)
