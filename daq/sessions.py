@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from daq.frames import Frame
-from daq.record import MESSAGE_ENCODING, PROFILE, part_path, plate_calibrations, unpack_message
+from daq.record import MESSAGE_ENCODING, PROFILE, MessageDecoder, part_path, plate_calibrations
 
 #: Event names (``meta["event"]``) reported as clock faults by `info`.
 CLOCK_EVENTS = ("clock_reset", "clock_wrap", "clock_jump", "device_reset", "counter_wrap")
@@ -193,6 +193,7 @@ def read(paths: str | Path | Sequence[str | Path], streams: Sequence[str] = (), 
         scan = Scan(Path(path))
         if scans is not None:
             scans.append(scan)
+        decoder = MessageDecoder()
         topics: dict[int, str | None] = {}
         for rec in records(Path(path), scan):
             if isinstance(rec, Channel):
@@ -203,7 +204,7 @@ def read(paths: str | Path | Sequence[str | Path], streams: Sequence[str] = (), 
                     continue
                 if (start_ns is not None and rec.log_time < start_ns) or (end_ns is not None and rec.log_time >= end_ns):
                     continue
-                yield unpack_message(rec.data)
+                yield decoder.decode(rec.data, rec.channel_id)
 
 
 def scan(paths: str | Path | Sequence[str | Path]) -> list[Scan]:

@@ -185,3 +185,23 @@ def test_a_restarted_recorder_never_overwrites(tmp_path):
     with open(part_path(out, 1), "rb") as fh:
         meta = {r.name: r.metadata for r in make_reader(fh).iter_metadata()}
     assert meta["walklab/recording"]["part"] == "1"
+
+
+def test_message_decoder_equals_a_full_decode(tmp_path):
+    """MessageDecoder's fast path (static part skipped) gives the frames msgpack alone gives, and a
+    message laid out otherwise (keys in another order, by another writer) is decoded in full."""
+    from daq.record import MessageDecoder, pack_frame, unpack_message
+
+    decoder = MessageDecoder()
+    sent = list(frames(lab_streams(), 0.2))
+    for f in sent:
+        data = pack_frame(f, 5)
+        got = decoder.decode(data, f.stream)
+        doc = decode(data)
+        same_frame(doc, got)
+        assert (got.t_recv, got.t_pub) == (5, f.t_pub)
+        full = unpack_message(data)
+        assert (full.stream, full.seq, full.t, full.channels) == (got.stream, got.seq, got.t, got.channels)
+    other = dict(reversed(list(msgpack.unpackb(pack_frame(sent[0], 7)).items())))  # same fields, other order
+    again = decoder.decode(msgpack.packb(other), sent[0].stream)
+    same_frame(decode(msgpack.packb(other)), again)
