@@ -237,6 +237,14 @@ class Monitor:
         info.add_row("last command", self.events[-1] if self.events else "none")
         return Group(head, t, info)
 
+    def line(self, elapsed: float) -> str:
+        """The status in one plain line (no terminal)."""
+        p50, p99 = self.latency_figures()
+        drops = sum(self.drops().values())
+        return (f"walklab run: {elapsed:5.1f} s, {len(self.rates)} streams, {drops:.0f} dropped, distance "
+                f"{_num(self.distance(), 2)} m, dynamics latency p99 {_num(p99 * 1e3, 2)} ms, "
+                f"{self.safety_state()}, {len(self.safety)} safety event(s)")
+
     def summary(self, elapsed: float, record: str | None, log: Path, status: int) -> str:
         p50, p99 = self.latency_figures()
         lines = [f"walklab run: {elapsed:.1f} s of lab {self.lab.lab.name!r} ({self.lab.source}), exit {status}"]
@@ -327,6 +335,7 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
     previous = signal.signal(signal.SIGTERM, on_term)
     live = Live(console=console, refresh_per_second=4, transient=False) if console.is_terminal else None
     t_start = time.monotonic()
+    next_line = t_start
     try:
         if live is not None:
             live.start()
@@ -360,6 +369,9 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
                     break
             if live is not None:
                 live.update(mon.table(0.0 if t_up is None else now - t_up, duration))
+            elif t_up is not None and now >= next_line:  # no terminal (a log, CI): a plain line every 5 s
+                next_line = now + 5.0
+                print(mon.line(now - t_up), flush=True)
     except KeyboardInterrupt:
         pass  # Ctrl-C or SIGTERM: a normal end, as for the supervisor
     finally:
