@@ -32,8 +32,9 @@ import numpy as np
 from daq.frames import Frame
 from daq.record import MESSAGE_ENCODING, PROFILE, MessageDecoder, part_path, plate_calibrations
 
-#: Event names (``meta["event"]``) reported as clock faults by `info`.
-CLOCK_EVENTS = ("clock_reset", "clock_wrap", "clock_jump", "device_reset", "counter_wrap")
+#: Event names (``meta["event"]``) reported as clock faults by `info`, besides every frame of
+#: ``events/clock`` (the dynamics service's clock_fault / clock_reset episodes).
+CLOCK_EVENTS = ("clock_fault", "clock_reset", "clock_wrap", "clock_jump", "device_reset", "counter_wrap")
 
 
 class SessionError(ValueError):
@@ -273,7 +274,7 @@ class Info:
 
     @property
     def clock_faults(self) -> list[dict[str, Any]]:
-        return [e for e in self.events if str(e.get("event", "")) in CLOCK_EVENTS]
+        return [e for e in self.events if str(e.get("event", "")) in CLOCK_EVENTS or e["stream"] == "events/clock"]
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -40,6 +40,9 @@ def test_info_counts_gaps_events_and_clock_faults(tmp_path):
     t_ev = fp1[200].t
     w.write(event_frame("clock_reset", 0, t_ev, "warning", device="FP1"))
     w.write(event_frame("drops", 1, t_ev + 1000, "warning", stream="x"))
+    clock = event_frame("clock_fault", 0, t_ev + 2000, "warning", plate="FP2")
+    clock.stream = "events/clock"  # as the dynamics service publishes its clock episodes
+    w.write(clock)
     w.close()
     rep = sessions.info(path)
     fp = rep.streams["forceplate/FP1"]
@@ -47,14 +50,14 @@ def test_info_counts_gaps_events_and_clock_faults(tmp_path):
     assert fp.longest_gap_s == pytest.approx(0.015, abs=1e-9)
     assert rep.streams["forceplate/FP2"].seq_gaps == 0 and rep.streams["markers/mocap"].samples == 400
     assert rep.streams["encoder/m3"].measured_rate_hz == pytest.approx(1000.0)
-    assert [e["event"] for e in rep.events] == ["clock_reset", "drops"]
+    assert [e["event"] for e in rep.events] == ["clock_reset", "drops", "clock_fault"]
     assert rep.events[0]["t_s"] == pytest.approx((t_ev - all_frames[0].t) * 1e-9)
-    assert [e["device"] for e in rep.clock_faults] == ["FP1"]
+    assert [e.get("device", e.get("plate")) for e in rep.clock_faults] == ["FP1", "FP2"]
     assert rep.files[0].complete and rep.metadata["walklab/recorder"]["stop_reason"] == "stopped"
     out = cli("sessions", "info", str(path), "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert doc["streams"]["forceplate/FP1"]["seq_missing"] == 3 and len(doc["clock_faults"]) == 1
+    assert doc["streams"]["forceplate/FP1"]["seq_missing"] == 3 and len(doc["clock_faults"]) == 2
 
 
 def chunk_message_counts(path: Path) -> list[tuple[int, int]]:
