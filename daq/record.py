@@ -278,6 +278,14 @@ def plate_calibrations(metadata: dict[str, dict[str, str]]) -> dict[str, dict[st
 # ----------------------------------------------------------------------------------- the writer
 
 
+def _write_fully(fd: int, data: bytes | bytearray) -> None:
+    """os.write until every byte is written (a short write, e.g. at a size limit, then raises)."""
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        done += os.write(fd, view[done:])
+
+
 class _Sink:
     """The file-like object the MCAP writer writes to: bytes are held in memory and reach the file
     only in `commit` (after a whole chunk), so the file always ends on a record boundary we know."""
@@ -298,10 +306,7 @@ class _Sink:
         """The MCAP writer's flush: nothing (commit decides when bytes reach the file)."""
 
     def commit(self, fsync: bool) -> None:
-        view = memoryview(self.buf)
-        done = 0
-        while done < len(view):
-            done += os.write(self.fd, view[done:])
+        _write_fully(self.fd, self.buf)
         if fsync:
             os.fsync(self.fd)
         self.committed += len(self.buf)
@@ -564,7 +569,7 @@ class SessionWriter:
             Footer(0, 0, 0).write(b)
             tail = b.end() + MCAP0_MAGIC
             try:
-                self._write_all(tail)
+                _write_fully(self._fd, tail)
                 ended = True
             except OSError:
                 os.ftruncate(self._fd, good)  # not even room for the footer: recoverable as it is
@@ -582,12 +587,6 @@ class SessionWriter:
         log.error("%s: %s; %s", path, exc, ev.meta["action"])
         if self.on_event is not None:
             self.on_event(ev)
-
-    def _write_all(self, data: bytes) -> None:
-        view = memoryview(data)
-        done = 0
-        while done < len(view):
-            done += os.write(self._fd, view[done:])
 
     def close(self, reason: str = "stopped", stats: dict[str, Any] | None = None) -> None:
         """Write the last chunk, the ``walklab/recorder`` record and the index; idempotent."""
