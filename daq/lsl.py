@@ -282,6 +282,10 @@ def run(ctx: ProcessContext, args: Sequence[str]) -> int:
                    help="walklab stream or prefix* to offer as an LSL outlet (repeatable)")
     p.add_argument("--resolve-s", type=float, default=0.2, help="longest wait for an LSL stream per try [s]")
     opts = p.parse_args(list(args))
+    try:
+        import pylsl  # noqa: F401  (the optional extra)
+    except ImportError:
+        raise OSError("the LSL bridge needs pylsl: pip install 'walklab[lsl]'") from None
     inlets = [Inlet(d, ctx.clock) for d in ctx.devices.values() if d.kind == "lsl"]
     if not inlets and not opts.out:
         raise ValueError(f"process {ctx.name!r}: nothing to bridge (no [devices] of kind \"lsl\", no --out)")
