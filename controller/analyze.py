@@ -61,7 +61,8 @@ class Options:
     mass: kg overriding the file's; cutoff: Hz of the marker low-pass (0: none); figures: write
     PNGs and the HTML report; identify: search the marker cutoff and the leg segment masses that
     minimise the pelvis residual (``identify_cgm``) and report them; filter: "butterworth" (zero
-    lag at ``cutoff``) or "spline" (smoothing spline, parameter by GCV per coordinate)."""
+    lag at ``cutoff``) or "spline" (smoothing spline, parameter by GCV per coordinate); subject:
+    (PROCESSING name, value) pairs as Vicon writes them (mm, rad, kg), over the file's."""
 
     model: str = "cgm"
     mass: float | None = None
@@ -69,6 +70,7 @@ class Options:
     figures: bool = True
     identify: bool = False
     filter: str = "butterworth"
+    subject: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -274,12 +276,15 @@ def _cgm_sides(pig: dict[str, np.ndarray], notes: list[str]) -> tuple[str, ...]:
 
 
 def _subject(data: TrialData, pig: dict[str, np.ndarray], mass: float | None,
-             sides: tuple[str, ...]) -> tuple[cgm.CGMSubject, str]:
-    """The CGM subject from the file's PROCESSING parameters; without them, estimated from the
-    markers (leg length ASIS → knee → ankle, the other leg's for a leg without markers; knee 0.10 m
-    and ankle 0.07 m wide), said so."""
+             sides: tuple[str, ...], given: tuple[tuple[str, float], ...] = ()) -> tuple[cgm.CGMSubject, str]:
+    """The CGM subject from the file's PROCESSING parameters with the command line's (``given``)
+    over them; without leg lengths and knee/ankle widths, estimated from the markers (leg length
+    ASIS → knee → ankle, the other leg's for a leg without markers; knee 0.10 m and ankle 0.07 m
+    wide), said so."""
+    params = {**data.processing, **dict(given)}
+    source = "file (PROCESSING)" + (" and the command line" if given else "")
     try:
-        return cgm.subject_from_processing(data.processing, mass), "file (PROCESSING)"
+        return cgm.subject_from_processing(params, mass), source
     except cgm.CGMError:
         pass
     leg = {}
@@ -288,7 +293,7 @@ def _subject(data: TrialData, pig: dict[str, np.ndarray], mass: float | None,
         leg[s] = float(np.nanmedian(np.linalg.norm(a - k, axis=1) + np.linalg.norm(k - an, axis=1)))
     for s in cgm.SIDES:
         leg.setdefault(s, leg[sides[0]])
-    m = mass if mass is not None else data.processing.get("Bodymass")
+    m = mass if mass is not None else params.get("Bodymass")
     subj = cgm.CGMSubject(mass=float(m) if m else float("nan"), leg_length=leg,
                           knee_width={"L": 0.10, "R": 0.10}, ankle_width={"L": 0.07, "R": 0.07})
     return subj, ("estimated from the markers (no PROCESSING parameters): leg length "
@@ -581,7 +586,7 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
     else:
         try:
             sides = _cgm_sides(pig, res.notes)
-            subject, res.subject_source = _subject(data, pig, options.mass, sides)
+            subject, res.subject_source = _subject(data, pig, options.mass, sides, options.subject)
             kin = cgm.kinematics(pig, subject, sides)
             res.series.update(kin.angles)
             _plausibility(kin.angles, res.notes)

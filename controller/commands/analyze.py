@@ -1,8 +1,8 @@
 """`walklab analyze`: joint angles, moments, powers, ZMP, events and a report from gait trials.
 
     walklab analyze INPUT... --out DIR [--model cgm|human15|MODEL] [--mass KG] [--cutoff HZ]
-                    [--filter butterworth|spline] [--workers N] [--dask ADDRESS] [--no-figures]
-                    [--identify]
+                    [--filter butterworth|spline] [--subject NAME=VALUE ...] [--workers N]
+                    [--dask ADDRESS] [--no-figures] [--identify]
 
 INPUT: C3D files, OpenSim TRC files (their GRF ``NAME_grf.mot`` or ``NAME.mot`` is read beside
 them), walklab session recordings (.mcap), folders, or glob patterns, in any mix. Per trial: DIR/NAME/results.npz (Plug-in Gait
@@ -28,6 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mass", type=float, metavar="KG", help="body mass in kg (overrides the file's)")
     p.add_argument("--cutoff", type=float, default=6.0, metavar="HZ",
                    help="zero-lag Butterworth cutoff for the markers in Hz, 0 = none (default 6)")
+    p.add_argument("--subject", action="append", default=[], metavar="NAME=VALUE",
+                   help="a subject measurement as Vicon's PROCESSING group names it, in its units (mm, rad, "
+                        "kg), over the file's: e.g. --subject LLegLength=860 --subject RKneeWidth=101 "
+                        "(repeatable)")
     p.add_argument("--filter", choices=("butterworth", "spline"), default="butterworth",
                    help="marker smoothing: zero-lag Butterworth at --cutoff (default) or the smoothing "
                         "spline with its parameter chosen by generalised cross-validation")
@@ -51,11 +55,20 @@ def _analyze(args: argparse.Namespace) -> int:
         raise ValueError(f"--mass must be a positive number of kg, got {args.mass}")
     if args.workers < 0:
         raise ValueError(f"--workers must be >= 0, got {args.workers}")
+    subject = []
+    for item in args.subject:
+        name, sep, value = item.partition("=")
+        try:
+            subject.append((name.strip(), float(value)))
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise ValueError(f"--subject {item!r}: expected NAME=NUMBER, e.g. LLegLength=860 (mm)")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise NotADirectoryError(f"--out {args.out} exists and is not a folder")
     paths = analyze.expand_inputs(args.inputs)
     options = analyze.Options(model=args.model, mass=args.mass, cutoff=args.cutoff, figures=not args.no_figures,
-                              identify=args.identify, filter=args.filter)
+                              identify=args.identify, filter=args.filter, subject=tuple(subject))
     errors = 0
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=False, disable=not sys.stderr.isatty()) as bar:

