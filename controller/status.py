@@ -4,7 +4,8 @@
 
 1. the lab's control loops get their synergy library (built once, with a progress bar, when missing);
 2. the recorder (``--record FILE``, `controller.commands.record.start_beside`) and the supervisor
-   (``walklab run CONFIG`` in a subprocess, its output and the processes' logs in a log file beside the
+   (``walklab run CONFIG --supervise-only`` in a subprocess: `controller.supervisor.run_lab`, never this
+   runner again), its output and the processes' logs in a log file beside the
    recording, or in the temporary folder) start;
 3. once every process reports a health frame (start-up excluded from ``--duration``), the script's
    operator commands (`load_script`, TOML ``[[command]]`` tables ``at``/``speed``/``turn``/``label``)
@@ -323,7 +324,7 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
     log = Path(record).with_suffix(".log") if record else Path(tempfile.mkstemp(prefix="walklab-run-", suffix=".log")[1])
     recorder = start_beside(lab, record) if record else None
     logf = open(log, "w")
-    sup = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(lab.source)], stdout=logf,
+    sup = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(lab.source), "--supervise-only"], stdout=logf,
                            stderr=subprocess.STDOUT)
     mon = Monitor(lab)
     op = _operator(lab) if script else None

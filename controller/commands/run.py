@@ -23,6 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--script", metavar="FILE",
                         help="operator commands for the lab's control loop at set times (TOML, docs/sim.md); "
                              "default for the shipped configs/sim.toml: configs/walk_script.toml; 'none': no script")
+    parser.add_argument("--supervise-only", action="store_true", help=argparse.SUPPRESS)  # run_live's supervisor
     parser.set_defaults(func=run_handler)
 
 
@@ -34,7 +35,7 @@ def run_handler(args: argparse.Namespace) -> int:
     lab = config.load(args.config if args.config is not None else configs.path("sim.toml"))
     config.check_processes(lab)  # refuse a lab whose process modules cannot be imported: one line
     default = lab.source.resolve() == configs.path("sim.toml").resolve()  # the shipped sim lab: scripted
-    if default or args.duration is not None or args.script is not None:
+    if not args.supervise_only and (default or args.duration is not None or args.script is not None):
         from controller.status import load_script, run_live
 
         if args.script == "none" or (args.script is None and not default):
