@@ -8,9 +8,9 @@ with Y_i v_i the spatial momentum of segment i about the lab origin and L̇_O th
 external forces including weight, and their moments about the CoM). Pinocchio: data.hg and
 data.dhg of computeCentroidalMomentumTimeVariation.
 
-By default one compiled kernel (kernels/tree.py `centroidal`: rnea's forward pass without gravity,
-body momenta and their rates moved to the lab origin and summed) gives c, h_G and ḣ_G; the numpy
-path sums the same terms from the lab-frame kinematics.
+By default the compiled rnea kernel's forward pass without gravity (kernels/tree.py `rnea` with its
+centroidal output: body momenta and their rates moved to the lab origin and summed, no backward
+pass) gives c, h_G and ḣ_G; the numpy path sums the same terms from the lab-frame kinematics.
 """
 from __future__ import annotations
 
@@ -31,11 +31,11 @@ def centroidal_state(model: Model, q: np.ndarray, v: np.ndarray | None, a: np.nd
     """The compiled kernel's (N, 15) rows for validated (N, ·) arrays: CoM c (3) m, then with v
     h_G (6), then with a ḣ_G (6) (entries without their input are undefined)."""
     d = workspace.data(model, data)
-    empty = np.empty((0, model.nv))
     q = contiguous(q)
+    zero = np.zeros((q.shape[0], model.nv))
     out = np.empty((q.shape[0], 15))
-    if kernels.kernel("tree.centroidal")(d.itab, d.ftab, q, empty if v is None else contiguous(v),
-                                         empty if a is None else contiguous(a), out) >= 0:
+    if kernels.kernel("tree.rnea")(d.itab, d.ftab, d.zero_gravity, q, zero if v is None else contiguous(v),
+                                   zero if a is None else contiguous(a), d.no_ext, np.empty((0, model.nv)), out) >= 0:
         configuration_failed(model, q)
     return out
 

@@ -4,7 +4,7 @@
 
 with c_i the lab-frame CoM of segment i, v_ci = v_O,i + ω_i × c_i and
 a_ci = a_O,i + α_i × c_i + ω_i × v_ci (kinematics.py), M = model.total_mass. By default the
-compiled centroidal kernel gives them as c, P/M and Ṗ/M (centroidal.py), the same sums.
+compiled rnea kernel's centroidal output gives them as c, P/M and Ṗ/M (centroidal.py), the same sums.
 """
 from __future__ import annotations
 

@@ -176,7 +176,7 @@ def rnea(model: Model, q, v, a, f_ext: Sequence[Wrench] | None = None, data: wor
         tau = np.empty((N, model.nv))
         q = contiguous(q)
         if kernels.kernel("tree.rnea")(d.itab, d.ftab, d.gravity, q, contiguous(v), contiguous(a),
-                                       segment_wrenches(d, ext, N), tau) >= 0:
+                                       segment_wrenches(d, ext, N), tau, d.no_cent) >= 0:
             configuration_failed(model, q)
         return tau if batched else tau[0]
     q = normalized_configuration(model, q)

@@ -52,8 +52,8 @@ def _tables(model: Model) -> tuple[np.ndarray, np.ndarray]:
 @dataclass(eq=False)
 class Data:
     """Workspace of `model` (see the module docstring). itab (nseg, 6) int64 and ftab (nseg, 64)
-    float: the kernel tables; gravity (3,) m/s²; no_ext (0, nseg, 6): the "no external
-    wrenches" argument of the kernels; generated, unit_blocks, plate_id: caches of codegen.py,
+    float: the kernel tables; gravity (3,) m/s² (zero_gravity: zeros); no_ext (0, nseg, 6) and
+    no_cent (0, 15): the "no external wrenches" and "no centroidal output" arguments of the kernels; generated, unit_blocks, plate_id: caches of codegen.py,
     joints.py and plate_id.py."""
 
     model: Model
@@ -61,6 +61,8 @@ class Data:
     ftab: np.ndarray = field(init=False, repr=False)
     gravity: np.ndarray = field(init=False, repr=False)
     no_ext: np.ndarray = field(init=False, repr=False)
+    no_cent: np.ndarray = field(init=False, repr=False)
+    zero_gravity: np.ndarray = field(init=False, repr=False)
     generated: dict = field(init=False, repr=False, default_factory=dict)
     unit_blocks: list | None = field(init=False, repr=False, default=None)
     plate_id: dict = field(init=False, repr=False, default_factory=dict)
@@ -71,6 +73,8 @@ class Data:
         self.itab, self.ftab = _tables(self.model)
         self.gravity = np.array(self.model.gravity, dtype=float)
         self.no_ext = np.zeros((0, len(self.model.segments), 6))
+        self.no_cent = np.zeros((0, 15))
+        self.zero_gravity = np.zeros(3)
 
 
 _DEFAULT: "weakref.WeakKeyDictionary[Model, Data]" = weakref.WeakKeyDictionary()

@@ -37,11 +37,10 @@ def _signatures() -> dict:
     O2, O3, O4 = _array(2, True), _array(3, True), _array(4, True)
     i64 = types.int64
     return {
-        "tree.rnea": i64(I2, F2, F1, F2, F2, F2, F3, O2),
+        "tree.rnea": i64(I2, F2, F1, F2, F2, F2, F3, O2, O2),
         "tree.crba": i64(I2, F2, F2, O3),
         "tree.aba": i64(I2, F2, F1, F2, F2, F2, F3, O2),
         "tree.kinematics": i64(I2, F2, F2, F2, F2, O4, O3, O3, O3, O3),
-        "tree.centroidal": i64(I2, F2, F2, F2, F2, O2),
         "ground.contact_forces": types.none(i64, F1, i64, F1, F2, F2, F3, F3, _array(1, True, "boolean"),
                                             _array(1, True), _array(1, True), _array(1, True), _array(1, True), O2,
                                             O3, O3, O2, O2, _array(2, True, "boolean"), _array(2, True, "boolean")),
@@ -67,8 +66,8 @@ _ready: dict[str, Callable] = {}
 # From this many samples in one call, crba, aba and the kinematics take the numpy path even when the
 # kernels are enabled: its column kernels (one numpy call per scalar operation whatever N) then beat
 # their compiled per-sample recursion on human15 (measured crossover about 1000 samples for aba;
-# docs/kernels.md). rnea (whose kernel keeps each body in local scalars), the centroidal kernel
-# (com, centroidal_momentum, zmp_model) and the ground stage are faster compiled at every N.
+# docs/kernels.md). rnea (whose kernel keeps each body in local scalars; its centroidal output serves
+# com, centroidal_momentum, zmp_model) and the ground stage are faster compiled at every N.
 NUMPY_BATCH_FROM = 512
 
 

@@ -170,21 +170,6 @@ def placement(itab, ftab, i, qn, RJ, tJ, R, t):
 
 
 @njit(cache=True, inline="always")
-def motion_transform(R, t, i, X):
-    """X (6, 6) = ⁱX_p of segment i (for the 6×6 products of crba and aba)."""
-    t0, t1, t2 = t[i, 0], t[i, 1], t[i, 2]
-    for r in range(3):
-        for c in range(3):
-            X[r, c] = R[i, c, r]
-            X[3 + r, 3 + c] = R[i, c, r]
-            X[3 + r, c] = 0.0
-        # −Rᵀ [t]×, column by column: −Rᵀ (t × e_c)
-        X[r, 3] = R[i, 2, r] * t1 - R[i, 1, r] * t2      # t × e_x = (0, t_z, −t_y)
-        X[r, 4] = R[i, 0, r] * t2 - R[i, 2, r] * t0      # t × e_y = (−t_z, 0, t_x)
-        X[r, 5] = R[i, 1, r] * t0 - R[i, 0, r] * t1      # t × e_z = (t_y, −t_x, 0)
-
-
-@njit(cache=True, inline="always")
 def to_child(R, t, i, m, jp, out, io):
     """out[io] = ⁱX_p m[jp]: a motion of the parent in segment i's frame,
     (Rᵀ (v + ω × t), Rᵀ ω)."""
@@ -285,31 +270,6 @@ def subtract_external(Rw, pw, i, Fext, s, f):
 
 
 @njit(cache=True, inline="always")
-def forward_motion(itab, i, R, t, S, v, a, vJ, cJ, g, vel, acc):
-    """vJ[i] = S v, vel[i] = X vel[p] + vJ, acc[i] = X acc[p] + S a + c_J + vel[i] × vJ[i] (the
-    root's parent acceleration (−g, 0))."""
-    p, iv, nv = itab[i, PARENT], itab[i, IV], itab[i, NV]
-    if p >= 0:
-        to_child(R, t, i, vel, p, vel, i)
-        to_child(R, t, i, acc, p, acc, i)
-    else:
-        gravity_to_child(R, i, g, acc, i)
-        for r in range(6):
-            vel[i, r] = 0.0
-    for r in range(6):
-        x, y = 0.0, cJ[i, r]
-        for k in range(nv):
-            x += S[i, r, k] * v[iv + k]
-            y += S[i, r, k] * a[iv + k]
-        vJ[i, r] = x
-        vel[i, r] += x
-        acc[i, r] += y
-    c = motion_cross(vel, i, vJ, i)
-    for r in range(6):
-        acc[i, r] += c[r]
-
-
-@njit(cache=True, inline="always")
 def joint_rt(jt, ftab, i, q, iq):
     """(RJ row-major (9), tJ (3)) of joint i as one 12-tuple of floats: rnea keeps a body's
     quantities in local scalars (several times faster than through scratch arrays in numba)."""
@@ -337,24 +297,64 @@ def joint_rt(jt, ftab, i, q, iq):
     return (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, ftab[i, AXIS] * d, ftab[i, AXIS + 1] * d, ftab[i, AXIS + 2] * d)
 
 
+@njit(cache=True, inline="always")
+def world_rt(p, i, R, t, Rw, pw):
+    """Rw[i] (9, row-major), pw[i]: body i's axes and origin in the lab from its parent p's (−1:
+    the world) and its placement R[i] (9), t[i]."""
+    for row in range(3):
+        for col in range(3):
+            x = R[i, 3 * row + col]
+            if p >= 0:
+                x = Rw[p, 3 * row] * R[i, col] + Rw[p, 3 * row + 1] * R[i, 3 + col] + Rw[p, 3 * row + 2] * R[i, 6 + col]
+            Rw[i, 3 * row + col] = x
+        pw[i, row] = t[i, row] if p < 0 else (pw[p, row] + Rw[p, 3 * row] * t[i, 0] + Rw[p, 3 * row + 1] * t[i, 1]
+                                              + Rw[p, 3 * row + 2] * t[i, 2])
+
+
+@njit(cache=True, inline="always")
+def lab_sum(Rw, pw, i, l0, l1, l2, n0, n1, n2, tot, row):
+    """tot[row] += the force (l, n) of body i moved to the lab origin: (Rw l, Rw n + pw × Rw l)."""
+    L0 = Rw[i, 0] * l0 + Rw[i, 1] * l1 + Rw[i, 2] * l2
+    L1 = Rw[i, 3] * l0 + Rw[i, 4] * l1 + Rw[i, 5] * l2
+    L2 = Rw[i, 6] * l0 + Rw[i, 7] * l1 + Rw[i, 8] * l2
+    tot[row, 0] += L0
+    tot[row, 1] += L1
+    tot[row, 2] += L2
+    tot[row, 3] += Rw[i, 0] * n0 + Rw[i, 1] * n1 + Rw[i, 2] * n2 + pw[i, 1] * L2 - pw[i, 2] * L1
+    tot[row, 4] += Rw[i, 3] * n0 + Rw[i, 4] * n1 + Rw[i, 5] * n2 + pw[i, 2] * L0 - pw[i, 0] * L2
+    tot[row, 5] += Rw[i, 6] * n0 + Rw[i, 7] * n1 + Rw[i, 8] * n2 + pw[i, 0] * L1 - pw[i, 1] * L0
+
+
 @njit(cache=True)
-def rnea(itab, ftab, g, Q, V, A, Fext, tau):
+def rnea(itab, ftab, g, Q, V, A, Fext, tau, cent):
     """τ (N, nv) = rnea(q, v, a) with external forces Fext (N or 0, nseg, 6): the summed wrench
     on each segment, lab frame, about the lab origin; τ −= J_eᵀ w_e enters as f_i −= w_i in the
     body frame (Pinocchio's form). Per body: (R, t) = placement, v = X v_p + S q̇,
     a = X a_p + S q̈ + c_J + v × v_J, f = Y a + v ×* Y v (Y v = (m (v − c × ω), I_c ω + c × (Y v)_lin));
     backward τ = Sᵀ f, f_p += Xᵀ f. The body's quantities live in local scalars; arrays hold only
-    what the other bodies read (R, t, RJ, v, a, f)."""
+    what the other bodies read (R, t, RJ, v, a, f).
+
+    With cent (N, 15) (else (0, 15)) it also writes per sample the CoM c (3) m, the centroidal
+    momentum h_G = (P, L_G) (6) and its rate ḣ_G (6) (run with g = 0 and a = 0 when only h_G is
+    wanted: the sums over the bodies of Y v and of f = Y a + v ×* Y v moved to the lab origin, then
+    L_G = L_O − c × P); a tau of shape (0, nv) skips the backward pass."""
     n, N = itab.shape[0], Q.shape[0]
     ext = Fext.shape[0] > 0
     qn = np.empty(Q.shape[1])
     R, RJs, t, M = np.empty((n, 9)), np.empty((n, 9)), np.empty((n, 3)), np.empty((n, 18))  # M: v 0:6, a 6:12, f 12:18
     Rw, pw = np.empty((n, 9)), np.empty((n, 3))
+    want_cent, want_tau = cent.shape[0] > 0, tau.shape[0] > 0
+    tot = np.empty((2, 6))
+    mass = 0.0
+    for i in range(n):
+        mass += ftab[i, MASS]
     for s in range(N):
         bad = normalize(itab, Q[s], qn)
         if bad >= 0:
             return s * n + bad
         v, a = V[s], A[s]
+        tot[:, :] = 0.0
+        cc0 = cc1 = cc2 = 0.0
         for i in range(n):
             jt, p, iq, iv = itab[i, TYPE], itab[i, PARENT], itab[i, IQ], itab[i, IV]
             r = joint_rt(jt, ftab, i, qn, iq)
@@ -417,7 +417,7 @@ def rnea(itab, ftab, g, Q, V, A, Fext, tau):
             M[i, 0], M[i, 1], M[i, 2], M[i, 3], M[i, 4], M[i, 5] = v0, v1, v2, w0, w1, w2
             M[i, 6], M[i, 7], M[i, 8], M[i, 9], M[i, 10], M[i, 11] = a0, a1, a2, b0, b1, b2
             m = ftab[i, MASS]
-            f0 = f1 = f2 = n0 = n1 = n2 = 0.0
+            f0 = f1 = f2 = n0 = n1 = n2 = h0 = h1 = h2 = g0 = g1 = g2 = 0.0
             if m > 0.0:
                 c0, c1, c2 = ftab[i, COM], ftab[i, COM + 1], ftab[i, COM + 2]
                 h0, h1, h2 = m * (v0 - (c1 * w2 - c2 * w1)), m * (v1 - (c2 * w0 - c0 * w2)), m * (v2 - (c0 * w1 - c1 * w0))
@@ -433,15 +433,16 @@ def rnea(itab, ftab, g, Q, V, A, Fext, tau):
                 n0 += w1 * g2 - w2 * g1 + v1 * h2 - v2 * h1
                 n1 += w2 * g0 - w0 * g2 + v2 * h0 - v0 * h2
                 n2 += w0 * g1 - w1 * g0 + v0 * h1 - v1 * h0
+            if ext or want_cent:
+                world_rt(p, i, R, t, Rw, pw)
+            if want_cent and m > 0.0:             # CoM, momentum (h, g) and its rate f at the lab origin
+                x0, x1, x2 = ftab[i, COM], ftab[i, COM + 1], ftab[i, COM + 2]
+                cc0 += m * (pw[i, 0] + Rw[i, 0] * x0 + Rw[i, 1] * x1 + Rw[i, 2] * x2)
+                cc1 += m * (pw[i, 1] + Rw[i, 3] * x0 + Rw[i, 4] * x1 + Rw[i, 5] * x2)
+                cc2 += m * (pw[i, 2] + Rw[i, 6] * x0 + Rw[i, 7] * x1 + Rw[i, 8] * x2)
+                lab_sum(Rw, pw, i, h0, h1, h2, g0, g1, g2, tot, 0)
+                lab_sum(Rw, pw, i, f0, f1, f2, n0, n1, n2, tot, 1)
             if ext:                               # f −= the external wrench in the body frame
-                for row in range(3):
-                    for col in range(3):
-                        x = R[i, 3 * row + col]
-                        if p >= 0:
-                            x = Rw[p, 3 * row] * R[i, col] + Rw[p, 3 * row + 1] * R[i, 3 + col] + Rw[p, 3 * row + 2] * R[i, 6 + col]
-                        Rw[i, 3 * row + col] = x
-                    pw[i, row] = t[i, row] if p < 0 else (pw[p, row] + Rw[p, 3 * row] * t0 + Rw[p, 3 * row + 1] * t1
-                                                          + Rw[p, 3 * row + 2] * t2)
                 F0, F1, F2 = Fext[s, i, 0], Fext[s, i, 1], Fext[s, i, 2]
                 m0 = Fext[s, i, 3] - (pw[i, 1] * F2 - pw[i, 2] * F1)
                 m1 = Fext[s, i, 4] - (pw[i, 2] * F0 - pw[i, 0] * F2)
@@ -453,6 +454,18 @@ def rnea(itab, ftab, g, Q, V, A, Fext, tau):
                 n1 -= Rw[i, 1] * m0 + Rw[i, 4] * m1 + Rw[i, 7] * m2
                 n2 -= Rw[i, 2] * m0 + Rw[i, 5] * m1 + Rw[i, 8] * m2
             M[i, 12], M[i, 13], M[i, 14], M[i, 15], M[i, 16], M[i, 17] = f0, f1, f2, n0, n1, n2
+        if want_cent:                             # about the CoM: L_G = L_O − c × P
+            cc0, cc1, cc2 = cc0 / mass, cc1 / mass, cc2 / mass
+            cent[s, 0], cent[s, 1], cent[s, 2] = cc0, cc1, cc2
+            for row in range(2):
+                P0, P1, P2 = tot[row, 0], tot[row, 1], tot[row, 2]
+                o = 3 + 6 * row
+                cent[s, o], cent[s, o + 1], cent[s, o + 2] = P0, P1, P2
+                cent[s, o + 3] = tot[row, 3] - (cc1 * P2 - cc2 * P1)
+                cent[s, o + 4] = tot[row, 4] - (cc2 * P0 - cc0 * P2)
+                cent[s, o + 5] = tot[row, 5] - (cc0 * P1 - cc1 * P0)
+        if not want_tau:
+            continue
         for i in range(n - 1, -1, -1):
             jt, p, iv = itab[i, TYPE], itab[i, PARENT], itab[i, IV]
             f0, f1, f2, n0, n1, n2 = M[i, 12], M[i, 13], M[i, 14], M[i, 15], M[i, 16], M[i, 17]
@@ -483,22 +496,39 @@ def rnea(itab, ftab, g, Q, V, A, Fext, tau):
 
 
 @njit(cache=True, inline="always")
-def transform_inertia(X, Yc, out, p, tmp):
-    """out[p] += Xᵀ Yc X (a child's inertia in its parent's frame; X, Yc (6, 6))."""
-    for r in range(6):
-        for c in range(6):
-            x = 0.0
-            for k in range(6):
-                x += Yc[r, k] * X[k, c]
-            tmp[r, c] = x
-    for r in range(6):
-        for c in range(r, 6):
-            x = 0.0
-            for k in range(6):
-                x += X[k, r] * tmp[k, c]
-            out[p, r, c] += x
-            if c > r:
-                out[p, c, r] += x
+def transform_inertia(R, t, i, Y, out, p, W):
+    """out[p] += ⁱX_pᵀ Y ⁱX_p, a 6×6 inertia Y = [[A, B], [Bᵀ, C]] of segment i in its parent's frame:
+    rotate the blocks (A' = R A Rᵀ, ...), then move the origin by T = [t]×: A'' = A',
+    B'' = B' − A'T, C'' = C' + T B' − B'ᵀ T − T A' T (a third of the products of Xᵀ Y X).
+    W (4, 3, 3): scratch."""
+    for blk in range(3):                          # W[0..2] = R A Rᵀ, R B Rᵀ, R C Rᵀ
+        r0, c0 = (0, 0) if blk == 0 else (0, 3) if blk == 1 else (3, 3)
+        for a in range(3):
+            for b in range(3):
+                W[3, a, b] = R[i, a, 0] * Y[r0, c0 + b] + R[i, a, 1] * Y[r0 + 1, c0 + b] + R[i, a, 2] * Y[r0 + 2, c0 + b]
+        for a in range(3):
+            for b in range(3):
+                W[blk, a, b] = W[3, a, 0] * R[i, b, 0] + W[3, a, 1] * R[i, b, 1] + W[3, a, 2] * R[i, b, 2]
+    t0, t1, t2 = t[i, 0], t[i, 1], t[i, 2]
+    for a in range(3):                            # W[3] = A' T (T e_b = t × e_b)
+        W[3, a, 0] = W[0, a, 1] * t2 - W[0, a, 2] * t1
+        W[3, a, 1] = W[0, a, 2] * t0 - W[0, a, 0] * t2
+        W[3, a, 2] = W[0, a, 0] * t1 - W[0, a, 1] * t0
+    for a in range(3):
+        for b in range(3):
+            out[p, a, b] += W[0, a, b]
+            x = W[1, a, b] - W[3, a, b]
+            out[p, a, 3 + b] += x
+            out[p, 3 + b, a] += x
+    for a in range(3):                            # C'' = C' + T B' − B'ᵀ T − T (A' T)
+        for b in range(3):
+            tb = (t1 * W[1, 2, b] - t2 * W[1, 1, b]) if a == 0 else (t2 * W[1, 0, b] - t0 * W[1, 2, b]) if a == 1 \
+                else (t0 * W[1, 1, b] - t1 * W[1, 0, b])                 # (T B')_ab = (t × B'[:, b])_a
+            bt = (W[1, 1, a] * t2 - W[1, 2, a] * t1) if b == 0 else (W[1, 2, a] * t0 - W[1, 0, a] * t2) if b == 1 \
+                else (W[1, 0, a] * t1 - W[1, 1, a] * t0)                 # (B'ᵀ T)_ab = B'[:, a] · (t × e_b)
+            tat = (t1 * W[3, 2, b] - t2 * W[3, 1, b]) if a == 0 else (t2 * W[3, 0, b] - t0 * W[3, 2, b]) if a == 1 \
+                else (t0 * W[3, 1, b] - t1 * W[3, 0, b])                 # (T A'T)_ab
+            out[p, 3 + a, 3 + b] += W[2, a, b] + tb - bt - tat
 
 
 @njit(cache=True)
@@ -507,7 +537,7 @@ def crba(itab, ftab, Q, M):
     n, N = itab.shape[0], Q.shape[0]
     qn, RJ, tJ = np.empty(Q.shape[1]), np.empty((3, 3)), np.empty(3)
     R, t, S, Yc = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 6, 6)), np.empty((n, 6, 6))
-    X, tmp, F, F2 = np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6))
+    W, F, F2 = np.empty((4, 3, 3)), np.empty((6, 6)), np.empty((6, 6))
     for s in range(N):
         bad = normalize(itab, Q[s], qn)
         if bad >= 0:
@@ -521,8 +551,7 @@ def crba(itab, ftab, Q, M):
         for i in range(n - 1, -1, -1):
             p = itab[i, PARENT]
             if p >= 0:
-                motion_transform(R, t, i, X)
-                transform_inertia(X, Yc[i], Yc, p, tmp)
+                transform_inertia(R, t, i, Yc[i], Yc, p, W)
         for r in range(M.shape[1]):
             for c in range(M.shape[2]):
                 M[s, r, c] = 0.0
@@ -549,16 +578,15 @@ def crba(itab, ftab, Q, M):
                 p = itab[j, PARENT]
                 if p < 0:
                     break
-                motion_transform(R, t, j, X)
-                for r in range(6):
-                    for c in range(nv):
-                        x = 0.0
-                        for k in range(6):
-                            x += X[k, r] * F[k, c]
-                        F2[r, c] = x
-                for r in range(6):
-                    for c in range(nv):
-                        F[r, c] = F2[r, c]
+                for c in range(nv):             # each column of F moved to the parent: (R f, R n + t × R f)
+                    for r in range(3):
+                        F2[r, c] = R[j, r, 0] * F[0, c] + R[j, r, 1] * F[1, c] + R[j, r, 2] * F[2, c]
+                    for r in range(3):
+                        F2[3 + r, c] = R[j, r, 0] * F[3, c] + R[j, r, 1] * F[4, c] + R[j, r, 2] * F[5, c]
+                    F[0, c], F[1, c], F[2, c] = F2[0, c], F2[1, c], F2[2, c]
+                    F[3, c] = F2[3, c] + t[j, 1] * F2[2, c] - t[j, 2] * F2[1, c]
+                    F[4, c] = F2[4, c] + t[j, 2] * F2[0, c] - t[j, 0] * F2[2, c]
+                    F[5, c] = F2[5, c] + t[j, 0] * F2[1, c] - t[j, 1] * F2[0, c]
                 j = p
     return -1
 
@@ -604,7 +632,7 @@ def aba(itab, ftab, g, Q, V, T, Fext, out):
     S, YA, U, Dinv = np.empty((n, 6, 6)), np.empty((n, 6, 6)), np.empty((n, 6, 6)), np.empty((n, 6, 6))
     vel, c, pA, acc, u, vJ, cJ, Yv = (np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)),
                                       np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)))
-    X, Ya, tmp, D, L = np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6))
+    W, Ya, tmp, D, L = np.empty((4, 3, 3)), np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6))
     pa, ap = np.empty((1, 6)), np.empty((n, 6))
     DU, d, ys = np.empty(6), np.empty(6), np.empty(6)
     for s in range(N):
@@ -692,8 +720,7 @@ def aba(itab, ftab, g, Q, V, T, Fext, out):
                 for k in range(6):
                     x += Ya[r, k] * c[i, k]
                 pa[0, r] += x
-            motion_transform(R, t, i, X)
-            transform_inertia(X, Ya, YA, p, tmp)
+            transform_inertia(R, t, i, Ya, YA, p, W)
             force_to_parent(R, t, i, pa, 0, pA, p)
         for i in range(n):                     # pass 3: accelerations
             p, iv, nv = itab[i, PARENT], itab[i, IV], itab[i, NV]
@@ -770,74 +797,4 @@ def kinematics(itab, ftab, Q, V, A, Rw, pw, Slab, Vel, Acc):
                     cr = motion_cross(Vc, 0, Ss, iv + k)
                     for r in range(6):
                         As[i, r] += Ss[iv + k, r] * A[s, iv + k] + cr[r] * V[s, iv + k]
-    return -1
-
-
-@njit(cache=True)
-def centroidal(itab, ftab, Q, V, A, out):
-    """Per sample out[s] (15,): the CoM c (3) m; with V (N, nv) the centroidal momentum
-    h_G = (P, L_G) (6) kg·m/s, kg·m²/s; with A also its rate ḣ_G (6) N, N·m (else (0, nv) and the
-    entries left as they are). Lab axes, moments about the CoM.
-
-    The forward pass of rnea without gravity gives each body's momentum Y_i v_i and its rate
-    Y_i a_i + v_i ×* Y_i v_i in the body frame; moved to the lab origin and summed, then
-    L_G = L_O − c × P (and the same for the rate: ċ × P = 0)."""
-    n, N = itab.shape[0], Q.shape[0]
-    order = 2 if A.shape[0] > 0 else 1 if V.shape[0] > 0 else 0
-    qn, RJ, tJ, g = np.empty(Q.shape[1]), np.empty((3, 3)), np.empty(3), np.zeros(3)
-    R, t, Rw, pw = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 3, 3)), np.empty((n, 3))
-    S = np.empty((n, 6, 6))
-    vel, acc, h, dh, vJ, cJ = (np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)),
-                               np.empty((n, 6)), np.empty((n, 6)))
-    tot = np.empty((2, 6))
-    zero = np.zeros(V.shape[1])
-    mass = 0.0
-    for i in range(n):
-        mass += ftab[i, MASS]
-    for s in range(N):
-        bad = normalize(itab, Q[s], qn)
-        if bad >= 0:
-            return s * n + bad
-        v = V[s] if order >= 1 else zero
-        a = A[s] if order == 2 else zero
-        tot[:, :] = 0.0
-        c0, c1, c2 = 0.0, 0.0, 0.0
-        for i in range(n):
-            jt = itab[i, TYPE]
-            placement(itab, ftab, i, qn, RJ, tJ, R, t)
-            world_placement(itab, i, R, t, Rw, pw)
-            m = ftab[i, MASS]
-            for r in range(3):
-                c = pw[i, r]
-                for k in range(3):
-                    c += Rw[i, r, k] * ftab[i, COM + k]
-                if r == 0:
-                    c0 += m * c
-                elif r == 1:
-                    c1 += m * c
-                else:
-                    c2 += m * c
-            if order == 0:
-                continue
-            subspace(jt, ftab, i, itab[i, NV], RJ, S)
-            joint_bias(jt, S, i, v, itab[i, IV], cJ)
-            forward_motion(itab, i, R, t, S, v, a, vJ, cJ, g, vel, acc)
-            if m == 0.0:
-                continue
-            inertia_times(ftab, i, vel, i, h, i)
-            inertia_times(ftab, i, acc, i, dh, i)
-            b = force_cross(vel, i, h, i)
-            for r in range(6):
-                dh[i, r] += b[r]
-            force_to_parent(Rw, pw, i, h, i, tot, 0)    # to the lab frame about the lab origin, summed
-            force_to_parent(Rw, pw, i, dh, i, tot, 1)
-        c0, c1, c2 = c0 / mass, c1 / mass, c2 / mass
-        out[s, 0], out[s, 1], out[s, 2] = c0, c1, c2
-        for row in range(order):                  # about the CoM: L_G = L_O − c × P
-            P0, P1, P2 = tot[row, 0], tot[row, 1], tot[row, 2]
-            o = 3 + 6 * row
-            out[s, o], out[s, o + 1], out[s, o + 2] = P0, P1, P2
-            out[s, o + 3] = tot[row, 3] - (c1 * P2 - c2 * P1)
-            out[s, o + 4] = tot[row, 4] - (c2 * P0 - c0 * P2)
-            out[s, o + 5] = tot[row, 5] - (c0 * P1 - c1 * P0)
     return -1
