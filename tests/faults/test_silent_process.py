@@ -110,7 +110,7 @@ def test_a_wedged_process_is_stopped_and_restarted_after_its_liveness_timeout(tm
     go = tmp_path / "go"
     proc, ports = start_lab(tmp_path, "wedge", WEDGE, f"""
         args = ["{go}"]
-        liveness_s = 2.0
+        liveness_s = 3.0
     """)
     bus = Bus(ports)
     try:
@@ -118,7 +118,7 @@ def test_a_wedged_process_is_stopped_and_restarted_after_its_liveness_timeout(tm
         bus.until(lambda f: f.stream == "health/wedge", 60, "the first health frame")
         first_pid = bus.health("wedge")[0].meta["pid"]
         bus.until(lambda f: len(bus.health("wedge")) >= 4, 60, "four health frames")
-        assert not bus.events("silent") and not bus.events("crash")
+        assert not bus.events("silent") and not bus.events("crash"), [e.meta for e in bus.events()]
         go.touch()
         bus.until(lambda f: f.stream == "events/supervisor" and f.meta["event"] == "restart", 60, "the restart")
         bus.until(lambda f: f.stream == "health/wedge" and f.meta["pid"] != first_pid, 60,
@@ -126,15 +126,15 @@ def test_a_wedged_process_is_stopped_and_restarted_after_its_liveness_timeout(tm
     finally:
         out, err = stop(proc)
         bus.sub.close()
-    (silent,) = bus.events("silent")
-    (crash,) = bus.events("crash")
-    (restart,) = bus.events("restart")
+    events = [e.meta for e in bus.events()]
+    assert [e["event"] for e in events] == ["silent", "crash", "restart"], (events, err[-3000:])
+    silent, crash, restart = bus.events()
     assert silent.meta["process"] == "wedge" and silent.meta["pid"] == first_pid and not silent.meta["first"]
-    assert silent.meta["liveness_s"] == 2.0 and silent.meta["silent_s"] > 2.0
+    assert silent.meta["liveness_s"] == 3.0 and silent.meta["silent_s"] > 3.0
     # Never early: the wedged instance's last health frame (as this test received it) is at least
     # liveness_s older than the supervisor's decision (t_host: the same monotonic clock, ns).
     last = bus.health("wedge", first_pid)[-1]
-    assert silent.t_host - last.t_host >= 2.0e9
+    assert silent.t_host - last.t_host >= 3.0e9
     # It spins without checking its stop flag: SIGTERM is not enough, SIGKILL after stop_grace_s.
     assert crash.meta["status"] == -signal.SIGKILL and crash.meta["restart_in_s"] == 0.1
     assert restart.meta["pid"] != first_pid and restart.meta["restarts"] == 1
@@ -161,7 +161,9 @@ def test_a_process_that_never_reports_is_stopped_after_startup_s_and_not_restart
     assert silent.meta["first"] and silent.meta["silent_s"] > 2.0
     assert not bus.health("mute")  # it never published one, as the supervisor saw
     (exit_,) = bus.events("exit")
-    assert exit_.meta["status"] == -signal.SIGKILL and not bus.events("restart")
+    # killed: SIGKILL after stop_grace_s, or SIGTERM itself if it came before the runtime's handler
+    # (a loaded machine can take longer than startup_s to start Python and import numpy and zmq)
+    assert exit_.meta["status"] in (-signal.SIGKILL, -signal.SIGTERM) and not bus.events("restart")
     assert "no health frame since its start" in err and "no process left to run" in err
     assert proc.returncode == 1
 
