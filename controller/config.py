@@ -149,7 +149,8 @@ class ForcePlate:
         "C3D plate type: 1 (Fx Fy Fz COPx COPy Tz), 2 (Fx Fy Fz Mx My Mz), 3 (Kistler, 8 channels), "
         "4 (type 2 with a 6x6 calibration matrix)"))
     source: str = field(default="sim", metadata=_doc(
-        "``sim`` for the simulated plate, else the amplifier's pyserial URL or device path"))
+        "``sim`` for the simulated plate, ``lsl:NAME`` for the LSL stream NAME (``daq.lsl``), else the "
+        "amplifier's pyserial URL or device path (``daq.devices.forceboard``)"))
     rate_hz: float = field(default=1000.0, metadata=_doc("sampling rate in Hz", gt=0.0))
     block: int = field(default=5, metadata=_doc("samples per frame on the bus", min=1))
     origin: tuple[float, ...] = field(default=(0.0, 0.0, 0.0), metadata=_doc(

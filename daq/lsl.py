@@ -25,6 +25,11 @@ source id; its chunks become frames of ``lsl/NAME`` (or the device's ``stream``)
 - a regular stream (nominal rate > 0) is published one pulled chunk per frame; an irregular one,
   one sample per frame (rate 0).
 
+A ``kind = "forceplate"`` device whose ``source`` is ``lsl:NAME`` is served from the LSL stream
+named NAME: its channels (as many as the plate type has, in its order) become ``forceplate/NAME``
+(kind ``force``, N and N·m), and the dynamics service turns them into wrenches with the plate's
+calibration like any other plate's.
+
 A stream of type ``MoCap`` (case-insensitive) becomes a walklab marker stream (``markers/NAME``,
 kind ``markers``, channels ``LABEL:x, LABEL:y, LABEL:z`` in m, NaN preserved): its channels are
 grouped by label ``LABEL_X``/``LABEL_Y``/``LABEL_Z`` (or ``:``, ``.``, space before the axis, or
@@ -58,6 +63,8 @@ log = logging.getLogger("walklab.lsl")
 LENGTH_UNITS = {"mm": 1e-3, "millimeter": 1e-3, "millimeters": 1e-3, "cm": 1e-2, "centimeters": 1e-2,
                 "m": 1.0, "meter": 1.0, "meters": 1.0, "": 1.0}
 _AXIS = re.compile(r"^(?P<label>.+?)[_:. ](?P<axis>[XYZxyz])$")
+#: A force plate device whose ``source`` starts with this is served from the LSL stream of that name.
+PLATE_PREFIX = "lsl:"
 #: How often the inlets' clock offsets are refreshed [s] (LSL updates its estimate every ~5 s).
 OFFSET_REFRESH_S = 5.0
 
@@ -185,7 +192,11 @@ class Inlet:
     """One ``kind = "lsl"`` device: resolves its LSL stream, pulls chunks, makes walklab frames."""
 
     def __init__(self, device: Any, clock: Any = time.monotonic_ns):
-        if not (device.lsl_name or device.lsl_type or device.source_id):
+        # a force plate whose source is "lsl:NAME": its raw channels come from the LSL stream NAME
+        self.plate = device if device.kind == "forceplate" else None
+        if self.plate is not None and not device.source.startswith(PLATE_PREFIX):
+            raise ValueError(f"[devices.{device.name}]: a force plate served by daq.lsl needs source = \"lsl:NAME\"")
+        if self.plate is None and not (device.lsl_name or device.lsl_type or device.source_id):
             raise ValueError(f"[devices.{device.name}]: an lsl device needs lsl_name, lsl_type or source_id")
         self.device = device
         self.clock = clock
@@ -203,6 +214,8 @@ class Inlet:
 
     def predicate(self) -> str:
         d = self.device
+        if self.plate is not None:
+            return f"name='{d.source[len(PLATE_PREFIX):]}'"
         parts = [f"{k}='{v}'" for k, v in (("name", d.lsl_name), ("type", d.lsl_type), ("source_id", d.source_id)) if v]
         return " and ".join(parts)
 
@@ -216,9 +229,19 @@ class Inlet:
         self.inlet = pylsl.StreamInlet(found[0], max_buflen=60, recover=True)
         info = self.inlet.info(timeout=5.0)
         chans = describe_channels(info)
-        mocap = info.type().lower() == "mocap"
+        mocap = info.type().lower() == "mocap" and self.plate is None
         self.rate = float(info.nominal_srate())
-        if mocap:
+        if self.plate is not None:
+            if len(chans) != len(self.plate.channels):
+                raise ValueError(f"[devices.{self.plate.name}]: LSL stream {info.name()!r} has {len(chans)} channels, "
+                                 f"a type-{self.plate.type} plate {len(self.plate.channels)}")
+            from daq.devices.forceboard import units_of
+
+            self.layout = None
+            self.channels, self.kind = tuple(self.plate.channels), "force"
+            self.units = units_of(self.channels)
+            self.rate = self.rate or float(self.plate.rate_hz)
+        elif mocap:
             self.layout = marker_layout(chans, info.name())
             used = set(self.layout.index.ravel().tolist())
             if len(used) < len(chans):
@@ -234,7 +257,8 @@ class Inlet:
         if self.signature is not None and signature != self.signature:
             self.epoch += 1  # the sender came back with other channels: a new epoch, announced in meta
         self.signature = signature
-        self.stream = self.device.stream or (f"markers/{self.device.name}" if mocap else f"lsl/{self.device.name}")
+        self.stream = (self.plate.stream_name if self.plate is not None else self.device.stream
+                       or (f"markers/{self.device.name}" if mocap else f"lsl/{self.device.name}"))
         self.inlet.open_stream(timeout=5.0)
         self.offset_s = self.inlet.time_correction(timeout=5.0)
         self.next_offset = self.clock() + round(OFFSET_REFRESH_S * 1e9)
@@ -286,9 +310,11 @@ def run(ctx: ProcessContext, args: Sequence[str]) -> int:
         import pylsl  # noqa: F401  (the optional extra)
     except ImportError:
         raise OSError("the LSL bridge needs pylsl: pip install 'walklab[lsl]'") from None
-    inlets = [Inlet(d, ctx.clock) for d in ctx.devices.values() if d.kind == "lsl"]
+    inlets = [Inlet(d, ctx.clock) for d in ctx.devices.values()
+              if d.kind == "lsl" or (d.kind == "forceplate" and d.source.startswith(PLATE_PREFIX))]
     if not inlets and not opts.out:
-        raise ValueError(f"process {ctx.name!r}: nothing to bridge (no [devices] of kind \"lsl\", no --out)")
+        raise ValueError(f"process {ctx.name!r}: nothing to bridge (no [devices] of kind \"lsl\", no force plate "
+                         "with source = \"lsl:NAME\", no --out)")
     offset = clock_offset_s()
     if abs(offset) > 1e-3:
         raise OSError(f"LSL's clock differs from the host monotonic clock by {offset:.6f} s on this machine: "

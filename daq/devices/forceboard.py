@@ -146,7 +146,8 @@ def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     p.add_argument("--baud", type=int, default=1_000_000)
     p.add_argument("--retry-s", type=float, default=0.5)
     opts = p.parse_args(list(args))
-    plates = [d for d in ctx.devices.values() if d.kind == "forceplate" and d.source != "sim"]
+    plates = [d for d in ctx.devices.values()
+              if d.kind == "forceplate" and d.source != "sim" and not d.source.startswith("lsl:")]
     if not plates:
         raise ValueError(f"process {ctx.name!r}: no force plate with a serial source in its devices")
     source = Boards([ForceBoard(ctx, d, opts.baud) for d in plates])

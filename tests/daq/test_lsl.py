@@ -165,3 +165,37 @@ def test_lsl_mocap_stream_in_as_walklab_markers(tmp_path):
             assert np.array_equal(np.isnan(got), np.isnan(want))  # gaps stay gaps
             np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-15)
     assert any(np.isnan(f.data).any() for f in frames)
+
+
+def test_force_plate_from_an_lsl_stream(tmp_path):
+    """A force plate whose source is lsl:NAME: its raw channels arrive as forceplate/NAME (kind force)."""
+    info = pylsl.StreamInfo("amti-lsl", "Force", 6, 1000.0, pylsl.cf_double64, "amti-lsl-1")
+    outlet = pylsl.StreamOutlet(info)
+    cfg = lab(tmp_path, [], devices='[devices.FP5]\nkind = "forceplate"\nsource = "lsl:amti-lsl"\n'
+              'corners = [[0.6, 0.4, 0.0], [0.0, 0.4, 0.0], [0.0, 0.8, 0.0], [0.6, 0.8, 0.0]]\n',
+              device_names='"FP5"')
+    bridge = start_bridge(cfg)
+    watcher = Subscriber(load(cfg).process("bridge").endpoint, ["forceplate/FP5"])
+    rng = np.random.default_rng(6)
+    pushed, frames = {}, []
+    try:
+        deadline = time.monotonic() + 90
+        while sum(f.samples for f in frames) < 500 and time.monotonic() < deadline:
+            chunk = rng.normal(size=(5, 6)) * [10, 10, 700, 30, 30, 5]
+            ts = pylsl.local_clock() - 0.004 + np.arange(5) * 0.001
+            outlet.push_chunk(chunk, ts.tolist())
+            for row, t in zip(chunk, ts):
+                pushed[round(t * 1e9)] = row
+            f = watcher.recv(timeout_s=0.005)
+            while f is not None:
+                frames.append(f)
+                f = watcher.recv(timeout_s=0)
+    finally:
+        err = stop(bridge)
+        watcher.close()
+    assert sum(f.samples for f in frames) >= 500, err
+    for f in frames:
+        assert f.kind == "force" and f.channels == ("Fx", "Fy", "Fz", "Mx", "My", "Mz")
+        assert f.units == ("N", "N", "N", "N*m", "N*m", "N*m")
+        for i, t in enumerate(f.extra["lsl_time"]):
+            np.testing.assert_array_equal(f.data[i], pushed[round(t * 1e9)])
