@@ -336,7 +336,9 @@ def _compiled(model: Model, st, tau_free: np.ndarray, plates: Sequence[PlateLoad
     tau_bu, tau_td, below, indet = np.empty((n, nv)), np.empty((n, nv)), b((n, nv)), b((n, nv))
     res, acc_k, acc_p, c, w_foot = np.empty((n, 6)), np.empty((n, 3)), np.empty((n, 3)), np.empty((n, 3)), np.empty((n, n_f, 6))
     kernels.kernel("ground.plate_id")(
-        st.rotation, st.position, st.S, np.ascontiguousarray(tau_free), model.masses, np.ascontiguousarray(model.coms),
+        # the tree arrays may come from the numpy path (large batches): make them the kernel's layout
+        np.ascontiguousarray(st.rotation), np.ascontiguousarray(st.position), np.ascontiguousarray(st.S),
+        np.ascontiguousarray(tau_free), model.masses, np.ascontiguousarray(model.coms),
         ws.point_segment.astype(np.int64), np.ascontiguousarray(ws.point_local), ws.point_foot.astype(np.int64),
         ws.below_weight, np.ascontiguousarray(np.stack([pl.force for pl in plates], axis=1), dtype=float),
         np.ascontiguousarray(np.stack([pl.moment for pl in plates], axis=1), dtype=float),

@@ -241,13 +241,18 @@ def test_contact_wrench_and_zmp_of_wrench_equal_on_both_paths(d):
     assert np.all(out[True][0][:, 2] == 0)                 # the foot without contacts
 
 
+@pytest.mark.parametrize("tree_numpy", [False, True], ids=["tree compiled", "tree numpy (large batch)"])
 @pytest.mark.parametrize("edge_tol", [0.0, 0.03])
-def test_plate_inverse_dynamics_equal_on_both_paths(edge_tol):
+def test_plate_inverse_dynamics_equal_on_both_paths(edge_tol, tree_numpy, monkeypatch):
     """Plates under one foot, under both feet (shared: the nearest-COP rule), an empty loaded plate
     (unassigned), plates touching so a foot straddles, the outline grown by edge_tol (points in the
     band take the exact-distance branch), some samples unloaded: every PlateID field is the same on
-    the compiled and the numpy path."""
+    the compiled and the numpy path, also when the tree algorithms take the numpy path (a batch of
+    NUMPY_BATCH_FROM samples or more) before the compiled plate stage."""
     from dynamics.plate_id import PlateLoad, plate_inverse_dynamics
+
+    if tree_numpy:
+        monkeypatch.setattr(kernels, "NUMPY_BATCH_FROM", 1)
 
     model = dynamics.load_model("human15")
     rng = np.random.default_rng(21)
