@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import msgpack
 import numpy as np
 
-from daq.frames import DTYPES, Frame, FrameError
+from daq.frames import DTYPES, Frame, FrameError, _wire_array
 
 if TYPE_CHECKING:
     from daq.context import ProcessContext
@@ -115,13 +115,10 @@ _PREFIXES: dict[tuple, bytes] = {}
 
 
 def _buffer_entry(name: str, arr: np.ndarray) -> dict[str, Any]:
-    a = np.ascontiguousarray(arr)
-    if a.dtype.byteorder == ">":
-        a = a.astype(a.dtype.newbyteorder("<"))
-    code = a.dtype.str
-    if code not in DTYPES:
-        raise FrameError(f"buffer {name!r}: dtype {code!r} is not one of {sorted(DTYPES)}")
-    return {"name": name, "dtype": code, "shape": list(a.shape), "data": a.tobytes()}
+    # the bus's own conversion (little-endian, C order, allowed dtypes; FrameError otherwise), and
+    # the array's memory packed as bin without an intermediate copy
+    a, code = _wire_array(name, arr)
+    return {"name": name, "dtype": code, "shape": list(a.shape), "data": a.data.cast("B") if a.size else b""}
 
 
 _UNPACK = {"raw": False, "strict_map_key": True, "max_ext_len": 0}
