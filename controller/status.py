@@ -171,11 +171,11 @@ class Monitor:
         w.x = float(d[-1, ch["x"]])
         w.s = d[-1, [ch["s_L"], ch["s_R"]]].copy()
         power = d[:, ch["power_L"]] + d[:, ch["power_R"]]
-        for k in range(d.shape[0]):  # one left-shaft revolution at a time
-            w.work += power[k] / f.rate_hz
+        for k in range(d.shape[0]):  # one left-shaft revolution at a time: [start, start + 2π)
             if d[k, ch["s_L"]] - w.cycle_start >= 2 * math.pi:
                 w.cycles.append(w.work)
                 w.work, w.cycle_start = 0.0, float(d[k, ch["s_L"]])
+            w.work += power[k] / f.rate_hz
 
     # -- figures -----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ offsets taken while the walker stood off them, carry the walker's weight when it
 from __future__ import annotations
 
 import re
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -173,3 +174,54 @@ def test_live_lab_templates_are_valid(name):
             mcu = [lab.devices[n] for n in p.devices if lab.devices[n].kind == "mcu"][0]
             assert tuple(mcu.motors) == load_robot(parse_args(p.name, p.args).robot).actuators
             assert mcu.port.startswith("/dev/")
+
+
+def test_live_status_renders_what_the_bus_says(tmp_path, robot):
+    # The status table (a terminal) and the plain line (a log) from real frames on a real socket: a
+    # process's health, the world's truth (1 m walked over two left-shaft revolutions of 2 J each), a
+    # control-loop safety event and an operator request.
+    import io
+    import math
+
+    from rich.console import Console
+
+    from controller.status import Monitor
+    from daq.bus import Publisher
+
+    lab = load(private_lab(tmp_path, robot))
+    world = next(p for p in lab.processes if p.name == "world")
+    mon = Monitor(lab)
+    pub = Publisher(world.bind)
+    try:
+        assert pub.wait_for_subscribers(1, 30.0)
+        t = np.arange(400) / 100.0                    # 4 s at 100 Hz
+        s = np.pi * t                                  # two revolutions of each shaft
+        power = np.full(400, 1.0)                      # 1 W on each shaft: 2 J per revolution (2 s)
+        data = np.column_stack([-1.0 + 0.25 * t, np.full(400, 0.6), np.zeros(400), np.full(400, 0.25), s, s,
+                                np.full(400, np.pi), np.full(400, np.pi), power / np.pi, power / np.pi, power, power])
+        for k in range(0, 400, 10):
+            pub.publish("sim/walker", data[k:k + 10], kind="sim", rate_hz=100.0,
+                        channels=["x", "z", "pitch", "vx", "s_L", "s_R", "omega_L", "omega_R", "tau_L", "tau_R",
+                                  "power_L", "power_R"], units=["m"] * 12, meta={"advance_per_cycle_m": 0.5})
+        for cause in ("request", "stale"):
+            pub.publish("controller/events", np.array([[0.0]]), kind="event", rate_hz=0.0, channels=["latched"],
+                        units=["1"], meta={"cause": cause, "detail": f"{cause} detail"})
+        pub.publish("health/world", np.array([[200.0, 0.0]]), kind="health", rate_hz=1.0,
+                    channels=["forceplate/FP1:sent_per_s", "forceplate/FP1:sent"], units=["1/s", "1"],
+                    meta={"process": "world", "pid": 1, "uptime_s": 1.0, "state": "running"})
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline and not (mon.walker.cycles and mon.safety and "world" in mon.state):
+            mon.poll(0.1)
+    finally:
+        pub.close()
+        mon.close()
+    assert mon.distance() == pytest.approx(0.9975)          # x from -1.0 to -1.0 + 0.25 * 3.99
+    assert mon.expected_distance() == pytest.approx(3.99 / 2 * 0.5)
+    assert mon.walker.cycles[0] == pytest.approx(2 * 2.0)  # both shafts, 2 s (200 samples) at 1 W each
+    out = Console(file=io.StringIO(), force_terminal=True, width=120, record=True)
+    out.print(mon.table(4.0, 20.0))
+    text = out.export_text()
+    for words in ("forceplate/FP1", "200", "1.00 m (no-slip 1.00 m)", "4.00 J", "safety events: 1", "request"):
+        assert words in text, text
+    assert "distance 1.00 m" in mon.line(4.0) and "1 safety event(s)" in mon.line(4.0)
+    assert not math.isnan(mon.distance())
