@@ -24,7 +24,8 @@ the plates likewise; the chassis velocity is the least-squares slope of the mark
 the shaft acceleration that of consecutive encoder velocities). So the service buffers exactly as
 long as its slowest input needs — each input's lag (receipt minus lab time of its newest sample)
 is in the health frame (``lag/STREAM``), with the time the encoder samples waited (``align``).
-A sample that has waited ``--max-wait-s`` is computed with the lagging inputs held at their last
+A sample that has waited ``--max-wait-s`` (host time), or while an input holds more than `KEEP_S`
+of samples (a replay as fast as it goes), is computed with the lagging inputs held at their last
 value (``STREAM:held_samples``; flagged ``stale`` in the torques); a sample no value exists for
 (an input never seen, a chassis not seen yet) is published as NaN; a marker sample without a pose
 (no corner visible) is skipped (``STREAM:pose_missing``).
@@ -72,8 +73,9 @@ TORQUE_UNITS = ("N*m",) * 4 + ("rad/s",) * 2 + ("W",) * 2 + ("1",)
 ZMP_CHANNELS, ZMP_UNITS = ("ZMPx", "ZMPy", "margin", "support", "valid"), ("m", "m", "m", "1", "1")
 ENERGY_CHANNELS, ENERGY_UNITS = ("net", "positive", "absolute", "period"), ("J", "J", "J", "s")
 CHASSIS = ("chassis_FL", "chassis_FR", "chassis_BL", "chassis_BR")
-#: Most samples an input keeps while waiting (a bound, whatever the other inputs do) [s].
-KEEP_S = 2.0
+#: Most samples an input keeps while waiting [s]: more makes the waiting samples computed (held). It
+#: exceeds the plate service's start-up zeroing record (2 s), so a replay as fast as it goes waits for it.
+KEEP_S = 4.0
 MAX_BATCH = 64
 
 
@@ -113,30 +115,37 @@ class _Input:
             t, v = t[keep], v[keep]
             if not t.size:
                 return
-        self.t = np.concatenate([self.t, t])[-self.keep:]
-        self.v = np.concatenate([self.v, v])[-self.keep:]
-        self.recv = np.concatenate([self.recv, np.full(t.size, recv, dtype=np.int64)])[-self.keep:]
+        self.t = np.concatenate([self.t, t])
+        self.v = np.concatenate([self.v, v])
+        self.recv = np.concatenate([self.recv, np.full(t.size, recv, dtype=np.int64)])
+
+    @property
+    def full(self) -> bool:
+        """More than `KEEP_S` of samples waiting: the samples that need them are computed now."""
+        return self.t.size > self.keep
 
     @property
     def newest(self) -> int | None:
         return int(self.t[-1]) if self.t.size else None
 
-    def at(self, t: np.ndarray) -> tuple[np.ndarray, int]:
-        """Values (N, width) at lab times t (N,) ns (NaN when empty) and the receipt [ns] of the newest
-        sample used."""
+    def at(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """Values (N, width) at lab times t (N,) ns (NaN when empty), whether each was known — bracketed by
+        samples held, not a held last value — and the receipt [ns] of the newest sample used."""
         if not self.t.size:
-            return np.full((t.size, self.width), np.nan), 0
+            return np.full((t.size, self.width), np.nan), np.zeros(t.size, dtype=bool), 0
         base = self.t[0]
         x, xp = (t - base).astype(float), (self.t - base).astype(float)
         out = np.empty((t.size, self.width))
         for j in range(self.width):
             out[:, j] = np.interp(x, xp, self.v[:, j])
+        out[t < self.t[0]] = np.nan        # before what is kept: unknown, never the first value
         k = min(int(np.searchsorted(self.t, t[-1], side="left")), self.t.size - 1)
-        return out, int(self.recv[k])
+        return out, (t >= self.t[0]) & (t <= self.t[-1]), int(self.recv[k])
 
     def trim(self, before: int) -> None:
-        """Forget samples older than the last one at or before `before` (still needed to interpolate)."""
-        k = int(np.searchsorted(self.t, before, side="right")) - 1
+        """Forget samples older than the last one at or before `before` (still needed to interpolate),
+        and beyond the newest `KEEP_S` (an input far ahead of the encoders)."""
+        k = max(int(np.searchsorted(self.t, before, side="right")) - 1, self.t.size - self.keep)
         if k > 0:
             self.t, self.v, self.recv = self.t[k:], self.v[k:], self.recv[k:]
 
@@ -311,16 +320,17 @@ class WalkerService:
         ready = 0
         while ready < len(self.pending) and self.pending[ready] <= cover:
             ready += 1
-        stale = False
         if ready < len(self.pending):
-            # the oldest waiting sample's receipt: past max_wait, compute with the laggards held
+            # the oldest waiting sample's receipt: past max_wait (or an input's buffer full), compute with
+            # the laggards held
             k = int(np.searchsorted(ref.t, self.pending[ready], side="left"))
-            if k < ref.t.size and now - int(ref.recv[k]) > self.settings.max_wait_s * 1e9:
+            if (k < ref.t.size and now - int(ref.recv[k]) > self.settings.max_wait_s * 1e9) or \
+                    any(i.full for i in self.inputs.values()):
                 for i in others:
                     behind = sum(1 for t in self.pending if i.newest is None or t > i.newest)
                     if behind:
                         self.count(f"{i.stream}:held_samples", behind)
-                ready, stale = len(self.pending), True
+                ready = len(self.pending)
         if not ready:
             return
         t_all = np.array(self.pending[:ready], dtype=np.int64)
@@ -331,20 +341,21 @@ class WalkerService:
         cuts = [0] + [j for j in range(1, ready) if abs(t_all[j] - t_all[j - 1] - period) > period / 2] + [ready]
         for a, b in zip(cuts[:-1], cuts[1:]):
             for c in range(a, b, MAX_BATCH):
-                self._run(t_all[c:min(b, c + MAX_BATCH)], stamps[c:min(b, c + MAX_BATCH)], stale)
+                self._run(t_all[c:min(b, c + MAX_BATCH)], stamps[c:min(b, c + MAX_BATCH)])
         self.done = int(t_all[-1])
         for i in self.inputs.values():
             i.trim(self.done)
 
-    def _run(self, t: np.ndarray, stamps: list[tuple[int, int | None]], stale: bool) -> None:
+    def _run(self, t: np.ndarray, stamps: list[tuple[int, int | None]]) -> None:
         n = t.size
-        (enc_l, r0), (enc_r, r1) = self.enc[0].at(t), self.enc[1].at(t)
-        chassis, r2 = self.markers.at(t)
-        recv = [r0, r1, r2]
+        (enc_l, k0, r0), (enc_r, k1, r1) = self.enc[0].at(t), self.enc[1].at(t)
+        chassis, k2, r2 = self.markers.at(t)
+        recv, known = [r0, r1, r2], k0 & k1 & k2
         wrench = np.full((n, len(self.plates), 6), np.nan)
         for k, p in enumerate(self.plates):
-            wrench[:, k], r = p.at(t)
+            wrench[:, k], kp, r = p.at(t)
             recv.append(r)
+            known &= kp
         q = np.column_stack([chassis[:, 0], chassis[:, 1], chassis[:, 2], enc_l[:, 0], enc_r[:, 0]])
         u = np.column_stack([chassis[:, 3], chassis[:, 4], chassis[:, 5], enc_l[:, 1], enc_r[:, 1]])
         sdd = np.column_stack([enc_l[:, 2], enc_r[:, 2]])
@@ -361,7 +372,7 @@ class WalkerService:
             zmp[ok] = np.column_stack([r.zmp[:, :2], r.margin, r.support, r.zmp_valid])
             feet[ok] = np.stack([r.foot[..., 0], r.foot[..., 2], r.force[..., 0], r.force[..., 2], r.measured],
                                 axis=-1)
-        torques[:, 8] = float(stale)
+        torques[:, 8] = ~known      # an input held past its newest sample, or no longer held: stale
         th0, td0 = stamps[0]
         common = dict(rate_hz=self.ref_rate, t=int(t[0]), t_host=th0, t_device=td0)
         latency = (self.clock() - max(recv)) * 1e-9

@@ -20,6 +20,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     add_options(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--shadow", action="store_true",
+                        help="re-analyse: replay the session's input streams into its lab's dynamics processes "
+                             "(started here on free ports) and record what they compute (--out)")
+    parser.add_argument("--out", metavar="FILE.mcap", help="--shadow: the output session (default FILE.shadow.mcap)")
+    parser.add_argument("--config", metavar="LAB", help="--shadow: the lab config (default: the one recorded in FILE)")
     parser.set_defaults(func=replay_handler)
 
 
@@ -32,6 +37,10 @@ def replay_handler(args: argparse.Namespace) -> int:
 
     if args.wait_subscribers < 0:
         raise ValueError("--wait-subscribers must be >= 0")
+    if args.shadow:
+        return shadow_handler(args)
+    if args.out or args.config:
+        raise ValueError("--out and --config go with --shadow")
     total = None if (args.stream or args.start is not None or args.end is not None) else \
         sum(s.messages for s in scan(args.file))
     source = frames(args.file, args.stream, args.start, args.end)
@@ -53,9 +62,40 @@ def replay_handler(args: argparse.Namespace) -> int:
                 pass
         with Progress(TextColumn("replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       disable=args.quiet) as bar:
-            task = bar.add_task("replay", total=total)
+            task = bar.add_task("replay", total=None)
             n = replay(source, pub, speed=None if args.fast else args.speed, should_stop=lambda: stop["flag"],
                        progress=lambda k, f: bar.update(task, completed=k))
             bar.update(task, completed=n)
     print(f"{n} frames published")
+    return 0
+
+
+def shadow_handler(args: argparse.Namespace) -> int:
+    """``--shadow``: `controller.shadow.run_shadow` with a progress bar and a summary."""
+    from pathlib import Path
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from controller.shadow import run_shadow
+
+    if args.stream or args.start is not None or args.end is not None:
+        raise ValueError("--shadow replays every input stream of the whole session (no --stream/--start/--end)")
+    if args.speed <= 0:
+        raise ValueError(f"--speed must be > 0, got {args.speed}")
+    src = Path(args.file)
+    out = Path(args.out) if args.out else src.with_name(src.stem + ".shadow.mcap")
+    if out.resolve() == src.resolve():
+        raise ValueError(f"--out {out}: that is the session being replayed")
+    stop = {"flag": False}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.__setitem__("flag", True))
+    with Progress(TextColumn("shadow replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  disable=args.quiet) as bar:
+        task = bar.add_task("replay", total=None)
+        res = run_shadow(src, out, config=args.config, speed=None if args.fast else args.speed,
+                         should_stop=lambda: stop["flag"], progress=lambda k: bar.update(task, completed=k))
+        bar.update(task, completed=res.replayed)
+    print(f"{res.replayed} input frames replayed; recomputed: "
+          + ", ".join(f"{s} {n}" for s, n in sorted(res.recorded.items())))
+    print(f"output: {res.output.resolve()}")
     return 0
