@@ -111,7 +111,7 @@ def test_walklab_run_walks_the_world_records_it_and_summarises(tmp_path, robot):
     total = None
     for name in ("FP1", "FP2"):
         dev = lab.devices[name]
-        plate = Plate(type=dev.type, corners=dev.corners, origin=dev.origin, name=name)
+        plate = Plate(type=dev.type, corners=dev.corners, origin=dev.origin, cal_matrix=dev.cal_matrix, name=name)
         t_p, raw = samples(f[f"forceplate/{name}"])
         sig = process(plate, raw, offset=raw[:1000].mean(axis=0))
         fz = np.interp(t_sim, t_p, sig.force[:, 2])
