@@ -321,13 +321,13 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
         raise ValueError(f"--duration {duration}: expected a positive number of seconds")
     console = Console()
     ensure_libraries(lab)
+    op = _operator(lab) if script else None  # before anything starts: a lab without a loop is one line
     log = Path(record).with_suffix(".log") if record else Path(tempfile.mkstemp(prefix="walklab-run-", suffix=".log")[1])
     recorder = start_beside(lab, record) if record else None
     logf = open(log, "w")
     sup = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(lab.source), "--supervise-only"], stdout=logf,
                            stderr=subprocess.STDOUT)
     mon = Monitor(lab)
-    op = _operator(lab) if script else None
     status, t_up, pending = 0, None, list(script)
 
     def on_term(*_: Any) -> None:

@@ -7,6 +7,7 @@ offsets taken while the walker stood off them, carry the walker's weight when it
 from __future__ import annotations
 
 import re
+import socket
 import time
 import subprocess
 import sys
@@ -156,6 +157,27 @@ def test_script_errors_are_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "controller.cli", "run", "--duration", "-3"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith("walklab run: error: --duration")
+    # a script for a lab without a control loop: refused before any process starts (none left bound)
+    text = configs.path("sim_plates.toml").read_text()
+    ports = sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text)))
+    free = free_tcp_ports(len(ports))
+    for old, new in zip(ports, free):
+        text = text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+    plates = tmp_path / "plates.toml"
+    plates.write_text(text)
+    out = subprocess.run([sys.executable, "-m", "controller.cli", "run", str(plates), "--script",
+                          str(configs.path("walk_script.toml")), "--duration", "1"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("walklab run: error: ")
+    assert "controller.loop" in out.stderr
+    import psutil
+
+    left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(plates) in " ".join(p.info["cmdline"] or [])]
+    assert not left  # no supervisor was started (it would outlive the refusal)
+    for port in free:  # nothing bound
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", port))
 
 
 @pytest.mark.parametrize("name", ["lab-jansen.toml", "lab-forceplates.toml"])
