@@ -21,7 +21,6 @@ ENV = "WALKLAB_JIT"
 _enabled = os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-
 def _array(ndim: int, out: bool = False, dtype: str = "float64"):
     """C-contiguous array type; inputs are typed read-only, which writable arrays also match."""
     from numba import types
@@ -53,7 +52,7 @@ def _signatures() -> dict:
             _array(2, True, "boolean"), O2, O2, _array(2, True, "boolean"), _array(2, True, "boolean"), O2, O2, O2,
             O2, O3),
         "ground.support_margin": i64(F3, _array(2, dtype="boolean"), F2, types.float64, _array(1, True),
-                                            _array(1, True, "int64")),
+                                     _array(1, True, "int64")),
         "world.jansen_contact": types.none(i64, F1, i64, F1, F3, _array(1, dtype="int64"), F1, F1, F1, F1, F1, F1,
                                            O2, O2, O2, _array(1, True), O3, _array(1, True)),
     }
