@@ -322,12 +322,13 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
     console = Console()
     ensure_libraries(lab)
     op = _operator(lab) if script else None  # before anything starts: a lab without a loop is one line
-    log = Path(record).with_suffix(".log") if record else Path(tempfile.mkstemp(prefix="walklab-run-", suffix=".log")[1])
-    recorder = start_beside(lab, record) if record else None
-    logf = open(log, "w")
-    sup = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(lab.source), "--supervise-only"], stdout=logf,
-                           stderr=subprocess.STDOUT)
     mon = Monitor(lab)
+    log = Path(record).with_suffix(".log") if record else Path(tempfile.mkstemp(prefix="walklab-run-", suffix=".log")[1])
+    logf = open(log, "w")
+    recorder = start_beside(lab, record) if record else None
+    # nothing that can fail between here and the try: the finally stops both
+    sup = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(lab.source), "--supervise-only"],
+                           stdout=logf, stderr=subprocess.STDOUT)
     status, t_up, pending = 0, None, list(script)
 
     def on_term(*_: Any) -> None:
