@@ -1,0 +1,219 @@
+"""Joint coordinates of a tree model (the 15-segment human) from a full-body marker set.
+
+Positions are (N, 3) m per marker in the lab frame (z up), NaN where not seen; time first.
+
+Pipeline (docs/analysis.md, "The 15-segment human"):
+
+1. Each segment of the marker set is fitted by the Söderkvist/Kabsch rigid fit
+   (``markers.rigid_fit``) of its markers' positions in the segment frame, x_lab = R x_seg + t.
+   A segment with fewer than 3 markers (thigh, upper arm) adds its proximal joint centre, placed
+   by its fitted parent, as a third point (reference position: the segment origin).
+2. Joint coordinates: the root (free flyer) q = (t, quaternion (x, y, z, w) of R) of its fitted
+   frame; a chain of revolute joints between two fitted segments (through massless links with no
+   offsets) from the relative rotation R_rel = R_parentᵀ R_child = Π_k Rot(s_k e_{i_k}, q_k):
+   three axes → the intrinsic Euler angles of the axis sequence (i_1, i_2, i_3), q_k = s_k θ_k;
+   one axis a → q = atan2(a · w, (tr R_rel − aᵀ R_rel a)/2), w = vee(R_rel − R_relᵀ)/2 (the
+   rotation about a nearest R_rel).
+3. Velocities and accelerations (``joint_rates``): revolute v = q̇, a = q̈ by central differences
+   (``smoothing.differentiate``) of the unwrapped angles; the free flyer as the model defines it,
+   v = (Rᵀ ṫ, vee(Rᵀ Ṙ)) in the base frame, a = v̇.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+from scipy.spatial.transform import Rotation
+
+from .markers import MarkerError, rigid_fit
+from .model import Model
+from .smoothing import differentiate
+
+
+@dataclass(frozen=True)
+class MarkerSet:
+    """A marker set of a tree model: segment name → {marker name → (3,) m in the segment frame},
+    for a model whose thigh (``shank_l`` joint offset) is ``reference_thigh`` m long."""
+
+    name: str
+    model: str
+    segments: Mapping[str, Mapping[str, np.ndarray]]
+    reference_thigh: float = 0.4222
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Every marker name, each once, in file order."""
+        return tuple(dict.fromkeys(m for seg in self.segments.values() for m in seg))
+
+
+def marker_set_from_dict(d: Mapping) -> MarkerSet:
+    """MarkerSet of a parsed configs/markersets/*.toml table; MarkerError naming a bad entry."""
+    if d.get("kind") != "markerset" or not isinstance(d.get("segment"), Mapping):
+        raise MarkerError("a marker set needs kind = \"markerset\" and [segment.NAME] tables")
+    segs = {}
+    for seg, table in d["segment"].items():
+        segs[seg] = {}
+        for label, xyz in table.items():
+            p = np.asarray(xyz, float)
+            if p.shape != (3,) or not np.all(np.isfinite(p)):
+                raise MarkerError(f"marker set {d.get('name', '?')!r}: {seg}.{label} must be 3 numbers (m), got {xyz!r}")
+            segs[seg][label] = p
+    return MarkerSet(str(d.get("name", "")), str(d.get("model", "")), segs, float(d.get("reference_thigh", 0.4222)))
+
+
+def scale(mset: MarkerSet, model: Model) -> float:
+    """Position scale for `model`: its thigh length (the knee offset ``shank_l``) / reference_thigh."""
+    try:
+        return float(np.linalg.norm(model.segment("shank_l").joint.translation)) / mset.reference_thigh
+    except KeyError:
+        return 1.0
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The joint coordinates between a fitted segment and its nearest fitted ancestor `parent`:
+    q_index (k,) of the revolute coordinates (proximal first), axes (k, 3) in the joint frames;
+    centre (3,) m: the joint centre in the parent frame."""
+
+    segment: str
+    parent: str
+    q_index: np.ndarray
+    axes: np.ndarray
+    centre: np.ndarray
+
+
+def chains(model: Model, mset: MarkerSet) -> list[Chain]:
+    """The chains of the marker set's non-root segments, parents before children; MarkerError if
+    a segment's parent is not in the set or a chain is not 1 or 3 revolute joints through
+    massless, offset-free, unrotated links."""
+    out = []
+    for seg in model.segments:
+        if seg.name not in mset.segments or seg.parent is None:
+            continue
+        path, s = [], seg
+        while s.parent is not None and (not path or s.name not in mset.segments):
+            path.append(s)
+            s = model.segment(s.parent)
+        if s.name not in mset.segments:
+            raise MarkerError(f"segment {seg.name!r}: its proximal segment {s.name!r} is not in the marker set")
+        path.reverse()
+        if any(p.joint.type != "revolute" or not np.allclose(p.joint.rotation, np.eye(3)) for p in path) or \
+                any(np.any(p.joint.translation) for p in path[1:]) or len(path) not in (1, 3):
+            raise MarkerError(f"segment {seg.name!r}: the joints from {s.name!r} are not 1 or 3 plain revolute joints")
+        out.append(Chain(seg.name, s.name, np.array([model.idx_q[model.index[p.name]] for p in path]),
+                         np.array([p.joint.axis for p in path]), np.array(path[0].joint.translation)))
+    return out
+
+
+@dataclass(frozen=True)
+class SegmentFits:
+    """Fitted segment frames, N frames: rotation (N, 3, 3), translation (N, 3) m (x_lab = R x + t)
+    and residual (N,) m (RMS marker distance) per segment name; NaN where not fitted."""
+
+    rotation: dict[str, np.ndarray]
+    translation: dict[str, np.ndarray]
+    residual: dict[str, np.ndarray]
+
+
+def missing_markers(mset: MarkerSet, markers: Mapping[str, np.ndarray]) -> dict[str, list[str]]:
+    """segment → its markers never seen (absent or all NaN) in `markers` (label → (N, 3) m)."""
+    out = {}
+    for seg, table in mset.segments.items():
+        gone = [m for m in table if m not in markers or not np.isfinite(markers[m]).any()]
+        if gone:
+            out[seg] = gone
+    return out
+
+
+def fit_segments(model: Model, mset: MarkerSet, markers: Mapping[str, np.ndarray]) -> SegmentFits:
+    """Rigid fit of every segment of the marker set (module doc step 1), root first; a marker
+    absent from `markers` counts as never seen. markers: label → (N, 3) m lab."""
+    n = len(next(iter(markers.values())))
+    s = scale(mset, model)
+    by_child = {c.segment: c for c in chains(model, mset)}
+    rot, tr, res = {}, {}, {}
+    nan = np.full((n, 3), np.nan)
+    for seg in (x.name for x in model.segments if x.name in mset.segments):
+        table = mset.segments[seg]
+        ref = [s * p for p in table.values()]
+        obs = [np.asarray(markers.get(m, nan), float) for m in table]
+        c = by_child.get(seg)
+        if len(ref) < 3 and c is not None:  # the proximal joint centre, placed by the fitted parent
+            ref.append(np.zeros(3))
+            obs.append(np.einsum("nij,j->ni", rot[c.parent], s * c.centre) + tr[c.parent])
+        if len(ref) < 3:
+            raise MarkerError(f"segment {seg!r}: {len(ref)} points, a rigid fit needs 3")
+        fit = rigid_fit(np.array(ref), np.stack(obs, axis=1))
+        rot[seg], tr[seg], res[seg] = fit.rotation, fit.translation, fit.residual
+    return SegmentFits(rot, tr, res)
+
+
+def _unwrap(x: np.ndarray) -> np.ndarray:
+    """np.unwrap over the finite samples of x (N,) (a gap does not break continuity)."""
+    out = x.copy()
+    ok = np.isfinite(x)
+    out[ok] = np.unwrap(x[ok])
+    return out
+
+
+def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits) -> np.ndarray:
+    """q (N, nq) from the fitted frames (module doc step 2), angles unwrapped over time; NaN for the
+    coordinates of segments not in the set or not fitted in a frame. The root must be a free flyer."""
+    root = model.segments[0]
+    if root.joint.type != "free_flyer" or root.name not in mset.segments or np.any(root.joint.translation) \
+            or not np.allclose(root.joint.rotation, np.eye(3)):
+        raise MarkerError(f"model {model.name!r}: the root {root.name!r} must be a free flyer at the lab origin "
+                          "in the marker set")
+    R0 = fits.rotation[root.name]
+    n = len(R0)
+    q = np.full((n, model.nq), np.nan)
+    ok = np.flatnonzero(np.all(np.isfinite(R0), axis=(1, 2)))
+    if len(ok):
+        quat = Rotation.from_matrix(R0[ok]).as_quat()  # (x, y, z, w), the model's layout
+        # one hemisphere over time: a quaternion's sign is arbitrary, its derivative is not
+        flips = np.concatenate(([0], np.cumsum(np.einsum("ij,ij->i", quat[1:], quat[:-1]) < 0)))
+        q[ok, 3:7] = np.where((flips % 2 == 1)[:, None], -quat, quat)
+    q[:, :3] = fits.translation[root.name]
+    for c in chains(model, mset):
+        Rp, Rc = fits.rotation[c.parent], fits.rotation[c.segment]
+        good = np.all(np.isfinite(Rp), axis=(1, 2)) & np.all(np.isfinite(Rc), axis=(1, 2))
+        rel = np.einsum("nji,njk->nik", Rp[good], Rc[good])
+        ang = np.full((n, len(c.q_index)), np.nan)
+        if len(c.q_index) == 3:
+            idx = np.argmax(np.abs(c.axes), axis=1)
+            sign = np.sign(c.axes[np.arange(3), idx])
+            if good.any():
+                ang[good] = Rotation.from_matrix(rel).as_euler("".join("XYZ"[i] for i in idx)) * sign
+        else:
+            a = c.axes[0]
+            w = 0.5 * np.stack([rel[:, 2, 1] - rel[:, 1, 2], rel[:, 0, 2] - rel[:, 2, 0], rel[:, 1, 0] - rel[:, 0, 1]], 1)
+            cos = 0.5 * (np.trace(rel, axis1=1, axis2=2) - np.einsum("i,nij,j->n", a, rel, a))
+            ang[good, 0] = np.arctan2(w @ a, cos)
+        for k, iq in enumerate(c.q_index):
+            q[:, iq] = _unwrap(ang[:, k])
+    return q
+
+
+def joint_rates(model: Model, q: np.ndarray, fs: float) -> tuple[np.ndarray, np.ndarray]:
+    """(v, a) (N, nv) of q (N, nq) sampled at fs Hz (module doc step 3); NaN propagates to the
+    neighbours of a NaN sample."""
+    q = np.asarray(q, float)
+    n = len(q)
+    v = np.full((n, model.nv), np.nan)
+    for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
+        t = seg.joint.type
+        if t == "revolute":
+            v[:, iv] = differentiate(q[:, iq], fs)
+        elif t == "free_flyer":
+            R = np.full((n, 3, 3), np.nan)
+            ok = np.all(np.isfinite(q[:, iq + 3:iq + 7]), axis=1)
+            R[ok] = Rotation.from_quat(q[ok, iq + 3:iq + 7]).as_matrix()
+            dR = differentiate(R, fs)
+            W = np.einsum("nji,njk->nik", R, dR)  # Rᵀ Ṙ = [ω_body]×
+            v[:, iv:iv + 3] = np.einsum("nji,nj->ni", R, differentiate(q[:, iq:iq + 3], fs))
+            v[:, iv + 3:iv + 6] = 0.5 * np.stack([W[:, 2, 1] - W[:, 1, 2], W[:, 0, 2] - W[:, 2, 0],
+                                                  W[:, 1, 0] - W[:, 0, 1]], axis=1)
+        else:
+            raise MarkerError(f"joint_rates: joint type {t!r} of segment {seg.name!r} is not supported")
+    return v, differentiate(v, fs)
