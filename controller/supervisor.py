@@ -93,8 +93,9 @@ def _describe_status(status: int) -> str:
 class Supervisor:
     """Starts, watches and stops the processes of `lab`.
 
-    `events` receives ``(event, fields)`` for every exit/restart/give-up (the run command publishes
-    them on the bus); `now` is the clock (``time.monotonic``), injectable for tests.
+    `events` receives ``(event, fields, at)`` for every exit, crash, restart, give-up, failure and
+    silence (the run command publishes them on the bus); `now` is the clock (``time.monotonic``),
+    injectable for tests; `stderr` is where the children's stderr lines are relayed.
     """
 
     def __init__(self, lab: Lab, *, events: EventSink | None = None,
@@ -113,11 +114,11 @@ class Supervisor:
         for child in self.children:
             self._spawn(child)
 
-    def heard(self, process: Any, pid: Any, at: float | None = None) -> None:
-        """A health frame of `process` (name) from `pid` arrived at `at` (default now)."""
+    def heard(self, process: Any, pid: Any) -> None:
+        """A health frame of `process` (name) from `pid` arrived now (its meta's fields, unchecked)."""
         for child in self.children:
             if child.spec.name == process and child.state == "running" and child.popen.pid == pid:
-                child.heard = self._now() if at is None else at
+                child.heard = self._now()
 
     def poll(self) -> None:
         """Reap exited children, stop silent ones, apply restart policies and start the restarts
@@ -131,9 +132,7 @@ class Supervisor:
             elif child.state == "running" and self._silent_for(child, now) is not None:
                 self._on_silence(child, now)
             elif child.state == "silent" and now >= child.kill_at:
-                log.warning("%s (pid %d) ignored SIGTERM for %.1f s: SIGKILL", child.spec.name, child.popen.pid,
-                            self.lab.supervisor.stop_grace_s)
-                _signal_group(child.popen.pid, signal.SIGKILL)
+                self._kill(child)
                 child.kill_at = float("inf")
             if child.state == "backoff" and now >= child.next_start:
                 child.restarts += 1
@@ -153,9 +152,7 @@ class Supervisor:
             time.sleep(0.01)
         for c in live:
             if c.popen.poll() is None:
-                log.warning("%s (pid %d) ignored SIGTERM for %.1f s: SIGKILL", c.spec.name, c.popen.pid,
-                            self.lab.supervisor.stop_grace_s)
-                _signal_group(c.popen.pid, signal.SIGKILL)
+                self._kill(c)
         for c in live:
             c.popen.wait()
             c.last_status = c.popen.returncode
@@ -195,6 +192,11 @@ class Supervisor:
         """The argv of process `spec` (see `controller.proc`)."""
         return [sys.executable, "-m", "controller.proc", "--config", str(self.lab.source.resolve()),
                 "--name", spec.name, *spec.args]
+
+    def _kill(self, child: Child) -> None:
+        log.warning("%s (pid %d) ignored SIGTERM for %.1f s: SIGKILL", child.spec.name, child.popen.pid,
+                    self.lab.supervisor.stop_grace_s)
+        _signal_group(child.popen.pid, signal.SIGKILL)
 
     def _spawn(self, child: Child) -> None:
         env = dict(os.environ, **{SUPERVISOR_PID_ENV: str(os.getpid())})
