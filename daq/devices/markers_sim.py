@@ -31,6 +31,24 @@ if TYPE_CHECKING:
     from daq.context import ProcessContext
 
 
+def occlusions(rng: np.random.Generator, occluded_until: np.ndarray, frames, p: float, rate_hz: float) -> np.ndarray:
+    """Which markers are hidden at each of the marker frame numbers `frames` (n of them): (n, M) bool.
+
+    At every frame each visible marker starts an occlusion with probability `p`, lasting 50-300 ms
+    (frames at `rate_hz`); `occluded_until` (M,) holds each marker's first visible frame again and is
+    updated in place (a stream carries it from block to block)."""
+    m = occluded_until.size
+    lo, hi = round(0.05 * rate_hz), round(0.3 * rate_hz)
+    frames = list(frames)
+    hidden = np.empty((len(frames), m), dtype=bool)
+    for i, k in enumerate(frames):
+        start = rng.random(m) < p
+        length = rng.integers(lo, hi + 1, size=m)
+        occluded_until[:] = np.where(start & (occluded_until <= k), k + length, occluded_until)
+        hidden[i] = occluded_until > k
+    return hidden
+
+
 class ModelMarkers:
     """Marker positions (N, M, 3) m of a model under the synthetic motion (module docstring)."""
 
@@ -101,14 +119,9 @@ class SimulatedMarkers:
         t = (k0 + np.arange(n)) / self.rate
         pos = self.model.positions(t) + self.rng.normal(scale=self.opts.noise_mm * 1e-3, size=(n, m, 3))
         res = np.full((n, m), self.opts.noise_mm * 1e-3)
-        for i in range(n):
-            start = self.rng.random(m) < self.opts.dropout
-            length = self.rng.integers(round(0.05 * self.rate), round(0.3 * self.rate) + 1, size=m)
-            k = k0 + i
-            self.occluded_until = np.where(start & (self.occluded_until <= k), k + length, self.occluded_until)
-            hidden = self.occluded_until > k
-            pos[i, hidden] = np.nan
-            res[i, hidden] = np.nan
+        hidden = occlusions(self.rng, self.occluded_until, range(k0, k0 + n), self.opts.dropout, self.rate)
+        pos[hidden] = np.nan
+        res[hidden] = np.nan
         return pos, res
 
     def read(self, timeout_s: float) -> Sequence[Block]:

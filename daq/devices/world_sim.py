@@ -19,7 +19,7 @@ clock, exact to the sample (the MCU thread paces its ticks from that instant; as
 - ``markers/walker`` (``--marker-stream``) at ``--marker-rate-hz`` (200): four chassis corners and one
   marker per foot (`jansen_world.marker_positions`), lab frame, m, noise ``--marker-noise-mm`` and
   occlusions of 50–300 ms started with probability ``--dropout`` per marker and frame (NaN, residual
-  NaN) — the layout of `daq.devices.markers_sim`;
+  NaN; `daq.devices.markers_sim.occlusions`) — the layout of `daq.devices.markers_sim`;
 - ``encoder/<motor>`` per motor (channels angle, velocity, current as `daq.encoder` publishes them):
   the shaft angle quantised to the MCU's ``--cpr`` counts, its rate, the armature current;
 - ``sim/walker`` at 100 Hz: the world's truth — chassis x, height, pitch, forward speed, shaft angles
@@ -248,17 +248,15 @@ class WorldSource:
 
     def _markers(self, pos: np.ndarray, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Noise and occlusions (module doc) on true positions (n, M, 3) at marker frame numbers (n,)."""
+        from daq.devices.markers_sim import occlusions
+
         n, m, _ = pos.shape
         sigma = self.opts.marker_noise_mm * 1e-3
         pos = pos + self.rng.normal(scale=sigma, size=pos.shape)
         res = np.full((n, m), sigma)
-        lo, hi = round(0.05 * self.opts.marker_rate_hz), round(0.3 * self.opts.marker_rate_hz)
-        for i, f in enumerate(frames):
-            start = (self.rng.random(m) < self.opts.dropout) & (self.occluded_until <= f)
-            self.occluded_until = np.where(start, f + self.rng.integers(lo, hi + 1, size=m), self.occluded_until)
-            hidden = self.occluded_until > f
-            pos[i, hidden] = np.nan
-            res[i, hidden] = np.nan
+        hidden = occlusions(self.rng, self.occluded_until, frames.tolist(), self.opts.dropout, self.opts.marker_rate_hz)
+        pos[hidden] = np.nan
+        res[hidden] = np.nan
         return pos, res
 
     def close(self) -> None:
