@@ -52,6 +52,7 @@ import resource
 import shlex
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,12 +286,36 @@ def _write_fully(fd: int, data: bytes | bytearray) -> None:
 
 class _Sink:
     """The file-like object the MCAP writer writes to: bytes are held in memory and reach the file
-    only in `commit` (after a whole chunk), so the file always ends on a record boundary we know."""
+    only in `commit` (after a whole chunk), so the file always ends on a record boundary we know.
 
-    def __init__(self, fd: int):
+    A committed chunk is in the kernel at once (a killed process loses nothing written); with
+    ``fsync`` a background thread then makes it durable (a power cut), so a slow disk never holds up
+    the receiving loop — the bus queue would fill meanwhile, and a kill would lose what waits there.
+    An fsync failure is raised by the next `commit`.
+    """
+
+    def __init__(self, fd: int, fsync: bool):
         self.fd = fd
         self.committed = 0
         self.buf = bytearray()
+        self._wanted = threading.Event()
+        self._closing = False
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._syncer, name="recorder-fsync", daemon=True) if fsync else None
+        if self._thread is not None:
+            self._thread.start()
+
+    def _syncer(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            if self._closing:
+                return
+            try:
+                os.fsync(self.fd)
+            except OSError as exc:
+                self._error = exc
+                return
 
     def write(self, b: bytes) -> int:
         self.buf += b
@@ -302,12 +327,24 @@ class _Sink:
     def flush(self) -> None:
         """The MCAP writer's flush: nothing (commit decides when bytes reach the file)."""
 
-    def commit(self, fsync: bool) -> None:
+    def commit(self) -> None:
+        if self._error is not None:
+            raise self._error
         _write_fully(self.fd, self.buf)
-        if fsync:
-            os.fsync(self.fd)
         self.committed += len(self.buf)
         self.buf = bytearray()
+        if self._thread is not None:
+            self._wanted.set()
+
+    def close(self, final_fsync: bool) -> None:
+        """Stop the fsync thread (before the descriptor is closed); fsync once more if asked."""
+        if self._thread is not None:
+            self._closing = True
+            self._wanted.set()
+            self._thread.join()
+            self._thread = None
+            if final_fsync:
+                os.fsync(self.fd)
 
 
 @dataclass
@@ -429,7 +466,7 @@ class SessionWriter:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
         except OSError as exc:
             raise RecordingError(f"{path}: cannot create the session file: {exc.strerror}") from None
-        self._fd, self._sink, self._part = fd, _Sink(fd), part
+        self._fd, self._sink, self._part = fd, _Sink(fd, self.settings.fsync), part
         self._part_start = time.monotonic_ns()
         self._channels = {}
         self._summary_estimate = 0
@@ -460,17 +497,18 @@ class SessionWriter:
         return cid
 
     def _commit(self) -> None:
-        """Close the open chunk and write it (and anything before it) to the file; fsync."""
+        """Close the open chunk and write it (and anything before it) to the file (fsync follows)."""
         self._writer.flush()
         n = len(self._sink.buf)
-        self._sink.commit(self.settings.fsync)
+        self._sink.commit()
         self._largest_commit = max(self._largest_commit, n)
         self._summary_estimate += 200 + 16 * len(self._channels)  # its chunk index entry
         self._chunk_due = None
 
     def _end_part(self) -> None:
         self._writer.finish()
-        self._sink.commit(self.settings.fsync)
+        self._sink.commit()
+        self._sink.close(final_fsync=True)
         os.close(self._fd)
         self._fd = -1
 
@@ -552,6 +590,7 @@ class SessionWriter:
         good = self._sink.committed
         ended = False
         try:
+            self._sink.close(final_fsync=False)
             os.ftruncate(self._fd, good)
             os.lseek(self._fd, good, os.SEEK_SET)
             now = time.monotonic_ns()
