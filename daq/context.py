@@ -94,8 +94,8 @@ class ProcessContext:
     subscribe: SubscriberFactory
     clock: Callable[[], int] = time.monotonic_ns
     stop: threading.Event = field(default_factory=threading.Event)
-    _signalled: bool = field(default=False, repr=False)
-    _subscribers: list[Subscriber] = field(default_factory=list, repr=False)
+    _signalled: bool = field(default=False, init=False, repr=False)
+    _subscribers: list[Subscriber] = field(default_factory=list, init=False, repr=False)
 
     # -- stopping ---------------------------------------------------------------------------
 
