@@ -294,3 +294,10 @@ def test_plate_inverse_dynamics_equal_on_both_paths(edge_tol, tree_numpy, monkey
         np.testing.assert_array_equal(getattr(jit.assignment, name), getattr(ref.assignment, name), err_msg=name)
     asg = ref.assignment
     assert asg.shared.any() and asg.unassigned.any() and asg.straddling.any()
+
+
+def test_walklab_model_compile_on_the_numpy_path_says_there_is_nothing_to_compile():
+    r = _walklab_model("compile", env=dict(os.environ, WALKLAB_JIT="0"))
+    assert r.returncode == 2, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("walklab model: error: ") and "WALKLAB_JIT=0" in lines[0], r.stderr
