@@ -33,7 +33,7 @@ import numpy as np
 
 from daq.formats import c3d
 from daq.formats import opensim as osim
-from dynamics import cgm, forceplate as fp, gait_events as ge, markers as mk, smoothing as sm
+from dynamics import cgm, forceplate as fp, gait_events as ge, human15_markers as h15, markers as mk, smoothing as sm
 from dynamics.model import G
 from dynamics.plate_id import assign_plates, plate_load
 from dynamics.support import stability_margin, support_polygon
@@ -57,7 +57,8 @@ class TrialError(ValueError):
 
 @dataclass(frozen=True)
 class Options:
-    """model: "cgm" (the only marker model implemented; others are reported as not computed);
+    """model: "cgm" or a model with a shipped marker set (configs/markersets/MODEL.toml: "human15");
+    others are reported as not computed;
     mass: kg overriding the file's; cutoff: Hz of the marker low-pass (0: none); figures: write
     PNGs and the HTML report; identify: search the marker cutoff and the leg segment masses that
     minimise the pelvis residual (``identify_cgm``) and report them; filter: "butterworth" (zero
@@ -225,8 +226,9 @@ SPLINE_MAX_FRAMES = 6000  # GCV per coordinate is linear but slow (scipy's make_
 USED_MARKERS = frozenset(cgm.REQUIRED_MARKERS + ("SACR", "LPSI", "RPSI", "LHEE", "RHEE"))
 
 
-def _prepare_markers(m: c3d.Markers, cutoff: float, notes: list[str], kind: str = "butterworth") -> dict[str, np.ndarray]:
-    pig = {k: v for k, v in _pig_markers(m).items() if k in USED_MARKERS}
+def _prepare_markers(m: c3d.Markers, cutoff: float, notes: list[str], kind: str = "butterworth",
+                     used: frozenset[str] = USED_MARKERS) -> dict[str, np.ndarray]:
+    pig = {k: v for k, v in _pig_markers(m).items() if k in used}
     labels = list(pig)
     if not labels:
         return {}
@@ -497,6 +499,128 @@ def _plausibility(angles: dict[str, np.ndarray], notes: list[str]) -> None:
                              "expects; angles and moments are reported but should not be trusted")
 
 
+# human15 joint (chain's distal segment) → output name; the sagittal (X) moment of the leg joints
+# is turned to PiG's sign (extensor / plantarflexor positive), the rest stay the model's coordinates
+H15_OUTPUTS = {"thigh_l": "LHip", "shank_l": "LKnee", "foot_l": "LAnkle", "thigh_r": "RHip", "shank_r": "RKnee",
+               "foot_r": "RAnkle", "thorax": "Spine", "head": "Neck", "upper_arm_l": "LShoulder",
+               "forearm_l": "LElbow", "hand_l": "LWrist", "upper_arm_r": "RShoulder", "forearm_r": "RElbow",
+               "hand_r": "RWrist"}
+H15_PIG_SIGN = ("Hip", "Knee", "Ankle")
+
+
+def _marker_set(model: str) -> h15.MarkerSet | None:
+    """The shipped marker set configs/markersets/MODEL.toml, or None."""
+    import tomllib
+
+    import configs
+
+    try:
+        return h15.marker_set_from_dict(tomllib.loads(configs.path(f"markersets/{model}.toml").read_text()))
+    except FileNotFoundError:
+        return None
+
+
+def _h15_model(data: TrialData, options: Options, notes: list[str]):
+    """human15 scaled to the subject (dynamics.anthropometry) from the mass and PROCESSING:Height
+    (mm; 1.741 m when unknown); the shipped 73 kg, 1.741 m model without a mass (said so)."""
+    from dynamics.anthropometry import human15_table
+    from dynamics.loader import load_model, model_from_dict
+
+    mass = options.mass if options.mass is not None else data.processing.get("Bodymass")
+    height = dict(options.subject).get("Height", data.processing.get("Height"))
+    height = float(height) / 1000 if height else None
+    if mass and not (height and 1.2 <= height <= 2.3):
+        notes.append("human15: no usable body height (PROCESSING:Height or --subject Height=MM): 1.741 m assumed")
+        height = 1.741
+    if mass:
+        notes.append(f"human15 scaled to {float(mass):g} kg and {height:.3f} m (de Leva 1996, dynamics.anthropometry)")
+        return model_from_dict(human15_table(float(mass), height), "human15")
+    notes.append("human15: no body mass: the shipped 73 kg, 1.741 m model is used for the angles; no kinetics")
+    return load_model("human15")
+
+
+def _tree_model(data: TrialData, res: TrialResult, options: Options, mset: h15.MarkerSet,
+                pig: dict[str, np.ndarray], time: np.ndarray) -> None:
+    """The 15-segment human from its marker set (dynamics.human15_markers): joint angles of every
+    joint whose two segments are fitted; with a mass and plates, bottom-up and top-down moments and
+    the root residual (docs/analysis.md)."""
+    try:
+        model = _h15_model(data, options, res.notes) if options.model == "human15" else None
+        if model is None:
+            from dynamics.loader import load_model
+            model = load_model(options.model)
+        for seg, gone in h15.missing_markers(mset, pig).items():
+            res.notes.append(f"{options.model} segment {seg}: markers {', '.join(gone)} never seen; its joints are NaN")
+        fits = h15.fit_segments(model, mset, pig)
+        q = h15.joint_coordinates(model, mset, fits)
+    except (ValueError, KeyError) as e:
+        res.notes.append(f"no {options.model} kinematics: {e}")
+        return
+    if not np.isfinite(q[:, :7]).any():
+        res.notes.append(f"no {options.model} kinematics: the root segment {model.segments[0].name} is never fitted")
+        return
+    rate = data.markers.rate
+    v, a = h15.joint_rates(model, q, rate)
+    chains = [c for c in h15.chains(model, mset) if c.segment in H15_OUTPUTS and np.isfinite(q[:, c.q_index]).any()]
+    n = len(time)
+    for c in chains:
+        ang = np.full((n, 3), np.nan)
+        ang[:, :len(c.q_index)] = np.degrees(q[:, c.q_index])
+        res.series[H15_OUTPUTS[c.segment] + "Angles"] = ang
+    for side, seg in (("L", "_l"), ("R", "_r")):
+        for key, s in (("HJC", "thigh"), ("KJC", "shank"), ("AJC", "foot")):
+            if s + seg in fits.translation:
+                res.centres[side + key] = fits.translation[s + seg]
+        if side + "TOE" in pig:
+            res.centres[side + "TOE"] = pig[side + "TOE"]
+    mass = model.total_mass
+    res.mass = mass
+    res.subject_source = f"none (the {options.model} model's segment parameters)"
+    if not data.plates or (options.mass is None and not data.processing.get("Bodymass")):
+        res.notes.append(f"no {options.model} kinetics: " + ("no force plates (per-foot GRF files are not used "
+                         "by this model yet)" if not data.plates else "no body mass"))
+        return
+    loads = []
+    for p in data.plates:
+        idx = _at_frames(data.analog_rate, data.t0, len(p.force), time)
+        loads.append(plate_load(p.plate, fp.PlateSignals(p.force[idx], p.moment[idx], p.cop[idx], p.free_moment[idx],
+                                                         p.valid[idx], p.saturated[idx])))
+    feet = ("foot_l", "foot_r")
+    swing = np.column_stack([_swing(res, s, time) for s in "LR"]) if res.events is not None else None
+    kin = h15.marker_inverse_dynamics(model, q, v, a, loads, feet, swing)
+    for c in chains:
+        name = H15_OUTPUTS[c.segment]
+        k = len(c.v_index)
+        for label, tau in (("Moment", kin.tau_bottom_up), ("MomentTopDown", kin.tau_top_down)):
+            m = np.full((n, 3), np.nan)
+            m[:, :k] = tau[:, c.v_index] / mass
+            if name.endswith(H15_PIG_SIGN):
+                m[:, 0] *= -1
+            res.series[name + label] = m
+        power = np.zeros((n, 3))
+        power[:, 2] = np.sum(kin.tau_bottom_up[:, c.v_index] * v[:, c.v_index], axis=1) / mass  # W/kg
+        res.series[name + "Power"] = power
+    res.series["PelvisResidualForce"] = kin.residual_force / mass
+    res.series["PelvisResidualMoment"] = kin.residual_moment / mass
+    ok = np.all(np.isfinite(kin.residual_force), axis=1)
+    if ok.sum() > 10:
+        res.metrics["pelvis_residual_rms_pct_bw"] = float(
+            100 * np.sqrt(np.mean(np.sum(kin.residual_force[ok] ** 2, axis=1))) / (mass * G))
+        res.metrics["pelvis_residual_frames"] = float(ok.sum())
+        both = np.isfinite(kin.tau_bottom_up) & np.isfinite(kin.tau_top_down) & kin.plate_below & ~kin.indeterminate
+        both[:, :6] = False
+        if both.any():  # bottom-up − top-down = −Sᵀ r: the residual seen at the joints
+            d = (kin.tau_bottom_up - kin.tau_top_down)[both]
+            res.metrics["bottom_up_top_down_rms_N_m_per_kg"] = float(np.sqrt(np.mean(d**2)) / mass)
+    else:
+        res.notes.append(f"{options.model}: no top-down moments or root residual: every segment's markers and both "
+                         "feet's loads are never known at once")
+    for f, side in enumerate("LR"):
+        if not kin.foot_known[:, f].all():
+            res.notes.append(f"{side} leg moments NaN on {int((~kin.foot_known[:, f]).sum())} of {n} frames (the foot "
+                             "in stance off the plates, on a shared plate, or its state unknown)")
+
+
 def identify_cgm(data: TrialData, res: TrialResult, subject: cgm.CGMSubject, options: Options) -> dict[str, float]:
     """Identification in the order of methods.md h.3 on a CGM trial with plates: the marker cutoff
     (2–15 Hz), then the femur, tibia and foot mass fractions within ±5 % (the head-arms-trunk
@@ -558,7 +682,9 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
     n = len(data.markers.positions)
     time = data.t0 + np.arange(n) / data.markers.rate
     res = TrialResult(name=data.name, time=time, notes=list(data.notes))
-    pig = _prepare_markers(data.markers, options.cutoff, res.notes, options.filter)
+    mset = _marker_set(options.model) if options.model != "cgm" else None
+    pig = _prepare_markers(data.markers, options.cutoff, res.notes, options.filter,
+                           USED_MARKERS | set(mset.labels) if mset is not None else USED_MARKERS)
     stage("markers")
     asg, plate_side = _plate_side(data, pig, time)
     for k, p in enumerate(data.plates):
@@ -580,9 +706,12 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
         res.notes.append("no force plates in the file: no kinetics, no ZMP, no plate events")
     _events(data, res, pig, plate_side)
     stage("events")
-    if options.model != "cgm":
-        res.notes.append(f"marker model {options.model!r}: only the CGM (Plug-in Gait lower body) is "
-                         "implemented for marker analysis; no joint angles")
+    if mset is not None:
+        _tree_model(data, res, options, mset, pig, time)
+        stage("kinematics+kinetics")
+    elif options.model != "cgm":
+        res.notes.append(f"marker model {options.model!r}: no marker set configs/markersets/{options.model}.toml "
+                         "(the CGM and human15 are implemented); no joint angles")
     else:
         try:
             sides = _cgm_sides(pig, res.notes)

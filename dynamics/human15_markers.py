@@ -17,6 +17,12 @@ Pipeline (docs/analysis.md, "The 15-segment human"):
 3. Velocities and accelerations (``joint_rates``): revolute v = q̇, a = q̈ by central differences
    (``smoothing.differentiate``) of the unwrapped angles; the free flyer as the model defines it,
    v = (Rᵀ ṫ, vee(Rᵀ Ṙ)) in the base frame, a = v̇.
+4. Inverse dynamics with the measured plates (``marker_inverse_dynamics``): ``plate_id`` bottom-up
+   and top-down, each joint torque kept only where it is computable: bottom-up τ_k needs the
+   coordinates on the paths to every segment below joint k (their motion) and the ground load of
+   every foot below it known (on an assigned plate; or unloaded: on a plate carrying no load, or in
+   swing by the events); top-down and the root
+   residual need every coordinate and every foot's load.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from scipy.spatial.transform import Rotation
 
 from .markers import MarkerError, rigid_fit
 from .model import Model
+from .plate_id import PlateLoad, plate_inverse_dynamics
 from .smoothing import differentiate
 
 
@@ -73,12 +80,13 @@ def scale(mset: MarkerSet, model: Model) -> float:
 @dataclass(frozen=True)
 class Chain:
     """The joint coordinates between a fitted segment and its nearest fitted ancestor `parent`:
-    q_index (k,) of the revolute coordinates (proximal first), axes (k, 3) in the joint frames;
-    centre (3,) m: the joint centre in the parent frame."""
+    q_index, v_index (k,) of the revolute coordinates (proximal first), axes (k, 3) in the joint
+    frames; centre (3,) m: the joint centre in the parent frame."""
 
     segment: str
     parent: str
     q_index: np.ndarray
+    v_index: np.ndarray
     axes: np.ndarray
     centre: np.ndarray
 
@@ -102,6 +110,7 @@ def chains(model: Model, mset: MarkerSet) -> list[Chain]:
                 any(np.any(p.joint.translation) for p in path[1:]) or len(path) not in (1, 3):
             raise MarkerError(f"segment {seg.name!r}: the joints from {s.name!r} are not 1 or 3 plain revolute joints")
         out.append(Chain(seg.name, s.name, np.array([model.idx_q[model.index[p.name]] for p in path]),
+                         np.array([model.idx_v[model.index[p.name]] for p in path]),
                          np.array([p.joint.axis for p in path]), np.array(path[0].joint.translation)))
     return out
 
@@ -217,3 +226,74 @@ def joint_rates(model: Model, q: np.ndarray, fs: float) -> tuple[np.ndarray, np.
         else:
             raise MarkerError(f"joint_rates: joint type {t!r} of segment {seg.name!r} is not supported")
     return v, differentiate(v, fs)
+
+
+@dataclass(frozen=True)
+class MarkerKinetics:
+    """Joint torques of a marker-driven motion, N frames, lab frame, SI (module doc step 4).
+
+    tau_bottom_up, tau_top_down (N, nv) N·m (the free flyer's rows: the residual base wrench in
+    the base frame for bottom-up), NaN where not computable; residual_force (N, 3) N and
+    residual_moment (N, 3) N·m about the CoM: measured − required ground wrench, NaN likewise;
+    plate_below, indeterminate (N, nv) bool as in plate_id.PlateID; foot_known (N, F) bool: the
+    foot's ground load is known (module doc step 4); feet (F,) segment names."""
+
+    tau_bottom_up: np.ndarray
+    tau_top_down: np.ndarray
+    residual_force: np.ndarray
+    residual_moment: np.ndarray
+    plate_below: np.ndarray
+    indeterminate: np.ndarray
+    foot_known: np.ndarray
+    feet: tuple[str, ...]
+
+
+def _coordinate_finite(model: Model, q: np.ndarray, v: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """(N, nv) bool: the coordinate and its rates are finite (a free flyer: all its 7 q)."""
+    fin = np.isfinite(v) & np.isfinite(a)
+    for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
+        fin[:, iv:iv + seg.joint.nv] &= np.all(np.isfinite(q[:, iq:iq + seg.joint.nq]), axis=1)[:, None]
+    return fin
+
+
+def marker_inverse_dynamics(model: Model, q, v, a, plates: list[PlateLoad], feet: tuple[str, ...],
+                            swing=None, height_tol: float = 0.15, edge_tol: float = 0.03) -> MarkerKinetics:
+    """Bottom-up and top-down joint torques of q, v, a (N, nq/nv; NaN where not measured) with the
+    measured plates (PlateLoad at the same N frames, lab frame), each kept only where computable
+    (module doc step 4). feet: foot segment names (their contact points decide the plate
+    assignment, ``plate_id.assign_plates``); swing (N, F) bool or None: the foot is known to be in
+    swing (unloaded); height_tol, edge_tol m as in assign_plates (marker-driven feet: generous)."""
+    q, v, a = (np.asarray(x, float) for x in (q, v, a))
+    fin = _coordinate_finite(model, q, v, a)
+    sup = model.supports[:, model.dof_segment] > 0                        # (nseg, nv): coordinate j moves segment i
+    need = (sup.T.astype(float) @ sup.astype(float)) > 0                   # (nv, nv): τ_k needs coordinate j
+    neutral = np.broadcast_to(model.neutral(), q.shape)
+    qf = q.copy()
+    for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
+        bad = ~fin[:, iv:iv + seg.joint.nv].all(axis=1)
+        qf[bad, iq:iq + seg.joint.nq] = neutral[bad, iq:iq + seg.joint.nq]
+    loads = []
+    for pl in plates:
+        ok = np.all(np.isfinite(pl.force), axis=1) & np.all(np.isfinite(pl.moment), axis=1)
+        loads.append(PlateLoad(np.where(ok[:, None], pl.force, 0.0), np.where(ok[:, None], pl.moment, 0.0),
+                               pl.corners, pl.loaded & ok, pl.name))
+    res = plate_inverse_dynamics(model, qf, np.where(fin, v, 0.0), np.where(fin, a, 0.0), loads, list(feet),
+                                 height_tol, edge_tol)
+    asg = res.assignment
+    bad_foot = asg.straddling | (asg.shared[:, :, None] & asg.on_plate).any(axis=1)
+    loaded = np.stack([pl.loaded for pl in loads], axis=1)                 # (N, P)
+    assigned = asg.weights.sum(axis=1) > 0
+    # on a plate that carries no load: the foot's load is known to be zero
+    known = (assigned & ~bad_foot) | (asg.on_plate & ~loaded[:, :, None]).any(axis=1) & ~assigned
+    if swing is not None:
+        known |= np.asarray(swing, bool) & ~assigned
+    below = model.supports[[model.index[f] for f in feet]][:, model.dof_segment].T > 0   # (nv, F)
+    ok_bu = ~(need[None] & ~fin[:, None, :]).any(axis=2) & ~(below[None] & ~known[:, None, :]).any(axis=2)
+    ok_all = fin.all(axis=1) & known.all(axis=1)
+    nan = np.nan
+    return MarkerKinetics(
+        tau_bottom_up=np.where(ok_bu, res.tau_bottom_up, nan),
+        tau_top_down=np.where(ok_all[:, None], res.tau_top_down, nan),
+        residual_force=np.where(ok_all[:, None], res.residual_force, nan),
+        residual_moment=np.where(ok_all[:, None], res.residual_moment, nan),
+        plate_below=res.plate_below, indeterminate=res.indeterminate, foot_known=known, feet=tuple(feet))

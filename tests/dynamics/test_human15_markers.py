@@ -10,8 +10,8 @@ import pytest
 
 import configs
 from dynamics import load_model
-from dynamics.human15_markers import (fit_segments, joint_coordinates, joint_rates, marker_set_from_dict,
-                                      missing_markers)
+from dynamics.human15_markers import (fit_segments, joint_coordinates, joint_rates, marker_inverse_dynamics,
+                                      marker_set_from_dict, missing_markers)
 from dynamics.kinematics import contact_positions, forward_kinematics
 from dynamics.markers import MarkerError
 from dynamics.pinocchio_model import to_pinocchio
@@ -213,3 +213,37 @@ def test_moments_bottom_up_top_down_and_pinocchio_agree(model, mset, noise, fc, 
     np.testing.assert_allclose(res.tau_bottom_up[:, joints], res.tau_top_down[:, joints], atol=(tol_bu + tol_td) * scale)
     weight = model.total_mass * 9.81
     assert np.abs(res.residual_force).max() < (tol_bu + tol_td) * weight
+
+
+def test_torques_are_kept_only_where_computable(model, mset):
+    """A hand never seen: every joint with the hand below it (wrist, elbow, shoulder, lumbar) and the
+    top-down torques are NaN; the legs' bottom-up torques are those of the complete data (they do
+    not depend on the arm). A stance foot on no plate and not in swing makes its leg NaN."""
+    q, v, a = trajectory(model, 60)
+    f, n, _ = pinocchio_truth(model, q, v, a)
+    keep = slice(2, -2)
+    plate = _plate_under_right_foot(model, q, f, n, keep)
+    full_mk = synthetic_markers(model, mset, q)
+    part_mk = {k: x for k, x in full_mk.items() if k != "LFIN"}
+    out = []
+    for mk in (full_mk, part_mk):
+        qh = joint_coordinates(model, mset, fit_segments(model, mset, mk))
+        vh, ah = joint_rates(model, qh, FS)
+        out.append(marker_inverse_dynamics(model, qh[keep], vh[keep], ah[keep], [plate], ("foot_r", "foot_l"),
+                                           swing=np.column_stack([np.zeros(56, bool), np.ones(56, bool)]), height_tol=2.0))
+    full, part = out
+    assert np.isfinite(full.tau_bottom_up).all() and np.isfinite(full.tau_top_down).all()
+    hand = model.index["hand_l"]
+    above_hand = model.supports[hand][model.dof_segment] > 0          # coordinates with the hand below them
+    assert np.isnan(part.tau_bottom_up[:, above_hand]).all() and np.isnan(part.tau_top_down).all()
+    assert np.isnan(part.residual_force).all()
+    right_leg = model.supports[model.index["foot_r"]][model.dof_segment] > 0
+    right_leg[:6] = False
+    np.testing.assert_allclose(part.tau_bottom_up[:, right_leg], full.tau_bottom_up[:, right_leg], rtol=1e-9)
+    qh = joint_coordinates(model, mset, fit_segments(model, mset, full_mk))
+    vh, ah = joint_rates(model, qh, FS)
+    nobody = marker_inverse_dynamics(model, qh[keep], vh[keep], ah[keep], [plate], ("foot_r", "foot_l"), swing=None,
+                                     height_tol=2.0)  # the left foot: no plate, no events
+    left_leg = model.supports[model.index["foot_l"]][model.dof_segment] > 0
+    left_leg[:6] = False
+    assert np.isnan(nobody.tau_bottom_up[:, left_leg]).all() and np.isfinite(nobody.tau_bottom_up[:, right_leg]).all()
