@@ -23,8 +23,8 @@ sin θ) block of q off unit norm by more than QUAT_TOL; in aba, a non-positive a
 inertia pivot), which the Python side turns into its clear error. Quaternion and (cos θ, sin θ)
 blocks are normalised as in the numpy path (joints.normalized_configuration).
 
-Each joint type's transform and subspace are the branches of `joint_transform`, `subspace` and
-`joint_bias`.
+Each joint type's transform, subspace and bias are the branches of `joint_rt`, `subspace` and
+`joint_bias` (and, in rnea's scalar form, of its joint-motion and projection steps).
 """
 from __future__ import annotations
 
@@ -68,56 +68,6 @@ def normalize(itab, q, qn):
 
 
 @njit(cache=True, inline="always")
-def joint_transform(jt, ftab, i, q, iq, RJ, tJ):
-    """RJ (3, 3), tJ (3,): the child frame in the joint placement frame for joint type jt of
-    segment i (axis in ftab) and coordinates q[iq:]. (Rows of ftab are indexed, never sliced: an
-    array view per segment costs more than the arithmetic here.)"""
-    tJ[0] = tJ[1] = tJ[2] = 0.0
-    if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED:
-        if jt == REVOLUTE:
-            c, s = math.cos(q[iq]), math.sin(q[iq])
-        else:
-            c, s = q[iq], q[iq + 1]
-        u0, u1, u2 = ftab[i, AXIS], ftab[i, AXIS + 1], ftab[i, AXIS + 2]
-        # Rodrigues: R = u uᵀ + c (E − u uᵀ) + s [u]×
-        RJ[0, 0] = u0 * u0 + c * (1.0 - u0 * u0)
-        RJ[1, 1] = u1 * u1 + c * (1.0 - u1 * u1)
-        RJ[2, 2] = u2 * u2 + c * (1.0 - u2 * u2)
-        RJ[0, 1] = u0 * u1 * (1.0 - c) - s * u2
-        RJ[1, 0] = u0 * u1 * (1.0 - c) + s * u2
-        RJ[0, 2] = u0 * u2 * (1.0 - c) + s * u1
-        RJ[2, 0] = u0 * u2 * (1.0 - c) - s * u1
-        RJ[1, 2] = u1 * u2 * (1.0 - c) - s * u0
-        RJ[2, 1] = u1 * u2 * (1.0 - c) + s * u0
-    elif jt == SPHERICAL or jt == FREE_FLYER:
-        k = iq + 3 if jt == FREE_FLYER else iq
-        x, y, z, w = q[k], q[k + 1], q[k + 2], q[k + 3]
-        RJ[0, 0] = 1.0 - 2.0 * (y * y + z * z)
-        RJ[0, 1] = 2.0 * (x * y - w * z)
-        RJ[0, 2] = 2.0 * (x * z + w * y)
-        RJ[1, 0] = 2.0 * (x * y + w * z)
-        RJ[1, 1] = 1.0 - 2.0 * (x * x + z * z)
-        RJ[1, 2] = 2.0 * (y * z - w * x)
-        RJ[2, 0] = 2.0 * (x * z - w * y)
-        RJ[2, 1] = 2.0 * (y * z + w * x)
-        RJ[2, 2] = 1.0 - 2.0 * (x * x + y * y)
-        if jt == FREE_FLYER:
-            tJ[0], tJ[1], tJ[2] = q[iq], q[iq + 1], q[iq + 2]
-    elif jt == PLANAR:
-        c, s = math.cos(q[iq + 2]), math.sin(q[iq + 2])
-        RJ[0, 0], RJ[0, 1], RJ[1, 0], RJ[1, 1], RJ[2, 2] = c, -s, s, c, 1.0
-        RJ[0, 2] = RJ[1, 2] = RJ[2, 0] = RJ[2, 1] = 0.0
-        tJ[0], tJ[1] = q[iq], q[iq + 1]
-    else:
-        for r in range(3):
-            for k in range(3):
-                RJ[r, k] = 1.0 if r == k else 0.0
-        if jt == PRISMATIC:
-            for r in range(3):
-                tJ[r] = ftab[i, AXIS + r] * q[iq]
-
-
-@njit(cache=True, inline="always")
 def subspace(jt, ftab, i, nv, RJ, S):
     """Motion subspace columns S[i, :, :nv] of joint i (nv coordinates) in the child frame."""
     for r in range(6):
@@ -155,18 +105,45 @@ def joint_bias(jt, S, i, v, iv, cJ):
 
 
 @njit(cache=True, inline="always")
-def placement(itab, ftab, i, qn, RJ, tJ, R, t):
-    """Joint i: RJ, tJ; R[i], t[i] the child frame's axes and origin in the parent frame
-    (R = R0 RJ, t = t0 + R0 tJ)."""
-    joint_transform(itab[i, TYPE], ftab, i, qn, itab[i, IQ], RJ, tJ)
-    for r in range(3):            # scalar accumulators: numba is several times slower otherwise
-        x = ftab[i, TRANS + r]
-        for c in range(3):
-            x += ftab[i, ROT + 3 * r + c] * tJ[c]
-        t[i, r] = x
-        for c in range(3):
-            R[i, r, c] = (ftab[i, ROT + 3 * r] * RJ[0, c] + ftab[i, ROT + 3 * r + 1] * RJ[1, c]
-                          + ftab[i, ROT + 3 * r + 2] * RJ[2, c])
+def joint_rt(jt, ftab, i, q, iq):
+    """(RJ row-major (9), tJ (3)) of joint i as one 12-tuple of floats: rnea keeps a body's
+    quantities in local scalars (several times faster than through scratch arrays in numba)."""
+    if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED:
+        if jt == REVOLUTE:
+            c, s = math.cos(q[iq]), math.sin(q[iq])
+        else:
+            c, s = q[iq], q[iq + 1]
+        u0, u1, u2 = ftab[i, AXIS], ftab[i, AXIS + 1], ftab[i, AXIS + 2]
+        oc = 1.0 - c                              # Rodrigues: R = u uᵀ + c (E − u uᵀ) + s [u]×
+        return (u0 * u0 * oc + c, u0 * u1 * oc - s * u2, u0 * u2 * oc + s * u1,
+                u0 * u1 * oc + s * u2, u1 * u1 * oc + c, u1 * u2 * oc - s * u0,
+                u0 * u2 * oc - s * u1, u1 * u2 * oc + s * u0, u2 * u2 * oc + c, 0.0, 0.0, 0.0)
+    if jt == SPHERICAL or jt == FREE_FLYER:
+        k = iq + 3 if jt == FREE_FLYER else iq
+        x, y, z, w = q[k], q[k + 1], q[k + 2], q[k + 3]
+        t0, t1, t2 = (q[iq], q[iq + 1], q[iq + 2]) if jt == FREE_FLYER else (0.0, 0.0, 0.0)
+        return (1.0 - 2.0 * (y * y + z * z), 2.0 * (x * y - w * z), 2.0 * (x * z + w * y),
+                2.0 * (x * y + w * z), 1.0 - 2.0 * (x * x + z * z), 2.0 * (y * z - w * x),
+                2.0 * (x * z - w * y), 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y), t0, t1, t2)
+    if jt == PLANAR:
+        c, s = math.cos(q[iq + 2]), math.sin(q[iq + 2])
+        return (c, -s, 0.0, s, c, 0.0, 0.0, 0.0, 1.0, q[iq], q[iq + 1], 0.0)
+    d = q[iq] if jt == PRISMATIC else 0.0
+    return (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, ftab[i, AXIS] * d, ftab[i, AXIS + 1] * d, ftab[i, AXIS + 2] * d)
+
+
+@njit(cache=True, inline="always")
+def placement(itab, ftab, i, qn, RJ, R, t):
+    """Joint i: RJ (3, 3) the joint rotation; R[i], t[i] the child frame's axes and origin in the
+    parent frame (R = R0 RJ, t = t0 + R0 tJ). The joint transform comes from joint_rt as scalars."""
+    r = joint_rt(itab[i, TYPE], ftab, i, qn, itab[i, IQ])
+    for row in range(3):
+        e0, e1, e2 = ftab[i, ROT + 3 * row], ftab[i, ROT + 3 * row + 1], ftab[i, ROT + 3 * row + 2]
+        RJ[row, 0], RJ[row, 1], RJ[row, 2] = r[3 * row], r[3 * row + 1], r[3 * row + 2]
+        R[i, row, 0] = e0 * r[0] + e1 * r[3] + e2 * r[6]
+        R[i, row, 1] = e0 * r[1] + e1 * r[4] + e2 * r[7]
+        R[i, row, 2] = e0 * r[2] + e1 * r[5] + e2 * r[8]
+        t[i, row] = ftab[i, TRANS + row] + e0 * r[9] + e1 * r[10] + e2 * r[11]
 
 
 @njit(cache=True, inline="always")
@@ -267,34 +244,6 @@ def subtract_external(Rw, pw, i, Fext, s, f):
     for r in range(3):
         f[i, r] -= Rw[i, 0, r] * F0 + Rw[i, 1, r] * F1 + Rw[i, 2, r] * F2
         f[i, 3 + r] -= Rw[i, 0, r] * m0 + Rw[i, 1, r] * m1 + Rw[i, 2, r] * m2
-
-
-@njit(cache=True, inline="always")
-def joint_rt(jt, ftab, i, q, iq):
-    """(RJ row-major (9), tJ (3)) of joint i as one 12-tuple of floats: rnea keeps a body's
-    quantities in local scalars (several times faster than through scratch arrays in numba)."""
-    if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED:
-        if jt == REVOLUTE:
-            c, s = math.cos(q[iq]), math.sin(q[iq])
-        else:
-            c, s = q[iq], q[iq + 1]
-        u0, u1, u2 = ftab[i, AXIS], ftab[i, AXIS + 1], ftab[i, AXIS + 2]
-        oc = 1.0 - c                              # Rodrigues: R = u uᵀ + c (E − u uᵀ) + s [u]×
-        return (u0 * u0 * oc + c, u0 * u1 * oc - s * u2, u0 * u2 * oc + s * u1,
-                u0 * u1 * oc + s * u2, u1 * u1 * oc + c, u1 * u2 * oc - s * u0,
-                u0 * u2 * oc - s * u1, u1 * u2 * oc + s * u0, u2 * u2 * oc + c, 0.0, 0.0, 0.0)
-    if jt == SPHERICAL or jt == FREE_FLYER:
-        k = iq + 3 if jt == FREE_FLYER else iq
-        x, y, z, w = q[k], q[k + 1], q[k + 2], q[k + 3]
-        t0, t1, t2 = (q[iq], q[iq + 1], q[iq + 2]) if jt == FREE_FLYER else (0.0, 0.0, 0.0)
-        return (1.0 - 2.0 * (y * y + z * z), 2.0 * (x * y - w * z), 2.0 * (x * z + w * y),
-                2.0 * (x * y + w * z), 1.0 - 2.0 * (x * x + z * z), 2.0 * (y * z - w * x),
-                2.0 * (x * z - w * y), 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y), t0, t1, t2)
-    if jt == PLANAR:
-        c, s = math.cos(q[iq + 2]), math.sin(q[iq + 2])
-        return (c, -s, 0.0, s, c, 0.0, 0.0, 0.0, 1.0, q[iq], q[iq + 1], 0.0)
-    d = q[iq] if jt == PRISMATIC else 0.0
-    return (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, ftab[i, AXIS] * d, ftab[i, AXIS + 1] * d, ftab[i, AXIS + 2] * d)
 
 
 @njit(cache=True, inline="always")
@@ -535,7 +484,7 @@ def transform_inertia(R, t, i, Y, out, p, W):
 def crba(itab, ftab, Q, M):
     """M (N, nv, nv), the joint-space mass matrix (composite-rigid-body algorithm)."""
     n, N = itab.shape[0], Q.shape[0]
-    qn, RJ, tJ = np.empty(Q.shape[1]), np.empty((3, 3)), np.empty(3)
+    qn, RJ = np.empty(Q.shape[1]), np.empty((3, 3))
     R, t, S, Yc = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 6, 6)), np.empty((n, 6, 6))
     W, F, F2 = np.empty((4, 3, 3)), np.empty((6, 6)), np.empty((6, 6))
     for s in range(N):
@@ -543,7 +492,7 @@ def crba(itab, ftab, Q, M):
         if bad >= 0:
             return s * n + bad
         for i in range(n):
-            placement(itab, ftab, i, qn, RJ, tJ, R, t)
+            placement(itab, ftab, i, qn, RJ, R, t)
             subspace(itab[i, TYPE], ftab, i, itab[i, NV], RJ, S)
             for r in range(6):
                 for c in range(6):
@@ -627,7 +576,7 @@ def aba(itab, ftab, g, Q, V, T, Fext, out):
     the body frame)."""
     n, N = itab.shape[0], Q.shape[0]
     ext = Fext.shape[0] > 0
-    qn, RJ, tJ = np.empty(Q.shape[1]), np.empty((3, 3)), np.empty(3)
+    qn, RJ = np.empty(Q.shape[1]), np.empty((3, 3))
     R, t, Rw, pw = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 3, 3)), np.empty((n, 3))
     S, YA, U, Dinv = np.empty((n, 6, 6)), np.empty((n, 6, 6)), np.empty((n, 6, 6)), np.empty((n, 6, 6))
     vel, c, pA, acc, u, vJ, cJ, Yv = (np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)),
@@ -642,7 +591,7 @@ def aba(itab, ftab, g, Q, V, T, Fext, out):
         v, tau = V[s], T[s]
         for i in range(n):                     # pass 1: velocities, bias accelerations c, bias forces
             jt = itab[i, TYPE]
-            placement(itab, ftab, i, qn, RJ, tJ, R, t)
+            placement(itab, ftab, i, qn, RJ, R, t)
             subspace(jt, ftab, i, itab[i, NV], RJ, S)
             joint_bias(jt, S, i, v, itab[i, IV], cJ)
             p, iv, nv = itab[i, PARENT], itab[i, IV], itab[i, NV]
@@ -757,7 +706,7 @@ def kinematics(itab, ftab, Q, V, A, Rw, pw, Slab, Vel, Acc):
     body S_k is fixed in (the parent for the planar joint's translations, else the child)."""
     n, N = itab.shape[0], Q.shape[0]
     order = 2 if A.shape[0] > 0 else 1 if V.shape[0] > 0 else 0
-    qn, RJ, tJ = np.empty(Q.shape[1]), np.empty((3, 3)), np.empty(3)
+    qn, RJ = np.empty(Q.shape[1]), np.empty((3, 3))
     R, t, S = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 6, 6))
     Vc = np.empty((1, 6))
     for s in range(N):
@@ -767,7 +716,7 @@ def kinematics(itab, ftab, Q, V, A, Rw, pw, Slab, Vel, Acc):
         Rws, pws, Ss = Rw[s], pw[s], Slab[s]
         for i in range(n):
             jt, p, iv, nv = itab[i, TYPE], itab[i, PARENT], itab[i, IV], itab[i, NV]
-            placement(itab, ftab, i, qn, RJ, tJ, R, t)
+            placement(itab, ftab, i, qn, RJ, R, t)
             subspace(jt, ftab, i, itab[i, NV], RJ, S)
             world_placement(itab, i, R, t, Rws, pws)
             if order >= 1:
