@@ -7,7 +7,7 @@ plus a ``replay`` entry — this process's publisher, not started — that the p
 to any publisher of the lab. The session's input streams (everything but what the analysis processes
 and the rest of the lab publish: `DERIVED`) go out with their recorded seq and stamps; the
 processes compute as they did live; their outputs are written to a new session file. The same code on
-the same inputs gives the same numbers (docs/recording.md, "Shadow replay").
+the same inputs gives the same numbers (docs/cli.md, `walklab replay --shadow`).
 
 The control loop is not among them: it reads its robot's MCU, not the bus, so a replay has no state
 to give it.
@@ -118,7 +118,8 @@ def run_shadow(file: str | Path, output: str | Path, *, config: str | Path | Non
                     if f is not None:
                         writer.write(f, f.t_recv)
                         counts[f.stream] = counts.get(f.stream, 0) + 1
-                        last[0] = time.monotonic()
+                        if not f.stream.startswith("health/"):     # those come every second regardless
+                            last[0] = time.monotonic()
                     writer.poll()
             finally:
                 sub.close()

@@ -1,0 +1,220 @@
+"""Soak and latency benchmark of the whole simulated lab: `walklab run` on the Jansen world at lab load.
+
+    python bench/live.py [--minutes 10] [--record FILE] [--keep]      (or: walklab bench live --minutes M)
+
+The shipped lab (configs/sim.toml: the world, plate service, walker dynamics, control loop, health
+monitor, recorder) on private ports, walking at 0.3 m/s, plus an extra-load process (this module's
+`run`) so the bus carries the lab load of issue 13 — 2 plates x 1 kHz, 40 markers x 200 Hz, 8
+encoders x 1 kHz: the world publishes 2 plates, 16 markers and 2 encoders; the extra process 24 markers
+(``markers/extra``) and 6 encoders (``encoder/x1..x6``) of `daq.labload`'s synthetic kinds.
+
+Prints the machine and command, then per stage the latency p50 / p99 / max over the whole run:
+
+- ``bus hop``: a plate frame's publication by the world to its receipt by the recorder (t_recv - t_pub);
+- ``plate service``: receipt of a plate frame to its outputs handed to ZeroMQ (the service's own
+  ``processing`` figure, from its health frames: the median of the per-second p50, the largest
+  per-second p99 and max);
+- ``walker dynamics``: every ``dynamics/torques`` frame's latency, publication minus the receipt of the
+  newest input sample it used (its ``meta.latency_s``: the issue's "dynamics-service latency");
+- ``world -> torques``: the world's publication of an encoder block to the publication of the torques
+  frame that holds its last sample (both on the host monotonic clock);
+
+then drops (frames missing from the recording by seq, per stream; the services' subscribers' ``dropped``
+counters from their last health frames) and the CPU of each process (psutil: CPU seconds over the run
+/ wall seconds, % of one core).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+
+EXTRA_MARKERS, EXTRA_ENCODERS = 24, 6
+
+
+def run(ctx: Any, args: Sequence[str]) -> int:
+    """Process entry point: the extra load (module doc) on the process's publisher until stopped."""
+    from daq.labload import LoadPublisher, StreamSpec
+
+    specs = [StreamSpec("markers/extra", "markers", 200.0, 1,
+                        tuple(f"X{i:02d}:{a}" for i in range(EXTRA_MARKERS) for a in "xyz"), ("m",) * 3 * EXTRA_MARKERS,
+                        extra="residual")]
+    specs += [StreamSpec(f"encoder/x{i + 1}", "encoder", 1000.0, 10, ("angle", "velocity", "current"),
+                         ("rad", "rad/s", "A"), extra="flags") for i in range(EXTRA_ENCODERS)]
+    for i, s in enumerate(specs):
+        s.rng = np.random.default_rng([99, i])
+    pub = LoadPublisher(ctx.publisher, specs)
+
+    def stop() -> bool:
+        ctx.tick()
+        return ctx.stopping
+
+    pub.run(float("inf"), stop)
+    return 0
+
+
+def lab(tmp: Path) -> Path:
+    """configs/sim.toml on free ports, its pty under `tmp`, plus the extra-load process."""
+    import configs
+    from daq.ports import free_tcp_ports
+
+    text = configs.path("sim.toml").read_text()
+    text += ('\n[[processes]]\nname = "extra"\nmodule = "bench.live"\nbind = "tcp://127.0.0.1:5699"\n'
+             'restart = "on-failure"\n')
+    ports = sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text)))
+    for old, new in zip(ports, free_tcp_ports(len(ports))):
+        text = text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+    text = text.replace("/tmp/walklab-sim/world-mcu", str(tmp / "pty" / "mcu"))
+    path = tmp / "lab.toml"
+    path.write_text(text)
+    return path
+
+
+def _name(p: Any) -> str:
+    try:
+        cmd = p.cmdline()
+    except Exception:  # noqa: BLE001 - a process that just ended
+        return "?"
+    if "--name" in cmd:
+        return cmd[cmd.index("--name") + 1]
+    return "walklab run (supervisor, recorder, status)" if "run" in cmd else " ".join(cmd[:3])
+
+
+def cpu_watch(root: Any, seconds: float, poll_s: float = 2.0) -> dict[str, float]:
+    """CPU % of one core per process under `root` (psutil.Process) over `seconds` of wall time: each process's
+    CPU time at its last sight minus at its first, over the wall time between them (a restarted process:
+    both lives added under its name)."""
+    import psutil
+
+    first: dict[int, tuple[str, float, float]] = {}
+    last: dict[int, tuple[float, float]] = {}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and root.is_running():
+        for p in [root] + root.children(recursive=True):
+            try:
+                c = p.cpu_times()
+                cpu, now = c.user + c.system, time.monotonic()
+                if p.pid not in first:
+                    first[p.pid] = (_name(p), cpu, now)
+                last[p.pid] = (cpu, now)
+            except psutil.Error:
+                pass
+        time.sleep(poll_s)
+    out: dict[str, float] = {}
+    for pid, (name, c0, w0) in first.items():
+        c1, w1 = last[pid]
+        if w1 > w0:
+            out[name] = out.get(name, 0.0) + 100.0 * (c1 - c0) / (w1 - w0)
+    return out
+
+
+def pct(x: Sequence[float]) -> str:
+    a = np.asarray(x, dtype=float) * 1e3
+    if not a.size:
+        return "no samples"
+    return f"p50 {np.percentile(a, 50):8.3f}  p99 {np.percentile(a, 99):8.3f}  max {a.max():9.3f} ms  (n = {a.size})"
+
+
+def analyse(path: Path) -> dict[str, Any]:
+    """Latencies, drops and counters from a recording (module doc)."""
+    from daq.health import parse_health
+    from daq.sessions import read, session_parts
+
+    hop, torques, e2e = [], [], []
+    proc50, proc99, procmax = [], [], []
+    seqs: dict[str, list[int]] = {}
+    enc_pub: dict[int, int] = {}      # t of an encoder block's last sample -> its t_pub
+    health: dict[str, Any] = {}
+    for f in read(session_parts(path)):
+        seqs.setdefault(f.stream, []).append(f.seq)
+        if f.stream.startswith("forceplate/") and f.t_recv and f.t_pub:
+            hop.append((f.t_recv - f.t_pub) * 1e-9)
+        elif f.stream == "encoder/left_shaft":
+            enc_pub[f.t + round((f.samples - 1) * 1e9 / f.rate_hz)] = f.t_pub
+        elif f.stream == "dynamics/torques":
+            torques.append(f.meta["latency_s"])
+            end = f.t + round((f.samples - 1) * 1e9 / f.rate_hz)
+            if end in enc_pub:
+                e2e.append((f.t_pub - enc_pub[end]) * 1e-9)
+        elif f.stream == "health/dynamics":
+            h = parse_health(f).get("processing")
+            if h and h.get("latency_n"):
+                proc50.append(h["latency_p50_s"])
+                proc99.append(h["latency_p99_s"])
+                procmax.append(h["latency_max_s"])
+        if f.stream.startswith("health/"):
+            health[f.stream] = parse_health(f)
+    gaps = {s: int(np.sum(np.diff(np.asarray(v)) - 1)) for s, v in seqs.items()
+            if len(v) > 1 and np.any(np.diff(np.asarray(v)) != 1)}
+    dropped = {f"{h} <- {s}": int(v.get("dropped", 0)) for h, d in health.items() for s, v in d.items()
+               if isinstance(v, dict) and v.get("dropped")}
+    return dict(hop=hop, torques=torques, e2e=e2e, proc=(proc50, proc99, procmax), gaps=gaps, dropped=dropped,
+                frames={s: len(v) for s, v in seqs.items()})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from bench.common import command, machine
+
+    p = argparse.ArgumentParser(prog="bench/live.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=10.0, help="length of the run with the lab up (default 10)")
+    p.add_argument("--record", metavar="FILE", help="keep the recording here (default: a temporary file)")
+    o = p.parse_args(list(argv) if argv is not None else None)
+    if not 0 < o.minutes <= 24 * 60:
+        raise ValueError(f"--minutes must be in (0, 1440], got {o.minutes}")
+    import psutil
+
+    print(machine(f"psutil {psutil.__version__}"))
+    print(command())
+    with tempfile.TemporaryDirectory(prefix="walklab-bench-") as tmp:
+        cfg = lab(Path(tmp))
+        rec = Path(o.record) if o.record else Path(tmp) / "live.mcap"
+        script = Path(tmp) / "script.toml"
+        script.write_text("[[command]]\nat = 0.0\nlabel = 'walk'\nspeed = 0.3\n")
+        seconds = o.minutes * 60.0
+        t0 = time.monotonic()
+        child = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(cfg), "--duration", str(seconds),
+                                  "--record", str(rec), "--script", str(script)], cwd=REPO,
+                                 stdout=open(Path(tmp) / "run.log", "w"), stderr=subprocess.STDOUT)
+        cpu = cpu_watch(psutil.Process(child.pid), seconds + 600.0)
+        status = child.wait(timeout=600)
+        wall = time.monotonic() - t0
+        log = (Path(tmp) / "run.log").read_text()
+        print(f"walklab run exit {status} after {wall:.0f} s wall ({seconds:.0f} s with the lab up)")
+        if status != 0:
+            print(log[-3000:])
+            return 1
+        r = analyse(rec)
+    print("\nlatency per stage")
+    print(f"  bus hop (world -> recorder)      {pct(r['hop'])}")
+    p50, p99, pmax = r["proc"]
+    if p50:
+        print(f"  plate service (processing)       p50 {np.median(p50) * 1e3:8.3f}  p99 {max(p99) * 1e3:8.3f}  "
+              f"max {max(pmax) * 1e3:9.3f} ms  (median of per-second p50, largest per-second p99 and max)")
+    print(f"  walker dynamics (newest input -> publication)  {pct(r['torques'])}")
+    print(f"  world encoder block -> torques published       {pct(r['e2e'])}")
+    print("\ndrops")
+    print(f"  seq gaps in the recording: {r['gaps'] or 'none'}")
+    print(f"  subscribers' dropped counters (last health frames): {r['dropped'] or 'none'}")
+    print(f"  frames recorded: {sum(r['frames'].values())} in {len(r['frames'])} streams")
+    print("\nCPU per process (% of one core, over the run)")
+    for name, c in sorted(cpu.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:45s} {c:6.1f}")
+    print(f"  {'total':45s} {sum(cpu.values()):6.1f}")
+    summary = [line for line in log.splitlines() if "distance walked" in line or "dynamics latency" in line]
+    print("\n" + "\n".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
