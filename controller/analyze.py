@@ -549,9 +549,11 @@ def _tree_model(data: TrialData, res: TrialResult, options: Options, mset: h15.M
         if model is None:
             from dynamics.loader import load_model
             model = load_model(options.model)
-        for seg, gone in h15.missing_markers(mset, pig).items():
-            res.notes.append(f"{options.model} segment {seg}: markers {', '.join(gone)} never seen; its joints are NaN")
         fits = h15.fit_segments(model, mset, pig)
+        for seg, gone in h15.missing_markers(mset, pig).items():
+            fitted = np.isfinite(fits.residual[seg]).any()
+            res.notes.append(f"{options.model} segment {seg}: markers {', '.join(gone)} never seen; "
+                             + ("fitted from the others" if fitted else "never fitted: its joints are NaN"))
         q = h15.joint_coordinates(model, mset, fits)
     except (ValueError, KeyError) as e:
         res.notes.append(f"no {options.model} kinematics: {e}")

@@ -6,8 +6,9 @@ Pipeline (docs/analysis.md, "The 15-segment human"):
 
 1. Each segment of the marker set is fitted by the Söderkvist/Kabsch rigid fit
    (``markers.rigid_fit``) of its markers' positions in the segment frame, x_lab = R x_seg + t.
-   A segment with fewer than 3 markers (thigh, upper arm) adds its proximal joint centre, placed
-   by its fitted parent, as a third point (reference position: the segment origin).
+   In a frame where fewer than 3 of a segment's markers are seen (always for the thigh and upper
+   arm, which have 2) its proximal joint centre, placed by the fitted parent, is a further point
+   (reference position: the segment origin).
 2. Joint coordinates: the root (free flyer) q = (t, quaternion (x, y, z, w) of R) of its fitted
    frame; a chain of revolute joints between two fitted segments (through massless links with no
    offsets) from the relative rotation R_rel = R_parentᵀ R_child = Π_k Rot(s_k e_{i_k}, q_k):
@@ -138,7 +139,9 @@ def missing_markers(mset: MarkerSet, markers: Mapping[str, np.ndarray]) -> dict[
 def fit_segments(model: Model, mset: MarkerSet, markers: Mapping[str, np.ndarray]) -> SegmentFits:
     """Rigid fit of every segment of the marker set (module doc step 1), root first; a marker
     absent from `markers` counts as never seen. markers: label → (N, 3) m lab."""
-    n = len(next(iter(markers.values())))
+    if not any(m in markers for m in mset.labels):
+        raise MarkerError(f"none of the {len(mset.labels)} markers of the set {mset.name!r} is in the trial")
+    n = len(next(markers[m] for m in mset.labels if m in markers))
     s = scale(mset, model)
     by_child = {c.segment: c for c in chains(model, mset)}
     rot, tr, res = {}, {}, {}
@@ -148,11 +151,11 @@ def fit_segments(model: Model, mset: MarkerSet, markers: Mapping[str, np.ndarray
         ref = [s * p for p in table.values()]
         obs = [np.asarray(markers.get(m, nan), float) for m in table]
         c = by_child.get(seg)
-        if len(ref) < 3 and c is not None:  # the proximal joint centre, placed by the fitted parent
+        if c is not None:  # the proximal joint centre placed by the fitted parent, where < 3 markers are seen
+            few = np.sum([np.all(np.isfinite(o), axis=1) for o in obs], axis=0) < 3
+            centre = np.einsum("nij,j->ni", rot[c.parent], s * c.centre) + tr[c.parent]
             ref.append(np.zeros(3))
-            obs.append(np.einsum("nij,j->ni", rot[c.parent], s * c.centre) + tr[c.parent])
-        if len(ref) < 3:
-            raise MarkerError(f"segment {seg!r}: {len(ref)} points, a rigid fit needs 3")
+            obs.append(np.where(few[:, None], centre, np.nan))
         fit = rigid_fit(np.array(ref), np.stack(obs, axis=1))
         rot[seg], tr[seg], res[seg] = fit.rotation, fit.translation, fit.residual
     return SegmentFits(rot, tr, res)

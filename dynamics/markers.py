@@ -23,7 +23,7 @@ class MarkerError(ValueError):
 class RigidFit:
     """Per frame: rotation (N, 3, 3) and translation (N, 3) m with x_lab = R x_ref + t;
     residual (N,) m, RMS distance of the fitted cluster from the observed markers; NaN where
-    fewer than 3 markers were seen."""
+    fewer than 3 markers, or only collinear ones (in the reference), were seen."""
 
     rotation: np.ndarray
     translation: np.ndarray
@@ -50,8 +50,11 @@ def rigid_fit(reference, observed) -> RigidFit:
     for k, pat in enumerate(patterns):
         if pat.sum() < 3:
             continue
-        rows = np.flatnonzero(inverse.ravel() == k)
         r = ref[pat]
+        sv = np.linalg.svd(r - r.mean(axis=0), compute_uv=False)
+        if sv[1] <= 1e-9 * sv[0]:  # collinear: the rotation about their line is undetermined
+            continue
+        rows = np.flatnonzero(inverse.ravel() == k)
         x = obs[rows][:, pat]
         rc = r.mean(axis=0)
         xc = x.mean(axis=1)
