@@ -261,17 +261,19 @@ def world_rt(p, i, R, t, Rw, pw):
 
 
 @njit(cache=True, inline="always")
-def lab_sum(Rw, pw, i, l0, l1, l2, n0, n1, n2, tot, row):
-    """tot[row] += the force (l, n) of body i moved to the lab origin: (Rw l, Rw n + pw × Rw l)."""
-    L0 = Rw[i, 0] * l0 + Rw[i, 1] * l1 + Rw[i, 2] * l2
-    L1 = Rw[i, 3] * l0 + Rw[i, 4] * l1 + Rw[i, 5] * l2
-    L2 = Rw[i, 6] * l0 + Rw[i, 7] * l1 + Rw[i, 8] * l2
-    tot[row, 0] += L0
-    tot[row, 1] += L1
-    tot[row, 2] += L2
-    tot[row, 3] += Rw[i, 0] * n0 + Rw[i, 1] * n1 + Rw[i, 2] * n2 + pw[i, 1] * L2 - pw[i, 2] * L1
-    tot[row, 4] += Rw[i, 3] * n0 + Rw[i, 4] * n1 + Rw[i, 5] * n2 + pw[i, 2] * L0 - pw[i, 0] * L2
-    tot[row, 5] += Rw[i, 6] * n0 + Rw[i, 7] * n1 + Rw[i, 8] * n2 + pw[i, 0] * L1 - pw[i, 1] * L0
+def add_force(Rm, tv, i, l0, l1, l2, n0, n1, n2, out, row, col):
+    """out[row, col:col + 6] += the force (l, n) of body i moved into the frame in which body i's axes
+    are Rm[i] (9, row-major) and its origin tv[i]: (Rm l, Rm n + tv × Rm l) — its parent's frame
+    for (R, t), the lab for (Rw, pw)."""
+    L0 = Rm[i, 0] * l0 + Rm[i, 1] * l1 + Rm[i, 2] * l2
+    L1 = Rm[i, 3] * l0 + Rm[i, 4] * l1 + Rm[i, 5] * l2
+    L2 = Rm[i, 6] * l0 + Rm[i, 7] * l1 + Rm[i, 8] * l2
+    out[row, col] += L0
+    out[row, col + 1] += L1
+    out[row, col + 2] += L2
+    out[row, col + 3] += Rm[i, 0] * n0 + Rm[i, 1] * n1 + Rm[i, 2] * n2 + tv[i, 1] * L2 - tv[i, 2] * L1
+    out[row, col + 4] += Rm[i, 3] * n0 + Rm[i, 4] * n1 + Rm[i, 5] * n2 + tv[i, 2] * L0 - tv[i, 0] * L2
+    out[row, col + 5] += Rm[i, 6] * n0 + Rm[i, 7] * n1 + Rm[i, 8] * n2 + tv[i, 0] * L1 - tv[i, 1] * L0
 
 
 @njit(cache=True)
@@ -389,8 +391,8 @@ def rnea(itab, ftab, g, Q, V, A, Fext, tau, cent):
                 cc0 += m * (pw[i, 0] + Rw[i, 0] * x0 + Rw[i, 1] * x1 + Rw[i, 2] * x2)
                 cc1 += m * (pw[i, 1] + Rw[i, 3] * x0 + Rw[i, 4] * x1 + Rw[i, 5] * x2)
                 cc2 += m * (pw[i, 2] + Rw[i, 6] * x0 + Rw[i, 7] * x1 + Rw[i, 8] * x2)
-                lab_sum(Rw, pw, i, h0, h1, h2, g0, g1, g2, tot, 0)
-                lab_sum(Rw, pw, i, f0, f1, f2, n0, n1, n2, tot, 1)
+                add_force(Rw, pw, i, h0, h1, h2, g0, g1, g2, tot, 0, 0)
+                add_force(Rw, pw, i, f0, f1, f2, n0, n1, n2, tot, 1, 0)
             if ext:                               # f −= the external wrench in the body frame
                 F0, F1, F2 = Fext[s, i, 0], Fext[s, i, 1], Fext[s, i, 2]
                 m0 = Fext[s, i, 3] - (pw[i, 1] * F2 - pw[i, 2] * F1)
@@ -432,15 +434,7 @@ def rnea(itab, ftab, g, Q, V, A, Fext, tau, cent):
                 tau[s, iv + 1] = RJs[i, 3] * f0 + RJs[i, 4] * f1 + RJs[i, 5] * f2
                 tau[s, iv + 2] = n2
             if p >= 0:                            # f_p += Xᵀ f = (R f, R n + t × R f)
-                l0 = R[i, 0] * f0 + R[i, 1] * f1 + R[i, 2] * f2
-                l1 = R[i, 3] * f0 + R[i, 4] * f1 + R[i, 5] * f2
-                l2 = R[i, 6] * f0 + R[i, 7] * f1 + R[i, 8] * f2
-                M[p, 12] += l0
-                M[p, 13] += l1
-                M[p, 14] += l2
-                M[p, 15] += R[i, 0] * n0 + R[i, 1] * n1 + R[i, 2] * n2 + t[i, 1] * l2 - t[i, 2] * l1
-                M[p, 16] += R[i, 3] * n0 + R[i, 4] * n1 + R[i, 5] * n2 + t[i, 2] * l0 - t[i, 0] * l2
-                M[p, 17] += R[i, 6] * n0 + R[i, 7] * n1 + R[i, 8] * n2 + t[i, 0] * l1 - t[i, 1] * l0
+                add_force(R, t, i, f0, f1, f2, n0, n1, n2, M, p, 12)
     return -1
 
 
