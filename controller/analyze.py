@@ -13,7 +13,8 @@ Per trial (``run_trial``, one job of a process pool or a Dask cluster):
    events are compared (``dynamics.gait_events``);
 4. CGM kinematics and, with a body mass, kinetics with each loaded plate assigned to the foot on
    it (``dynamics.plate_id.assign_plates``) — a side's kinetics are NaN while its foot is in
-   stance off the plates or shares a plate (cgm.md §11);
+   stance off the plates or shares a plate (cgm.md §11); or (``--model human15``) the 15-segment
+   human from its marker set (``dynamics.human15_markers``), bottom-up and top-down;
 5. ZMP (global COP of all plates) and its stability margin to the support polygon of the feet in
    stance; gait metrics;
 6. outputs: ``results.npz`` (PiG names, (N, 3), plus ``time``), CSVs with units, PNG figures,
@@ -602,6 +603,9 @@ def _tree_model(data: TrialData, res: TrialResult, options: Options, mset: h15.M
         power = np.zeros((n, 3))
         power[:, 2] = np.sum(kin.tau_bottom_up[:, c.v_index] * v[:, c.v_index], axis=1) / mass  # W/kg
         res.series[name + "Power"] = power
+    res.notes.append(f"{options.model} moments: generalised torques about the model's joint axes / body mass; X of "
+                     "hip, knee and ankle with PiG's sign (extensor, plantarflexor positive), the rest the model's "
+                     "(positive drives the coordinate positive: adductor, internal rotator); …MomentTopDown in results.npz")
     res.series["PelvisResidualForce"] = kin.residual_force / mass
     res.series["PelvisResidualMoment"] = kin.residual_moment / mass
     ok = np.all(np.isfinite(kin.residual_force), axis=1)

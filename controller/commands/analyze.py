@@ -24,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="C3D or TRC files, folders or glob patterns")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (one sub-folder per trial)")
     p.add_argument("--model", default="cgm", metavar="cgm|human15|MODEL",
-                   help="marker model (default cgm: Conventional Gait Model / Plug-in Gait lower body)")
+                   help="marker model (default cgm: Conventional Gait Model / Plug-in Gait lower body; "
+                        "human15: the 15-segment human from configs/markersets/human15.toml)")
     p.add_argument("--mass", type=float, metavar="KG", help="body mass in kg (overrides the file's)")
     p.add_argument("--cutoff", type=float, default=6.0, metavar="HZ",
                    help="zero-lag Butterworth cutoff for the markers in Hz, 0 = none (default 6)")
