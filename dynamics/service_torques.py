@@ -30,6 +30,12 @@ value (``STREAM:held_samples``; flagged ``stale`` in the torques); a sample no v
 (an input never seen, a chassis not seen yet) is published as NaN; a marker sample without a pose
 (no corner visible) is skipped (``STREAM:pose_missing``).
 
+Bad input never stops it: frames without the channels it needs, without samples or a sample rate
+are counted (``STREAM:rejected``); frames stamped further ahead of their receipt than the stream's
+history allows (its least lead minus 0.25 s: a device clock jump the daemon did not catch) are
+clock faults (``STREAM:clock_faults``), repeats and frames back in time ``STREAM:repeated``; all
+are skipped. Malformed messages are counted by the bus.
+
 Published (stamps: the first motor's encoder samples' ``t``/``t_host``/``t_device``; one frame per
 run of consecutive samples computed together; ``meta["latency_s"]``: host time of publication minus
 the receipt of the newest input sample used — also in the health frame as ``latency``):
@@ -77,6 +83,10 @@ CHASSIS = ("chassis_FL", "chassis_FR", "chassis_BL", "chassis_BR")
 #: exceeds the plate service's start-up zeroing record (2 s), so a replay as fast as it goes waits for it.
 KEEP_S = 4.0
 MAX_BATCH = 64
+_LOG_FIRST = 10
+#: How far [ns] a frame's stamps may run ahead of its receipt, against the stream's least lead, before
+#: it is a clock fault (the plate service's default --clock-slack-s).
+CLOCK_SLACK_NS = 250_000_000
 
 
 @dataclass(frozen=True)
@@ -107,7 +117,7 @@ class _Input:
         self.t = np.empty(0, dtype=np.int64)
         self.v = np.empty((0, width))
         self.recv = np.empty(0, dtype=np.int64)
-        self.held = 0
+        self.floor: int | None = None       # least lead (receipt minus lab time of the last sample) seen [ns]
 
     def add(self, t: np.ndarray, v: np.ndarray, recv: int) -> None:
         if self.t.size and t[0] <= self.t[-1]:      # a repeated or out-of-order block
@@ -227,6 +237,7 @@ class WalkerService:
         self.done = -(2 ** 62)                                     # lab time of the last computed sample
         self.pending: list[int] = []                              # pending ref sample times (ns)
         self.latencies: list[float] = []
+        self.rejected = 0
 
     # -- input ------------------------------------------------------------------------------
 
@@ -235,11 +246,31 @@ class WalkerService:
         compute every encoder sample that is ready."""
         for f in frames:
             inp = self.inputs.get(f.stream)
-            if inp is None or f.samples == 0:
+            if inp is None:
                 continue
-            recv = f.t_recv if f.t_recv is not None else (f.t_pub or self.clock())
-            step = 1e9 / f.rate_hz if f.rate_hz > 0 else 0.0
+            why = self._check(inp, f)
+            if why is not None:
+                self.count(f"{f.stream}:rejected", 1)
+                if self.rejected < _LOG_FIRST:
+                    log.warning("%s: frame seq %d rejected: %s", f.stream, f.seq, why)
+                self.rejected += 1
+                continue
+            step = 1e9 / f.rate_hz
             t = f.t + np.round(np.arange(f.samples) * step).astype(np.int64)
+            # receipt: the subscriber's; fed by hand, the host stamp of the last sample
+            recv = f.t_recv if f.t_recv is not None else (f.t_pub or int(f.t_host + t[-1] - t[0]))
+            lead = recv - int(t[-1])        # a sample is never received before it is measured
+            if inp.floor is not None and lead < inp.floor - CLOCK_SLACK_NS:
+                self.count(f"{f.stream}:clock_faults", 1)    # stamped later than its receipt allows
+                if self.rejected < _LOG_FIRST:
+                    log.warning("%s: frame seq %d stamped %.3f s ahead of its receipt: clock fault, rejected",
+                                f.stream, f.seq, (inp.floor - lead) * 1e-9)
+                self.rejected += 1
+                continue
+            inp.floor = lead if inp.floor is None else min(inp.floor, lead)
+            if inp.newest is not None and t[-1] <= inp.newest:
+                self.count(f"{f.stream}:repeated", 1)        # nothing new: a repeat or out of order
+                continue
             if inp is self.markers:
                 self._markers(f, t, recv)
             elif inp in self.enc:
@@ -248,6 +279,19 @@ class WalkerService:
                 cols = [f.channels.index(c) for c in ("Fx", "Fy", "Fz", "Mx", "My", "Mz")]
                 inp.add(t, np.asarray(f.data, dtype=float)[:, cols], recv)
         self._compute()
+
+    def _check(self, inp: _Input, f: Any) -> str | None:
+        """Why frame `f` cannot be input `inp`'s block, or None."""
+        need = {"angle", "velocity"} if inp in self.enc else \
+            {"Fx", "Fy", "Fz", "Mx", "My", "Mz"} if inp in self.plates else set()
+        data = np.asarray(f.data)
+        if data.ndim != 2 or f.samples == 0 or data.dtype.kind not in "fiu":
+            return f"data of shape {data.shape} and dtype {data.dtype}: expected (samples >= 1, channels), numbers"
+        if not need <= set(f.channels):
+            return f"channels {list(f.channels)} lack {sorted(need - set(f.channels))}"
+        if not (f.rate_hz > 0 and math.isfinite(f.rate_hz)):
+            return f"rate {f.rate_hz} Hz: expected a sample rate > 0"
+        return None
 
     def _encoder(self, inp: _Input, f: Any, t: np.ndarray, recv: int, step: float) -> None:
         data = np.asarray(f.data, dtype=float)

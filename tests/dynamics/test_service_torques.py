@@ -239,8 +239,8 @@ def test_results_do_not_depend_on_how_the_inputs_interleave():
         + plates[len(rest) - 400:]
     t1, a, _ = serve(frames).series(TORQUES)
     calls = iter(range(10 ** 9))
-    # the host clock says "waited too long" at every 40th look: those waiting then are computed held
-    t2, b, ch = serve(late, Settings(), clock=lambda: 10 ** 15 if next(calls) % 40 == 39 else 0).series(TORQUES)
+    # the host clock says "waited too long" at every 150th look: those waiting then are computed held
+    t2, b, ch = serve(late, Settings(), clock=lambda: 10 ** 15 if next(calls) % 150 == 149 else 0).series(TORQUES)
     assert np.array_equal(t1, t2[:t1.size])       # b also computed the tail its clock said had waited
     b = b[:t1.size]
     stale = col(b, ch, "stale") > 0

@@ -1,0 +1,73 @@
+"""Bad input on the walker dynamics service (`dynamics.service_torques`): unusable frames, a device clock
+jump on an encoder, an input that stops — each counted, nothing raised, and every sample the good
+frames determine is the number the clean run gives (`tests/dynamics/test_service_torques.py` checks those
+against the reduced tables and the world). In process; the process on real sockets is
+`tests/dynamics/test_service_torques_live.py`."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from dynamics.service_torques import TORQUES, Settings, WalkerService
+
+from ..dynamics.test_service_torques import ENCODERS, PLATES, Bus, frames_of, serve, walk, world
+
+
+def counting_serve(frames, clock=None):
+    """Feed `frames` 7 at a time; the host clock is `clock`, or else the host stamp of the newest sample fed
+    (a service that keeps up)."""
+    bus, counts = Bus(), {}
+    now = [0]
+    clock = clock or (lambda: now[0])
+
+    def count(subject, n=1):
+        counts[subject] = counts.get(subject, 0) + n
+
+    svc = WalkerService(world(), PLATES, ENCODERS, "markers/walker", Settings(), bus.publish, count, clock=clock)
+    for i in range(0, len(frames), 7):
+        now[0] = max([now[0]] + [f.t_host + round((f.samples - 1) * 1e9 / f.rate_hz) for f in frames[i:i + 7]
+                                 if f.rate_hz > 0 and f.samples])
+        svc.feed(frames[i:i + 7])
+    return bus, counts
+
+
+def test_unusable_frames_and_a_clock_jump_are_counted_and_change_nothing():
+    clean = frames_of(walk())
+    bad = []
+    for k, f in enumerate(clean):
+        if k % 19 == 3 and f.stream == "markers/walker":      # before the real frame of that time
+            bad.append(dataclasses.replace(f, channels=tuple(c.replace("chassis", "torso") for c in f.channels)))
+            bad.append(dataclasses.replace(f, data=np.full_like(f.data, np.nan)))       # every marker occluded
+        bad.append(f)
+        if k % 23 == 5 and f.stream in ENCODERS:
+            bad.append(dataclasses.replace(f, channels=("a", "b", "c")))                  # another layout
+            bad.append(dataclasses.replace(f, rate_hz=0.0))                               # no rate
+            bad.append(dataclasses.replace(f, data=np.zeros((0, 3))))                     # no samples
+            bad.append(dataclasses.replace(f, seq=f.seq + 10 ** 6))                       # a repeat
+            bad.append(dataclasses.replace(f, t=f.t + 60 * 10 ** 9, t_host=f.t_host))     # stamped 60 s ahead
+    t1, a, _ = serve(clean).series(TORQUES)
+    bus, counts = counting_serve(bad, clock=lambda: 0)
+    t2, b, ch = bus.series(TORQUES)
+    assert np.array_equal(t1, t2)
+    assert np.array_equal(a, b)
+    n_enc = sum(1 for k, f in enumerate(clean) if k % 23 == 5 and f.stream in ENCODERS)
+    n_mk = sum(1 for k, f in enumerate(clean) if k % 19 == 3 and f.stream == "markers/walker")
+    assert n_enc > 5 and n_mk > 5
+    assert sum(v for k, v in counts.items() if k.endswith(":rejected")) == 3 * n_enc + n_mk
+    assert sum(v for k, v in counts.items() if k.endswith(":clock_faults")) == n_enc
+    assert sum(v for k, v in counts.items() if k.endswith(":repeated")) == n_enc
+    assert counts["markers/walker:pose_missing"] == n_mk
+
+
+def test_an_input_that_stops_is_held_flagged_and_bounded():
+    clean = frames_of(walk())
+    # the plates stop after 0.4 s; the rest goes on, and the host clock with it
+    cut = [f for f in clean if not (f.stream.startswith("dynamics/grf/") and f.t > clean[0].t + 400_000_000)]
+    bus, counts = counting_serve(cut)
+    t, b, ch = bus.series(TORQUES)
+    stale = b[:, ch.index("stale")] > 0
+    late = t > clean[0].t + 400_000_000
+    assert stale[late].mean() > 0.95 and not stale[~late][:-20].any()
+    assert counts["dynamics/grf/FP1:held_samples"] > 0.8 * late.sum()
+    assert np.isfinite(b[:, 0]).all()          # the law carries the feet where no plate reads
