@@ -107,12 +107,15 @@ def chains(model: Model, mset: MarkerSet) -> list[Chain]:
         if s.name not in mset.segments:
             raise MarkerError(f"segment {seg.name!r}: its proximal segment {s.name!r} is not in the marker set")
         path.reverse()
+        axes = np.array([p.joint.axis for p in path])
         if any(p.joint.type != "revolute" or not np.allclose(p.joint.rotation, np.eye(3)) for p in path) or \
-                any(np.any(p.joint.translation) for p in path[1:]) or len(path) not in (1, 3):
-            raise MarkerError(f"segment {seg.name!r}: the joints from {s.name!r} are not 1 or 3 plain revolute joints")
+                any(np.any(p.joint.translation) for p in path[1:]) or len(path) not in (1, 3) or \
+                (len(path) == 3 and not np.allclose(np.abs(axes) @ np.abs(axes).T, np.eye(3))):
+            raise MarkerError(f"segment {seg.name!r}: the joints from {s.name!r} are not 1 revolute joint or 3 about "
+                              "distinct lab-aligned axes (±x, ±y, ±z)")
         out.append(Chain(seg.name, s.name, np.array([model.idx_q[model.index[p.name]] for p in path]),
                          np.array([model.idx_v[model.index[p.name]] for p in path]),
-                         np.array([p.joint.axis for p in path]), np.array(path[0].joint.translation)))
+                         axes, np.array(path[0].joint.translation)))
     return out
 
 
@@ -161,6 +164,11 @@ def fit_segments(model: Model, mset: MarkerSet, markers: Mapping[str, np.ndarray
     return SegmentFits(rot, tr, res)
 
 
+def _vee(m: np.ndarray) -> np.ndarray:
+    """(N, 3) axial vector of the skew part of m (N, 3, 3): vee((m − mᵀ)/2)."""
+    return 0.5 * np.stack([m[:, 2, 1] - m[:, 1, 2], m[:, 0, 2] - m[:, 2, 0], m[:, 1, 0] - m[:, 0, 1]], axis=1)
+
+
 def _unwrap(x: np.ndarray) -> np.ndarray:
     """np.unwrap over the finite samples of x (N,) (a gap does not break continuity)."""
     out = x.copy()
@@ -199,7 +207,7 @@ def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits) -> np.nd
                 ang[good] = Rotation.from_matrix(rel).as_euler("".join("XYZ"[i] for i in idx)) * sign
         else:
             a = c.axes[0]
-            w = 0.5 * np.stack([rel[:, 2, 1] - rel[:, 1, 2], rel[:, 0, 2] - rel[:, 2, 0], rel[:, 1, 0] - rel[:, 0, 1]], 1)
+            w = _vee(rel)
             cos = 0.5 * (np.trace(rel, axis1=1, axis2=2) - np.einsum("i,nij,j->n", a, rel, a))
             ang[good, 0] = np.arctan2(w @ a, cos)
         for k, iq in enumerate(c.q_index):
@@ -224,8 +232,7 @@ def joint_rates(model: Model, q: np.ndarray, fs: float) -> tuple[np.ndarray, np.
             dR = differentiate(R, fs)
             W = np.einsum("nji,njk->nik", R, dR)  # Rᵀ Ṙ = [ω_body]×
             v[:, iv:iv + 3] = np.einsum("nji,nj->ni", R, differentiate(q[:, iq:iq + 3], fs))
-            v[:, iv + 3:iv + 6] = 0.5 * np.stack([W[:, 2, 1] - W[:, 1, 2], W[:, 0, 2] - W[:, 2, 0],
-                                                  W[:, 1, 0] - W[:, 0, 1]], axis=1)
+            v[:, iv + 3:iv + 6] = _vee(W)
         else:
             raise MarkerError(f"joint_rates: joint type {t!r} of segment {seg.name!r} is not supported")
     return v, differentiate(v, fs)

@@ -140,7 +140,12 @@ def test_missing_segment_markers_are_named_and_left_nan(model, mset):
     np.testing.assert_allclose(np.delete(qh[:, 7:], wrist - 7, axis=1), np.delete(q[:, 7:], wrist - 7, axis=1), atol=1e-9)
 
 
-def test_a_bad_marker_set_is_one_error():
+def test_a_bad_marker_set_is_one_error(model):
+    thigh_only = marker_set_from_dict({"kind": "markerset", "segment": {"thigh_l": {"LTHI": [0, 0.07, -0.2]}}})
+    with pytest.raises(MarkerError, match="proximal segment 'pelvis' is not in the marker set"):
+        fit_segments(model, thigh_only, {"LTHI": np.zeros((5, 3))})
+    with pytest.raises(MarkerError, match="none of the 1 markers"):
+        fit_segments(model, thigh_only, {"XXX": np.zeros((5, 3))})
     with pytest.raises(MarkerError, match="kind"):
         marker_set_from_dict({"segment": {}})
     with pytest.raises(MarkerError, match="pelvis.LASI"):
