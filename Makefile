@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CONFIG ?= configs/sim.toml
 
-.PHONY: install run test bench clean
+.PHONY: install kernels run test bench clean
 
 install: $(STAMP)
 
@@ -16,13 +16,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
-run: $(STAMP)
+# The numba kernels, compiled into their cache with a progress bar (seconds when the cache is warm):
+# otherwise the first processes a test or a lab starts would each compile them at the same time.
+kernels: $(STAMP)
+	$(BIN)/walklab model compile
+
+run: kernels
 	$(BIN)/walklab run $(CONFIG)
 
-test: $(STAMP)
+test: kernels
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: kernels
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
