@@ -177,12 +177,13 @@ def shoot(rhs: Callable, y0, P: float, W=None, angles: int | None = None,
 
 def collocate(rhs: Callable, y0_guess, P: float, W=None, nodes: int = 81, tol: float = 1e-8):
     """The same periodic problem by collocation (`scipy.integrate.solve_bvp`, BC y(0) - W y(P) = 0),
-    from the initial guess integrated over [0, P]; returns the solution's y(0) (n,) and the result."""
+    from the constant initial guess y0_guess on every node (no integration: an unstable system,
+    such as a trunk, need not survive the half-step from a poor guess); returns y(0) (n,) and the result."""
     y0 = np.asarray(y0_guess, dtype=float)
     n = y0.size
     Wm = np.eye(n) if W is None else np.diag(np.asarray(W, dtype=float))
     t = np.linspace(0.0, P, nodes)
-    guess = flow(rhs, y0, P, t_eval=t).y
+    guess = np.repeat(y0[:, None], nodes, axis=1)
 
     def f(tt, yy):
         return np.column_stack([rhs(ti, yy[:, k]) for k, ti in enumerate(tt)])
