@@ -192,8 +192,9 @@ def _inverse_dynamics(model, mset, markers, plate, keep):
     return res
 
 
-@pytest.mark.parametrize("noise, fc, tol_bu, tol_td", [(0.0, None, 1e-3, 1e-3), (1e-3, 4.0, 0.03, 0.15)])
-def test_moments_bottom_up_top_down_and_pinocchio_agree(model, mset, noise, fc, tol_bu, tol_td):
+@pytest.mark.parametrize("noise, fc, tol_bu, tol_td, tol_root", [(0.0, None, 1e-3, 1e-3, 1e-3),
+                                                                 (1e-3, 4.0, 0.03, 0.15, 0.05)])
+def test_moments_bottom_up_top_down_and_pinocchio_agree(model, mset, noise, fc, tol_bu, tol_td, tol_root):
     """Single support on one plate carrying the model's own required ground wrench (Pinocchio): from
     the markers, the recovered motion's bottom-up and top-down joint torques agree with each other
     and with Pinocchio's rnea on the true motion (tolerances: fractions of the peak joint torque,
@@ -219,8 +220,12 @@ def test_moments_bottom_up_top_down_and_pinocchio_agree(model, mset, noise, fc, 
     np.testing.assert_allclose(res.tau_bottom_up[:, joints][legs], truth[legs], atol=tol_bu * scale)
     np.testing.assert_allclose(res.tau_top_down[:, joints], truth, atol=tol_td * scale)
     np.testing.assert_allclose(res.tau_bottom_up[:, joints], res.tau_top_down[:, joints], atol=(tol_bu + tol_td) * scale)
+    # the root: the residual wrench (measured − required; force in N, moment about the CoM in N·m)
+    # and the bottom-up free-flyer rows (the same residual, base frame) are small against body
+    # weight (per metre): measured 1.2e-4 / 3e-5 noise-free, 0.023 / 0.011 with noise
     weight = model.total_mass * 9.81
-    assert np.abs(res.residual_force).max() < (tol_bu + tol_td) * weight
+    for root in (res.residual_force, res.residual_moment, res.tau_bottom_up[:, :3], res.tau_bottom_up[:, 3:6]):
+        assert np.abs(root).max() < tol_root * weight
 
 
 def test_torques_are_kept_only_where_computable(model, mset):
