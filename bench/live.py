@@ -88,19 +88,21 @@ def _name(p: Any) -> str:
         return "?"
     if "--name" in cmd:
         return cmd[cmd.index("--name") + 1]
-    return "walklab run (supervisor, recorder, status)" if "run" in cmd else " ".join(cmd[:3])
+    if "controller.cli" in cmd and cmd.index("controller.cli") + 1 < len(cmd):
+        sub = cmd[cmd.index("controller.cli") + 1]
+        return "walklab run (supervisor, status)" if sub == "run" else f"walklab {sub}"
+    return " ".join(cmd[:3])
 
 
-def cpu_watch(root: Any, seconds: float, poll_s: float = 2.0) -> dict[str, float]:
+def cpu_watch(root: Any, running: Any, poll_s: float = 2.0) -> dict[str, float]:
     """CPU % of one core per process under `root` (psutil.Process) over `seconds` of wall time: each process's
     CPU time at its last sight minus at its first, over the wall time between them (a restarted process:
-    both lives added under its name)."""
+    both lives added under its name); until `running()` is False."""
     import psutil
 
     first: dict[int, tuple[str, float, float]] = {}
     last: dict[int, tuple[float, float]] = {}
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and root.is_running():
+    while running():
         for p in [root] + root.children(recursive=True):
             try:
                 c = p.cpu_times()
@@ -155,8 +157,9 @@ def analyse(path: Path) -> dict[str, Any]:
                 procmax.append(h["latency_max_s"])
         if f.stream.startswith("health/"):
             health[f.stream] = parse_health(f)
-    gaps = {s: int(np.sum(np.diff(np.asarray(v)) - 1)) for s, v in seqs.items()
-            if len(v) > 1 and np.any(np.diff(np.asarray(v)) != 1)}
+    # frames missing inside a publisher's run (a seq going back is a restart, not a loss)
+    gaps = {s: int(np.sum(np.maximum(np.diff(np.asarray(v)) - 1, 0))) for s, v in seqs.items()
+            if len(v) > 1 and np.any(np.diff(np.asarray(v)) > 1)}
     dropped = {f"{h} <- {s}": int(v.get("dropped", 0)) for h, d in health.items() for s, v in d.items()
                if isinstance(v, dict) and v.get("dropped")}
     return dict(hop=hop, torques=torques, e2e=e2e, proc=(proc50, proc99, procmax), gaps=gaps, dropped=dropped,
@@ -186,8 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         child = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(cfg), "--duration", str(seconds),
                                   "--record", str(rec), "--script", str(script)], cwd=REPO,
                                  stdout=open(Path(tmp) / "run.log", "w"), stderr=subprocess.STDOUT)
-        cpu = cpu_watch(psutil.Process(child.pid), seconds + 600.0)
-        status = child.wait(timeout=600)
+        deadline = time.monotonic() + seconds + 600.0
+        cpu = cpu_watch(psutil.Process(child.pid), lambda: child.poll() is None and time.monotonic() < deadline)
+        status = child.wait(timeout=60)
         wall = time.monotonic() - t0
         log = (Path(tmp) / "run.log").read_text()
         print(f"walklab run exit {status} after {wall:.0f} s wall ({seconds:.0f} s with the lab up)")

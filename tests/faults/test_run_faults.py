@@ -52,6 +52,14 @@ def wait_for(what: str, predicate, timeout_s: float, poll=lambda: None) -> None:
         time.sleep(0.05)
 
 
+def idle(seconds: float, drain) -> None:
+    """Keep reading the bus for `seconds` (a fault lasts, or the lab runs on after it)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        drain()
+        time.sleep(0.02)
+
+
 @pytest.fixture(scope="module")
 def faulted_run(tmp_path_factory, robot):  # noqa: F811
     tmp = tmp_path_factory.mktemp("runfaults")
@@ -95,16 +103,10 @@ def faulted_run(tmp_path_factory, robot):  # noqa: F811
         loop = procs_named(root)["loop"]
         out["stop_ns"] = time.monotonic_ns()
         loop.send_signal(signal.SIGSTOP)
-        t_end = time.monotonic() + 1.5
-        while time.monotonic() < t_end:
-            drain()
-            time.sleep(0.02)
+        idle(1.5, drain)
         out["cont_ns"] = time.monotonic_ns()
         loop.send_signal(signal.SIGCONT)
-        t_end = time.monotonic() + 3.0
-        while time.monotonic() < t_end:
-            drain()
-            time.sleep(0.05)
+        idle(3.0, drain)
         # 3. kill -9 of the whole run, every process at once
         everyone = [root] + root.children(recursive=True)
         drain()
