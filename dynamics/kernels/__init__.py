@@ -62,11 +62,11 @@ SIGNATURES = _signatures()
 
 _ready: dict[str, Callable] = {}
 
-# From this many samples in one call, crba, aba and the kinematics take the numpy path even when the
+# From this many samples in one call, crba and the kinematics take the numpy path even when the
 # kernels are enabled: its column kernels (one numpy call per scalar operation whatever N) then beat
-# their compiled per-sample recursion on human15 (measured crossover about 1000 samples for aba;
-# docs/kernels.md). rnea (whose kernel keeps each body in local scalars; its centroidal output serves
-# com, centroidal_momentum, zmp_model) and the ground stage are faster compiled at every N.
+# their compiled per-sample recursion (through per-body arrays) on human15 (docs/kernels.md). rnea
+# and aba (whose kernels keep each body in local scalars; rnea's centroidal output serves com,
+# centroidal_momentum, zmp_model) and the ground stage are faster compiled at every N.
 NUMPY_BATCH_FROM = 512
 
 
@@ -76,7 +76,7 @@ def enabled() -> bool:
 
 
 def tree_compiled(n: int) -> bool:
-    """Whether crba, aba and the kinematics run a call of n samples compiled."""
+    """Whether crba and the kinematics run a call of n samples compiled."""
     return _enabled and n < NUMPY_BATCH_FROM
 
 

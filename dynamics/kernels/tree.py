@@ -23,8 +23,9 @@ sin θ) block of q off unit norm by more than QUAT_TOL; in aba, a non-positive a
 inertia pivot), which the Python side turns into its clear error. Quaternion and (cos θ, sin θ)
 blocks are normalised as in the numpy path (joints.normalized_configuration).
 
-Each joint type's transform, subspace and bias are the branches of `joint_rt`, `subspace` and
-`joint_bias` (and, in rnea's scalar form, of its joint-motion and projection steps).
+Each joint type's transform and subspace are the branches of `joint_rt`, `subspace` (and
+`axis_subspace`), and its joint motion and bias c_J those of `child_motion`; rnea's projection
+τ = Sᵀ f is the branch of its backward pass.
 """
 from __future__ import annotations
 
@@ -93,18 +94,6 @@ def subspace(jt, ftab, i, nv, RJ, S):
 
 
 @njit(cache=True, inline="always")
-def joint_bias(jt, S, i, v, iv, cJ):
-    """cJ[i] = Ṡ v (6,) in the child frame: (−ω_J × v_J,lin, 0) for the planar joint, else 0."""
-    for r in range(6):
-        cJ[i, r] = 0.0
-    if jt == PLANAR:
-        lx = S[i, 0, 0] * v[iv] + S[i, 0, 1] * v[iv + 1]
-        ly = S[i, 1, 0] * v[iv] + S[i, 1, 1] * v[iv + 1]
-        w = v[iv + 2]
-        cJ[i, 0], cJ[i, 1] = w * ly, -w * lx        # −(0, 0, w) × (lx, ly, 0)
-
-
-@njit(cache=True, inline="always")
 def joint_rt(jt, ftab, i, q, iq):
     """(RJ row-major (9), tJ (3)) of joint i as one 12-tuple of floats: rnea keeps a body's
     quantities in local scalars (several times faster than through scratch arrays in numba)."""
@@ -147,42 +136,6 @@ def placement(itab, ftab, i, qn, RJ, R, t):
 
 
 @njit(cache=True, inline="always")
-def to_child(R, t, i, m, jp, out, io):
-    """out[io] = ⁱX_p m[jp]: a motion of the parent in segment i's frame,
-    (Rᵀ (v + ω × t), Rᵀ ω)."""
-    w0, w1, w2 = m[jp, 3], m[jp, 4], m[jp, 5]
-    v0 = m[jp, 0] + w1 * t[i, 2] - w2 * t[i, 1]
-    v1 = m[jp, 1] + w2 * t[i, 0] - w0 * t[i, 2]
-    v2 = m[jp, 2] + w0 * t[i, 1] - w1 * t[i, 0]
-    for r in range(3):
-        out[io, r] = R[i, 0, r] * v0 + R[i, 1, r] * v1 + R[i, 2, r] * v2
-        out[io, 3 + r] = R[i, 0, r] * w0 + R[i, 1, r] * w1 + R[i, 2, r] * w2
-
-
-@njit(cache=True, inline="always")
-def gravity_to_child(R, i, g, out, io):
-    """out[io] = ⁱX_0 (−g, 0): gravity as the base acceleration, in root segment i's frame."""
-    for r in range(3):
-        out[io, r] = -(R[i, 0, r] * g[0] + R[i, 1, r] * g[1] + R[i, 2, r] * g[2])
-        out[io, 3 + r] = 0.0
-
-
-@njit(cache=True, inline="always")
-def force_to_parent(R, t, i, f, jf, out, p):
-    """out[p] += ⁱX_pᵀ f[jf]: a force in segment i's frame moved to the frame (R[i], t[i]) are
-    given in (its parent's, or the lab's for Rw, pw): (R f, R n + t × R f)."""
-    l0 = R[i, 0, 0] * f[jf, 0] + R[i, 0, 1] * f[jf, 1] + R[i, 0, 2] * f[jf, 2]
-    l1 = R[i, 1, 0] * f[jf, 0] + R[i, 1, 1] * f[jf, 1] + R[i, 1, 2] * f[jf, 2]
-    l2 = R[i, 2, 0] * f[jf, 0] + R[i, 2, 1] * f[jf, 1] + R[i, 2, 2] * f[jf, 2]
-    out[p, 0] += l0
-    out[p, 1] += l1
-    out[p, 2] += l2
-    out[p, 3] += R[i, 0, 0] * f[jf, 3] + R[i, 0, 1] * f[jf, 4] + R[i, 0, 2] * f[jf, 5] + t[i, 1] * l2 - t[i, 2] * l1
-    out[p, 4] += R[i, 1, 0] * f[jf, 3] + R[i, 1, 1] * f[jf, 4] + R[i, 1, 2] * f[jf, 5] + t[i, 2] * l0 - t[i, 0] * l2
-    out[p, 5] += R[i, 2, 0] * f[jf, 3] + R[i, 2, 1] * f[jf, 4] + R[i, 2, 2] * f[jf, 5] + t[i, 0] * l1 - t[i, 1] * l0
-
-
-@njit(cache=True, inline="always")
 def motion_cross(a, ia, b, ib):
     """a[ia] × b[ib] for motions (lin, ang): (ω_a × v_b + v_a × ω_b, ω_a × ω_b), a 6-tuple."""
     a0, a1, a2, a3, a4, a5 = a[ia, 0], a[ia, 1], a[ia, 2], a[ia, 3], a[ia, 4], a[ia, 5]
@@ -193,29 +146,6 @@ def motion_cross(a, ia, b, ib):
             a4 * b5 - a5 * b4,
             a5 * b3 - a3 * b5,
             a3 * b4 - a4 * b3)
-
-
-@njit(cache=True, inline="always")
-def force_cross(a, ia, f, jf):
-    """a[ia] ×* f[jf], motion a, force f: (ω × f_lin, ω × f_ang + v × f_lin), a 6-tuple."""
-    a0, a1, a2, a3, a4, a5 = a[ia, 0], a[ia, 1], a[ia, 2], a[ia, 3], a[ia, 4], a[ia, 5]
-    f0, f1, f2, f3, f4, f5 = f[jf, 0], f[jf, 1], f[jf, 2], f[jf, 3], f[jf, 4], f[jf, 5]
-    return (a4 * f2 - a5 * f1,
-            a5 * f0 - a3 * f2,
-            a3 * f1 - a4 * f0,
-            a4 * f5 - a5 * f4 + a1 * f2 - a2 * f1,
-            a5 * f3 - a3 * f5 + a2 * f0 - a0 * f2,
-            a3 * f4 - a4 * f3 + a0 * f1 - a1 * f0)
-
-
-@njit(cache=True, inline="always")
-def inertia_times(ftab, i, x, ix, out, io):
-    """out[io] = Y_i x[ix] (the body's spatial inertia, ftab)."""
-    for r in range(6):
-        y = 0.0
-        for k in range(6):
-            y += ftab[i, Y6 + 6 * r + k] * x[ix, k]
-        out[io, r] = y
 
 
 @njit(cache=True, inline="always")
@@ -231,19 +161,6 @@ def world_placement(itab, i, R, t, Rw, pw):
             pw[i, r] = pw[p, r] + Rw[p, r, 0] * t[i, 0] + Rw[p, r, 1] * t[i, 1] + Rw[p, r, 2] * t[i, 2]
             for c in range(3):
                 Rw[i, r, c] = Rw[p, r, 0] * R[i, 0, c] + Rw[p, r, 1] * R[i, 1, c] + Rw[p, r, 2] * R[i, 2, c]
-
-
-@njit(cache=True, inline="always")
-def subtract_external(Rw, pw, i, Fext, s, f):
-    """f[i] −= the lab-frame force Fext[s, i] (about the lab origin) in segment i's frame:
-    (Rwᵀ F, Rwᵀ (n − pw × F))."""
-    F0, F1, F2 = Fext[s, i, 0], Fext[s, i, 1], Fext[s, i, 2]
-    m0 = Fext[s, i, 3] - (pw[i, 1] * F2 - pw[i, 2] * F1)
-    m1 = Fext[s, i, 4] - (pw[i, 2] * F0 - pw[i, 0] * F2)
-    m2 = Fext[s, i, 5] - (pw[i, 0] * F1 - pw[i, 1] * F0)
-    for r in range(3):
-        f[i, r] -= Rw[i, 0, r] * F0 + Rw[i, 1, r] * F1 + Rw[i, 2, r] * F2
-        f[i, 3 + r] -= Rw[i, 0, r] * m0 + Rw[i, 1, r] * m1 + Rw[i, 2, r] * m2
 
 
 @njit(cache=True, inline="always")
@@ -274,6 +191,104 @@ def add_force(Rm, tv, i, l0, l1, l2, n0, n1, n2, out, row, col):
     out[row, col + 3] += Rm[i, 0] * n0 + Rm[i, 1] * n1 + Rm[i, 2] * n2 + tv[i, 1] * L2 - tv[i, 2] * L1
     out[row, col + 4] += Rm[i, 3] * n0 + Rm[i, 4] * n1 + Rm[i, 5] * n2 + tv[i, 2] * L0 - tv[i, 0] * L2
     out[row, col + 5] += Rm[i, 6] * n0 + Rm[i, 7] * n1 + Rm[i, 8] * n2 + tv[i, 0] * L1 - tv[i, 1] * L0
+
+
+@njit(cache=True, inline="always")
+def set_placement(ftab, i, r, R, t):
+    """R[i] (9, row-major), t[i]: joint i's child axes and origin in the parent frame, R = R0 RJ,
+    t = t0 + R0 tJ, from joint_rt's r."""
+    for row in range(3):
+        e0, e1, e2 = ftab[i, ROT + 3 * row], ftab[i, ROT + 3 * row + 1], ftab[i, ROT + 3 * row + 2]
+        R[i, 3 * row] = e0 * r[0] + e1 * r[3] + e2 * r[6]
+        R[i, 3 * row + 1] = e0 * r[1] + e1 * r[4] + e2 * r[7]
+        R[i, 3 * row + 2] = e0 * r[2] + e1 * r[5] + e2 * r[8]
+        t[i, row] = ftab[i, TRANS + row] + e0 * r[9] + e1 * r[10] + e2 * r[11]
+
+
+@njit(cache=True, inline="always")
+def into_child(R, t, i, l0, l1, l2, a0, a1, a2):
+    """ⁱX_p (l, a): a motion of the parent in body i's frame, (Rᵀ (l + a × t), Rᵀ a), a 6-tuple
+    (R[i] (9, row-major), t[i])."""
+    x0, x1, x2 = l0 + a1 * t[i, 2] - a2 * t[i, 1], l1 + a2 * t[i, 0] - a0 * t[i, 2], l2 + a0 * t[i, 1] - a1 * t[i, 0]
+    return (R[i, 0] * x0 + R[i, 3] * x1 + R[i, 6] * x2, R[i, 1] * x0 + R[i, 4] * x1 + R[i, 7] * x2,
+            R[i, 2] * x0 + R[i, 5] * x1 + R[i, 8] * x2, R[i, 0] * a0 + R[i, 3] * a1 + R[i, 6] * a2,
+            R[i, 1] * a0 + R[i, 4] * a1 + R[i, 7] * a2, R[i, 2] * a0 + R[i, 5] * a1 + R[i, 8] * a2)
+
+
+@njit(cache=True, inline="always")
+def child_motion(jt, ftab, i, r, R, t, v, a, iv, pv, pa):
+    """Body i's velocity and acceleration (a 12-tuple: v (6), a (6)) from its parent's pv, pa
+    (6-tuples; the world: 0 and (−g, 0)), joint rates v[iv:] and accelerations a[iv:]:
+    v = X v_p + v_J, a = X a_p + S q̈ + c_J + v × v_J (r: joint_rt's output)."""
+    v0, v1, v2, w0, w1, w2 = into_child(R, t, i, pv[0], pv[1], pv[2], pv[3], pv[4], pv[5])
+    a0, a1, a2, b0, b1, b2 = into_child(R, t, i, pa[0], pa[1], pa[2], pa[3], pa[4], pa[5])
+    # joint velocity v_J = S q̇ = (j, k); S q̈ + c_J added to (a, b)
+    j0 = j1 = j2 = k0 = k1 = k2 = 0.0
+    if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED or jt == PRISMATIC:
+        qd, qdd = v[iv], a[iv]
+        u0, u1, u2 = ftab[i, AXIS], ftab[i, AXIS + 1], ftab[i, AXIS + 2]
+        if jt == PRISMATIC:
+            j0, j1, j2 = u0 * qd, u1 * qd, u2 * qd
+            a0, a1, a2 = a0 + u0 * qdd, a1 + u1 * qdd, a2 + u2 * qdd
+        else:
+            k0, k1, k2 = u0 * qd, u1 * qd, u2 * qd
+            b0, b1, b2 = b0 + u0 * qdd, b1 + u1 * qdd, b2 + u2 * qdd
+    elif jt == SPHERICAL:
+        k0, k1, k2 = v[iv], v[iv + 1], v[iv + 2]
+        b0, b1, b2 = b0 + a[iv], b1 + a[iv + 1], b2 + a[iv + 2]
+    elif jt == FREE_FLYER:
+        j0, j1, j2, k0, k1, k2 = v[iv], v[iv + 1], v[iv + 2], v[iv + 3], v[iv + 4], v[iv + 5]
+        a0, a1, a2 = a0 + a[iv], a1 + a[iv + 1], a2 + a[iv + 2]
+        b0, b1, b2 = b0 + a[iv + 3], b1 + a[iv + 4], b2 + a[iv + 5]
+    elif jt == PLANAR:                    # x, y fixed in the placement frame: RJᵀ (·, ·, 0)
+        j0, j1, j2 = r[0] * v[iv] + r[3] * v[iv + 1], r[1] * v[iv] + r[4] * v[iv + 1], r[2] * v[iv] + r[5] * v[iv + 1]
+        k2 = v[iv + 2]
+        a0 += r[0] * a[iv] + r[3] * a[iv + 1] + k2 * j1          # + c_J = −(0, 0, θ̇) × j
+        a1 += r[1] * a[iv] + r[4] * a[iv + 1] - k2 * j0
+        a2 += r[2] * a[iv] + r[5] * a[iv + 1]
+        b2 += a[iv + 2]
+    # + v × v_J with v = X v_p + v_J (v_J × v_J = 0)
+    a0 += w1 * j2 - w2 * j1 + v1 * k2 - v2 * k1
+    a1 += w2 * j0 - w0 * j2 + v2 * k0 - v0 * k2
+    a2 += w0 * j1 - w1 * j0 + v0 * k1 - v1 * k0
+    b0 += w1 * k2 - w2 * k1
+    b1 += w2 * k0 - w0 * k2
+    b2 += w0 * k1 - w1 * k0
+    return v0 + j0, v1 + j1, v2 + j2, w0 + k0, w1 + k1, w2 + k2, a0, a1, a2, b0, b1, b2
+
+
+@njit(cache=True, inline="always")
+def body_force(ftab, i, v0, v1, v2, w0, w1, w2, a0, a1, a2, b0, b1, b2):
+    """Body i's (f, Y v), a 12-tuple: f = Y a + v ×* Y v (6), Y v = (m (v − c × ω), I_c ω + c × (Y v)_lin) (6)."""
+    m = ftab[i, MASS]
+    if not m > 0.0:
+        return 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    c0, c1, c2 = ftab[i, COM], ftab[i, COM + 1], ftab[i, COM + 2]
+    h0, h1, h2 = m * (v0 - (c1 * w2 - c2 * w1)), m * (v1 - (c2 * w0 - c0 * w2)), m * (v2 - (c0 * w1 - c1 * w0))
+    g0 = ftab[i, INERTIA] * w0 + ftab[i, INERTIA + 1] * w1 + ftab[i, INERTIA + 2] * w2 + c1 * h2 - c2 * h1
+    g1 = ftab[i, INERTIA + 3] * w0 + ftab[i, INERTIA + 4] * w1 + ftab[i, INERTIA + 5] * w2 + c2 * h0 - c0 * h2
+    g2 = ftab[i, INERTIA + 6] * w0 + ftab[i, INERTIA + 7] * w1 + ftab[i, INERTIA + 8] * w2 + c0 * h1 - c1 * h0
+    f0, f1, f2 = m * (a0 - (c1 * b2 - c2 * b1)), m * (a1 - (c2 * b0 - c0 * b2)), m * (a2 - (c0 * b1 - c1 * b0))
+    n0 = ftab[i, INERTIA] * b0 + ftab[i, INERTIA + 1] * b1 + ftab[i, INERTIA + 2] * b2 + c1 * f2 - c2 * f1
+    n1 = ftab[i, INERTIA + 3] * b0 + ftab[i, INERTIA + 4] * b1 + ftab[i, INERTIA + 5] * b2 + c2 * f0 - c0 * f2
+    n2 = ftab[i, INERTIA + 6] * b0 + ftab[i, INERTIA + 7] * b1 + ftab[i, INERTIA + 8] * b2 + c0 * f1 - c1 * f0
+    # + v ×* (Y v) = (ω × h, ω × g + v × h)
+    return (f0 + w1 * h2 - w2 * h1, f1 + w2 * h0 - w0 * h2, f2 + w0 * h1 - w1 * h0,
+            n0 + w1 * g2 - w2 * g1 + v1 * h2 - v2 * h1, n1 + w2 * g0 - w0 * g2 + v2 * h0 - v0 * h2,
+            n2 + w0 * g1 - w1 * g0 + v0 * h1 - v1 * h0, h0, h1, h2, g0, g1, g2)
+
+
+@njit(cache=True, inline="always")
+def external_in_body(Rw, pw, i, Fext, s):
+    """The lab-frame wrench Fext[s, i] (about the lab origin) in body i's frame, a 6-tuple:
+    (Rwᵀ F, Rwᵀ (n − pw × F)) (Rw[i] (9, row-major), pw[i])."""
+    F0, F1, F2 = Fext[s, i, 0], Fext[s, i, 1], Fext[s, i, 2]
+    m0 = Fext[s, i, 3] - (pw[i, 1] * F2 - pw[i, 2] * F1)
+    m1 = Fext[s, i, 4] - (pw[i, 2] * F0 - pw[i, 0] * F2)
+    m2 = Fext[s, i, 5] - (pw[i, 0] * F1 - pw[i, 1] * F0)
+    return (Rw[i, 0] * F0 + Rw[i, 3] * F1 + Rw[i, 6] * F2, Rw[i, 1] * F0 + Rw[i, 4] * F1 + Rw[i, 7] * F2,
+            Rw[i, 2] * F0 + Rw[i, 5] * F1 + Rw[i, 8] * F2, Rw[i, 0] * m0 + Rw[i, 3] * m1 + Rw[i, 6] * m2,
+            Rw[i, 1] * m0 + Rw[i, 4] * m1 + Rw[i, 7] * m2, Rw[i, 2] * m0 + Rw[i, 5] * m1 + Rw[i, 8] * m2)
 
 
 @njit(cache=True)
@@ -311,79 +326,19 @@ def rnea(itab, ftab, g, Q, V, A, Fext, tau, cent):
             r = joint_rt(jt, ftab, i, qn, iq)
             for k in range(9):
                 RJs[i, k] = r[k]
-            for row in range(3):                  # R = R0 RJ, t = t0 + R0 tJ
-                e0, e1, e2 = ftab[i, ROT + 3 * row], ftab[i, ROT + 3 * row + 1], ftab[i, ROT + 3 * row + 2]
-                R[i, 3 * row] = e0 * r[0] + e1 * r[3] + e2 * r[6]
-                R[i, 3 * row + 1] = e0 * r[1] + e1 * r[4] + e2 * r[7]
-                R[i, 3 * row + 2] = e0 * r[2] + e1 * r[5] + e2 * r[8]
-                t[i, row] = ftab[i, TRANS + row] + e0 * r[9] + e1 * r[10] + e2 * r[11]
-            R00, R01, R02, R10, R11, R12 = R[i, 0], R[i, 1], R[i, 2], R[i, 3], R[i, 4], R[i, 5]
-            R20, R21, R22, t0, t1, t2 = R[i, 6], R[i, 7], R[i, 8], t[i, 0], t[i, 1], t[i, 2]
+            set_placement(ftab, i, r, R, t)
             if p >= 0:
-                pv0, pv1, pv2, pw0, pw1, pw2 = M[p, 0], M[p, 1], M[p, 2], M[p, 3], M[p, 4], M[p, 5]
-                pa0, pa1, pa2, pb0, pb1, pb2 = M[p, 6], M[p, 7], M[p, 8], M[p, 9], M[p, 10], M[p, 11]
+                pv = (M[p, 0], M[p, 1], M[p, 2], M[p, 3], M[p, 4], M[p, 5])
+                pa = (M[p, 6], M[p, 7], M[p, 8], M[p, 9], M[p, 10], M[p, 11])
             else:                                 # the world: at rest, gravity as the base acceleration
-                pv0 = pv1 = pv2 = pw0 = pw1 = pw2 = pb0 = pb1 = pb2 = 0.0
-                pa0, pa1, pa2 = -g[0], -g[1], -g[2]
-            # into the child: lin' = Rᵀ (lin + ang × t), ang' = Rᵀ ang
-            x0, x1, x2 = pv0 + pw1 * t2 - pw2 * t1, pv1 + pw2 * t0 - pw0 * t2, pv2 + pw0 * t1 - pw1 * t0
-            v0, v1, v2 = R00 * x0 + R10 * x1 + R20 * x2, R01 * x0 + R11 * x1 + R21 * x2, R02 * x0 + R12 * x1 + R22 * x2
-            w0, w1, w2 = R00 * pw0 + R10 * pw1 + R20 * pw2, R01 * pw0 + R11 * pw1 + R21 * pw2, R02 * pw0 + R12 * pw1 + R22 * pw2
-            x0, x1, x2 = pa0 + pb1 * t2 - pb2 * t1, pa1 + pb2 * t0 - pb0 * t2, pa2 + pb0 * t1 - pb1 * t0
-            a0, a1, a2 = R00 * x0 + R10 * x1 + R20 * x2, R01 * x0 + R11 * x1 + R21 * x2, R02 * x0 + R12 * x1 + R22 * x2
-            b0, b1, b2 = R00 * pb0 + R10 * pb1 + R20 * pb2, R01 * pb0 + R11 * pb1 + R21 * pb2, R02 * pb0 + R12 * pb1 + R22 * pb2
-            # joint velocity v_J = S q̇ = (j, k); S q̈ + c_J added to (a, b)
-            j0 = j1 = j2 = k0 = k1 = k2 = 0.0
-            if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED or jt == PRISMATIC:
-                qd, qdd = v[iv], a[iv]
-                u0, u1, u2 = ftab[i, AXIS], ftab[i, AXIS + 1], ftab[i, AXIS + 2]
-                if jt == PRISMATIC:
-                    j0, j1, j2 = u0 * qd, u1 * qd, u2 * qd
-                    a0, a1, a2 = a0 + u0 * qdd, a1 + u1 * qdd, a2 + u2 * qdd
-                else:
-                    k0, k1, k2 = u0 * qd, u1 * qd, u2 * qd
-                    b0, b1, b2 = b0 + u0 * qdd, b1 + u1 * qdd, b2 + u2 * qdd
-            elif jt == SPHERICAL:
-                k0, k1, k2 = v[iv], v[iv + 1], v[iv + 2]
-                b0, b1, b2 = b0 + a[iv], b1 + a[iv + 1], b2 + a[iv + 2]
-            elif jt == FREE_FLYER:
-                j0, j1, j2, k0, k1, k2 = v[iv], v[iv + 1], v[iv + 2], v[iv + 3], v[iv + 4], v[iv + 5]
-                a0, a1, a2 = a0 + a[iv], a1 + a[iv + 1], a2 + a[iv + 2]
-                b0, b1, b2 = b0 + a[iv + 3], b1 + a[iv + 4], b2 + a[iv + 5]
-            elif jt == PLANAR:                    # x, y fixed in the placement frame: RJᵀ (·, ·, 0)
-                j0, j1, j2 = r[0] * v[iv] + r[3] * v[iv + 1], r[1] * v[iv] + r[4] * v[iv + 1], r[2] * v[iv] + r[5] * v[iv + 1]
-                k2 = v[iv + 2]
-                a0 += r[0] * a[iv] + r[3] * a[iv + 1] + k2 * j1          # + c_J = −(0, 0, θ̇) × j
-                a1 += r[1] * a[iv] + r[4] * a[iv + 1] - k2 * j0
-                a2 += r[2] * a[iv] + r[5] * a[iv + 1]
-                b2 += a[iv + 2]
-            # + v × v_J with v = X v_p + v_J (v_J × v_J = 0)
-            a0 += w1 * j2 - w2 * j1 + v1 * k2 - v2 * k1
-            a1 += w2 * j0 - w0 * j2 + v2 * k0 - v0 * k2
-            a2 += w0 * j1 - w1 * j0 + v0 * k1 - v1 * k0
-            b0 += w1 * k2 - w2 * k1
-            b1 += w2 * k0 - w0 * k2
-            b2 += w0 * k1 - w1 * k0
-            v0, v1, v2, w0, w1, w2 = v0 + j0, v1 + j1, v2 + j2, w0 + k0, w1 + k1, w2 + k2
+                pv = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+                pa = (-g[0], -g[1], -g[2], 0.0, 0.0, 0.0)
+            v0, v1, v2, w0, w1, w2, a0, a1, a2, b0, b1, b2 = child_motion(jt, ftab, i, r, R, t, v, a, iv, pv, pa)
             M[i, 0], M[i, 1], M[i, 2], M[i, 3], M[i, 4], M[i, 5] = v0, v1, v2, w0, w1, w2
             M[i, 6], M[i, 7], M[i, 8], M[i, 9], M[i, 10], M[i, 11] = a0, a1, a2, b0, b1, b2
             m = ftab[i, MASS]
-            f0 = f1 = f2 = n0 = n1 = n2 = h0 = h1 = h2 = g0 = g1 = g2 = 0.0
-            if m > 0.0:
-                c0, c1, c2 = ftab[i, COM], ftab[i, COM + 1], ftab[i, COM + 2]
-                h0, h1, h2 = m * (v0 - (c1 * w2 - c2 * w1)), m * (v1 - (c2 * w0 - c0 * w2)), m * (v2 - (c0 * w1 - c1 * w0))
-                g0 = ftab[i, INERTIA] * w0 + ftab[i, INERTIA + 1] * w1 + ftab[i, INERTIA + 2] * w2 + c1 * h2 - c2 * h1
-                g1 = ftab[i, INERTIA + 3] * w0 + ftab[i, INERTIA + 4] * w1 + ftab[i, INERTIA + 5] * w2 + c2 * h0 - c0 * h2
-                g2 = ftab[i, INERTIA + 6] * w0 + ftab[i, INERTIA + 7] * w1 + ftab[i, INERTIA + 8] * w2 + c0 * h1 - c1 * h0
-                f0, f1, f2 = m * (a0 - (c1 * b2 - c2 * b1)), m * (a1 - (c2 * b0 - c0 * b2)), m * (a2 - (c0 * b1 - c1 * b0))
-                n0 = ftab[i, INERTIA] * b0 + ftab[i, INERTIA + 1] * b1 + ftab[i, INERTIA + 2] * b2 + c1 * f2 - c2 * f1
-                n1 = ftab[i, INERTIA + 3] * b0 + ftab[i, INERTIA + 4] * b1 + ftab[i, INERTIA + 5] * b2 + c2 * f0 - c0 * f2
-                n2 = ftab[i, INERTIA + 6] * b0 + ftab[i, INERTIA + 7] * b1 + ftab[i, INERTIA + 8] * b2 + c0 * f1 - c1 * f0
-                # + v ×* (Y v) = (ω × h, ω × g + v × h)
-                f0, f1, f2 = f0 + w1 * h2 - w2 * h1, f1 + w2 * h0 - w0 * h2, f2 + w0 * h1 - w1 * h0
-                n0 += w1 * g2 - w2 * g1 + v1 * h2 - v2 * h1
-                n1 += w2 * g0 - w0 * g2 + v2 * h0 - v0 * h2
-                n2 += w0 * g1 - w1 * g0 + v0 * h1 - v1 * h0
+            f0, f1, f2, n0, n1, n2, h0, h1, h2, g0, g1, g2 = body_force(ftab, i, v0, v1, v2, w0, w1, w2,
+                                                                       a0, a1, a2, b0, b1, b2)
             if ext or want_cent:
                 world_rt(p, i, R, t, Rw, pw)
             if want_cent and m > 0.0:             # CoM, momentum (h, g) and its rate f at the lab origin
@@ -394,16 +349,8 @@ def rnea(itab, ftab, g, Q, V, A, Fext, tau, cent):
                 add_force(Rw, pw, i, h0, h1, h2, g0, g1, g2, tot, 0, 0)
                 add_force(Rw, pw, i, f0, f1, f2, n0, n1, n2, tot, 1, 0)
             if ext:                               # f −= the external wrench in the body frame
-                F0, F1, F2 = Fext[s, i, 0], Fext[s, i, 1], Fext[s, i, 2]
-                m0 = Fext[s, i, 3] - (pw[i, 1] * F2 - pw[i, 2] * F1)
-                m1 = Fext[s, i, 4] - (pw[i, 2] * F0 - pw[i, 0] * F2)
-                m2 = Fext[s, i, 5] - (pw[i, 0] * F1 - pw[i, 1] * F0)
-                f0 -= Rw[i, 0] * F0 + Rw[i, 3] * F1 + Rw[i, 6] * F2
-                f1 -= Rw[i, 1] * F0 + Rw[i, 4] * F1 + Rw[i, 7] * F2
-                f2 -= Rw[i, 2] * F0 + Rw[i, 5] * F1 + Rw[i, 8] * F2
-                n0 -= Rw[i, 0] * m0 + Rw[i, 3] * m1 + Rw[i, 6] * m2
-                n1 -= Rw[i, 1] * m0 + Rw[i, 4] * m1 + Rw[i, 7] * m2
-                n2 -= Rw[i, 2] * m0 + Rw[i, 5] * m1 + Rw[i, 8] * m2
+                e = external_in_body(Rw, pw, i, Fext, s)
+                f0, f1, f2, n0, n1, n2 = f0 - e[0], f1 - e[1], f2 - e[2], n0 - e[3], n1 - e[4], n2 - e[5]
             M[i, 12], M[i, 13], M[i, 14], M[i, 15], M[i, 16], M[i, 17] = f0, f1, f2, n0, n1, n2
         if want_cent:                             # about the CoM: L_G = L_O − c × P
             cc0, cc1, cc2 = cc0 / mass, cc1 / mass, cc2 / mass
@@ -564,130 +511,209 @@ def ldl_inverse(D, k, Dinv, i, scale, L, d, y):
     return True
 
 
+@njit(cache=True, inline="always")
+def rotate_block(R, i, Y, j, r0, c0):
+    """R B Rᵀ for the 3×3 block B = Y[j, r0:r0 + 3, c0:c0 + 3], R = R[i] (9, row-major); a 9-tuple."""
+    r_0, r_1, r_2, r_3, r_4, r_5, r_6, r_7, r_8 = R[i, 0], R[i, 1], R[i, 2], R[i, 3], R[i, 4], R[i, 5], R[i, 6], R[i, 7], R[i, 8]
+    m0, m1, m2 = Y[j, r0, c0], Y[j, r0, c0 + 1], Y[j, r0, c0 + 2]
+    m3, m4, m5 = Y[j, r0 + 1, c0], Y[j, r0 + 1, c0 + 1], Y[j, r0 + 1, c0 + 2]
+    m6, m7, m8 = Y[j, r0 + 2, c0], Y[j, r0 + 2, c0 + 1], Y[j, r0 + 2, c0 + 2]
+    w00, w01, w02 = m0 * r_0 + m1 * r_1 + m2 * r_2, m0 * r_3 + m1 * r_4 + m2 * r_5, m0 * r_6 + m1 * r_7 + m2 * r_8
+    w10, w11, w12 = m3 * r_0 + m4 * r_1 + m5 * r_2, m3 * r_3 + m4 * r_4 + m5 * r_5, m3 * r_6 + m4 * r_7 + m5 * r_8
+    w20, w21, w22 = m6 * r_0 + m7 * r_1 + m8 * r_2, m6 * r_3 + m7 * r_4 + m8 * r_5, m6 * r_6 + m7 * r_7 + m8 * r_8
+    return (r_0 * w00 + r_1 * w10 + r_2 * w20, r_0 * w01 + r_1 * w11 + r_2 * w21, r_0 * w02 + r_1 * w12 + r_2 * w22,
+            r_3 * w00 + r_4 * w10 + r_5 * w20, r_3 * w01 + r_4 * w11 + r_5 * w21, r_3 * w02 + r_4 * w12 + r_5 * w22,
+            r_6 * w00 + r_7 * w10 + r_8 * w20, r_6 * w01 + r_7 * w11 + r_8 * w21, r_6 * w02 + r_7 * w12 + r_8 * w22)
+
+
+@njit(cache=True, inline="always")
+def add_inertia(R, t, i, Y, out, p):
+    """out[p] += ⁱX_pᵀ Y[i] ⁱX_p, the 6×6 inertia Y[i] = [[A, B], [Bᵀ, C]] of body i in its parent's
+    frame (R[i] (9, row-major), t[i]): rotate the blocks (A' = R A Rᵀ, ...), then move the origin by
+    T = [t]×: A'' = A', K = B'' = B' − A'T, C'' = C' + T K + (T B')ᵀ (= C' + T B' − B'ᵀ T − T A' T)."""
+    A = rotate_block(R, i, Y, i, 0, 0)
+    B = rotate_block(R, i, Y, i, 0, 3)
+    C = rotate_block(R, i, Y, i, 3, 3)
+    t0, t1, t2 = t[i, 0], t[i, 1], t[i, 2]
+    K = (B[0] - (A[1] * t2 - A[2] * t1), B[1] - (A[2] * t0 - A[0] * t2), B[2] - (A[0] * t1 - A[1] * t0),
+         B[3] - (A[4] * t2 - A[5] * t1), B[4] - (A[5] * t0 - A[3] * t2), B[5] - (A[3] * t1 - A[4] * t0),
+         B[6] - (A[7] * t2 - A[8] * t1), B[7] - (A[8] * t0 - A[6] * t2), B[8] - (A[6] * t1 - A[7] * t0))
+    for a in range(3):
+        for b in range(3):
+            out[p, a, b] += A[3 * a + b]
+            out[p, a, 3 + b] += K[3 * a + b]
+            out[p, 3 + b, a] += K[3 * a + b]
+    for b in range(3):
+        TK = cross_column(t0, t1, t2, K, b)          # column b of T K
+        TB = cross_column(t0, t1, t2, B, b)          # column b of T B' = row b of (T B')ᵀ
+        for a in range(3):
+            out[p, 3 + a, 3 + b] += C[3 * a + b] + TK[a]
+            out[p, 3 + b, 3 + a] += TB[a]
+
+
+@njit(cache=True, inline="always")
+def cross_column(t0, t1, t2, M, b):
+    """t × column b of the 3×3 M (9-tuple, row-major), a 3-tuple."""
+    x0, x1, x2 = M[b], M[3 + b], M[6 + b]
+    return t1 * x2 - t2 * x1, t2 * x0 - t0 * x2, t0 * x1 - t1 * x0
+
+
+@njit(cache=True, inline="always")
+def axis_subspace(jt, ftab, i):
+    """The motion subspace column of a one-coordinate joint (revolute: (0, u), prismatic: (u, 0)), a 6-tuple."""
+    u0, u1, u2 = ftab[i, AXIS], ftab[i, AXIS + 1], ftab[i, AXIS + 2]
+    if jt == PRISMATIC:
+        return u0, u1, u2, 0.0, 0.0, 0.0
+    return 0.0, 0.0, 0.0, u0, u1, u2
+
+
 @njit(cache=True)
 def aba(itab, ftab, g, Q, V, T, Fext, out):
     """Accelerations (N, nv) = aba(q, v, τ) with external forces Fext as in rnea (p^A_i −= w_i in
-    the body frame)."""
+    the body frame). A one-coordinate joint (revolute, prismatic) keeps U = Y^A s, D and u in
+    local scalars; the others go through S, U, D⁻¹ arrays (LDLᵀ). Y^A_i is overwritten by Y^a_i and
+    p^A_i by p^a_i in pass 2 (pass 3 needs neither)."""
     n, N = itab.shape[0], Q.shape[0]
     ext = Fext.shape[0] > 0
-    qn, RJ = np.empty(Q.shape[1]), np.empty((3, 3))
-    R, t, Rw, pw = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 3, 3)), np.empty((n, 3))
+    qn, RJ, zero = np.empty(Q.shape[1]), np.empty((3, 3)), np.zeros(V.shape[1])
+    R, t, Rw, pw = np.empty((n, 9)), np.empty((n, 3)), np.empty((n, 9)), np.empty((n, 3))
     S, YA, U, Dinv = np.empty((n, 6, 6)), np.empty((n, 6, 6)), np.empty((n, 6, 6)), np.empty((n, 6, 6))
-    vel, c, pA, acc, u, vJ, cJ, Yv = (np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)),
-                                      np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)))
-    W, Ya, tmp, D, L = np.empty((4, 3, 3)), np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6))
-    pa, ap = np.empty((1, 6)), np.empty((n, 6))
+    vel, c, pA, acc, u = np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6))
+    D, L, tmp = np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6))
     DU, d, ys = np.empty(6), np.empty(6), np.empty(6)
     for s in range(N):
         bad = normalize(itab, Q[s], qn)
         if bad >= 0:
             return s * n + bad
         v, tau = V[s], T[s]
-        for i in range(n):                     # pass 1: velocities, bias accelerations c, bias forces
-            jt = itab[i, TYPE]
-            placement(itab, ftab, i, qn, RJ, R, t)
-            subspace(jt, ftab, i, itab[i, NV], RJ, S)
-            joint_bias(jt, S, i, v, itab[i, IV], cJ)
-            p, iv, nv = itab[i, PARENT], itab[i, IV], itab[i, NV]
+        for i in range(n):                     # pass 1: velocities, bias accelerations c, bias forces p^A
+            jt, p, iv, nv = itab[i, TYPE], itab[i, PARENT], itab[i, IV], itab[i, NV]
+            r = joint_rt(jt, ftab, i, qn, itab[i, IQ])
+            set_placement(ftab, i, r, R, t)
+            if nv > 1:
+                for k in range(9):
+                    RJ[k // 3, k % 3] = r[k]
+                subspace(jt, ftab, i, nv, RJ, S)
             if p >= 0:
-                to_child(R, t, i, vel, p, vel, i)
+                pv = (vel[p, 0], vel[p, 1], vel[p, 2], vel[p, 3], vel[p, 4], vel[p, 5])
             else:
-                for r in range(6):
-                    vel[i, r] = 0.0
-            for r in range(6):
-                x = 0.0
-                for k in range(nv):
-                    x += S[i, r, k] * v[iv + k]
-                vJ[i, r] = x
-                vel[i, r] += x
-            b = motion_cross(vel, i, vJ, i)      # c_i = c_J + v_i × v_J
-            for r in range(6):
-                c[i, r] = cJ[i, r] + b[r]
-            for r in range(6):
-                for k in range(6):
-                    YA[i, r, k] = ftab[i, Y6 + 6 * r + k]
-            inertia_times(ftab, i, vel, i, Yv, i)
-            b = force_cross(vel, i, Yv, i)
-            for r in range(6):
-                pA[i, r] = b[r]
+                pv = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+            mo = child_motion(jt, ftab, i, r, R, t, v, zero, iv, pv, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+            fb = body_force(ftab, i, mo[0], mo[1], mo[2], mo[3], mo[4], mo[5], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+            for k in range(6):
+                vel[i, k], c[i, k], pA[i, k] = mo[k], mo[6 + k], fb[k]
             if ext:
-                world_placement(itab, i, R, t, Rw, pw)
-                subtract_external(Rw, pw, i, Fext, s, pA)
-        for i in range(n - 1, -1, -1):         # pass 2: articulated inertias and bias forces
-            p, iv, nv = itab[i, PARENT], itab[i, IV], itab[i, NV]
-            for r in range(6):
-                pa[0, r] = pA[i, r]
+                world_rt(p, i, R, t, Rw, pw)
+                e = external_in_body(Rw, pw, i, Fext, s)
                 for k in range(6):
-                    Ya[r, k] = YA[i, r, k]
-            if nv > 0:
-                scale = 0.0
-                for r in range(6):
-                    scale = max(scale, abs(YA[i, r, r]))
+                    pA[i, k] -= e[k]
+            for r_ in range(6):
+                for k in range(6):
+                    YA[i, r_, k] = ftab[i, Y6 + 6 * r_ + k]
+        for i in range(n - 1, -1, -1):         # pass 2: articulated inertias and bias forces
+            jt, p, iv, nv = itab[i, TYPE], itab[i, PARENT], itab[i, IV], itab[i, NV]
+            scale = 0.0
+            for k in range(6):
+                scale = max(scale, abs(YA[i, k, k]))
+            if nv == 1:
+                s0, s1, s2, s3, s4, s5 = axis_subspace(jt, ftab, i)
+                for k in range(6):             # U = Y^A s
+                    U[i, k, 0] = (YA[i, k, 0] * s0 + YA[i, k, 1] * s1 + YA[i, k, 2] * s2 + YA[i, k, 3] * s3
+                                  + YA[i, k, 4] * s4 + YA[i, k, 5] * s5)
+                Dk = (s0 * U[i, 0, 0] + s1 * U[i, 1, 0] + s2 * U[i, 2, 0] + s3 * U[i, 3, 0] + s4 * U[i, 4, 0]
+                      + s5 * U[i, 5, 0])
+                if not Dk > PIVOT_RTOL * scale:
+                    return s * n + i
+                di = 1.0 / Dk
+                uk = tau[iv] - (s0 * pA[i, 0] + s1 * pA[i, 1] + s2 * pA[i, 2] + s3 * pA[i, 3] + s4 * pA[i, 4]
+                                + s5 * pA[i, 5])
+                Dinv[i, 0, 0], u[i, 0] = di, uk
+                if p < 0:
+                    continue
+                for r_ in range(6):            # Y^a = Y^A − U Uᵀ / D,  p^a = p^A + U u / D (+ Y^a c below)
+                    x = U[i, r_, 0] * di
+                    for k in range(6):
+                        YA[i, r_, k] -= x * U[i, k, 0]
+                    pA[i, r_] += x * uk
+            elif nv > 1:
+                for r_ in range(6):
                     for k in range(nv):
                         x = 0.0
                         for m in range(6):
-                            x += YA[i, r, m] * S[i, m, k]
-                        U[i, r, k] = x          # U = Y^A S
+                            x += YA[i, r_, m] * S[i, m, k]
+                        U[i, r_, k] = x        # U = Y^A S
                 for a_ in range(nv):
                     x = tau[iv + a_]
-                    for r in range(6):
-                        x -= S[i, r, a_] * pA[i, r]
-                    u[i, a_] = x                # u = τ − Sᵀ p^A
+                    for r_ in range(6):
+                        x -= S[i, r_, a_] * pA[i, r_]
+                    u[i, a_] = x               # u = τ − Sᵀ p^A
                     for b_ in range(nv):
                         z = 0.0
-                        for r in range(6):
-                            z += S[i, r, a_] * U[i, r, b_]
-                        D[a_, b_] = z           # D = Sᵀ U
+                        for r_ in range(6):
+                            z += S[i, r_, a_] * U[i, r_, b_]
+                        D[a_, b_] = z          # D = Sᵀ U
                 if not ldl_inverse(D, nv, Dinv, i, scale, L, d, ys):
                     return s * n + i
-                for r in range(6):              # Y^a = Y^A − U D⁻¹ Uᵀ,  p^a = p^A + U D⁻¹ u
+                if p < 0:
+                    continue
+                for r_ in range(6):            # Y^a = Y^A − U D⁻¹ Uᵀ,  p^a = p^A + U D⁻¹ u
                     for k in range(nv):
                         x = 0.0
                         for m in range(nv):
-                            x += U[i, r, m] * Dinv[i, m, k]
-                        tmp[r, k] = x
-                for r in range(6):
+                            x += U[i, r_, m] * Dinv[i, m, k]
+                        tmp[r_, k] = x
+                for r_ in range(6):
                     for cc in range(6):
                         x = 0.0
                         for k in range(nv):
-                            x += tmp[r, k] * U[i, cc, k]
-                        Ya[r, cc] -= x
+                            x += tmp[r_, k] * U[i, cc, k]
+                        YA[i, r_, cc] -= x
                     x = 0.0
                     for k in range(nv):
-                        x += tmp[r, k] * u[i, k]
-                    pa[0, r] += x
+                        x += tmp[r_, k] * u[i, k]
+                    pA[i, r_] += x
             if p < 0:
                 continue
-            for r in range(6):                  # + Y^a c
-                x = 0.0
-                for k in range(6):
-                    x += Ya[r, k] * c[i, k]
-                pa[0, r] += x
-            transform_inertia(R, t, i, Ya, YA, p, W)
-            force_to_parent(R, t, i, pa, 0, pA, p)
+            for r_ in range(6):                # + Y^a c
+                pA[i, r_] += (YA[i, r_, 0] * c[i, 0] + YA[i, r_, 1] * c[i, 1] + YA[i, r_, 2] * c[i, 2]
+                              + YA[i, r_, 3] * c[i, 3] + YA[i, r_, 4] * c[i, 4] + YA[i, r_, 5] * c[i, 5])
+            add_inertia(R, t, i, YA, YA, p)
+            add_force(R, t, i, pA[i, 0], pA[i, 1], pA[i, 2], pA[i, 3], pA[i, 4], pA[i, 5], pA, p, 0)
         for i in range(n):                     # pass 3: accelerations
-            p, iv, nv = itab[i, PARENT], itab[i, IV], itab[i, NV]
+            jt, p, iv, nv = itab[i, TYPE], itab[i, PARENT], itab[i, IV], itab[i, NV]
             if p >= 0:
-                to_child(R, t, i, acc, p, ap, i)
-            else:
-                gravity_to_child(R, i, g, ap, i)
-            for r in range(6):
-                ap[i, r] += c[i, r]
-            for k in range(nv):
-                x = u[i, k]
-                for r in range(6):
-                    x -= U[i, r, k] * ap[i, r]
-                DU[k] = x
-            for k in range(nv):
-                x = 0.0
-                for m in range(nv):
-                    x += Dinv[i, k, m] * DU[m]
-                out[s, iv + k] = x
-            for r in range(6):
-                x = ap[i, r]
+                ap = into_child(R, t, i, acc[p, 0], acc[p, 1], acc[p, 2], acc[p, 3], acc[p, 4], acc[p, 5])
+            else:                              # the world: gravity as the base acceleration (−g, 0)
+                ap = into_child(R, t, i, -g[0], -g[1], -g[2], 0.0, 0.0, 0.0)
+            for k in range(6):
+                acc[i, k] = ap[k] + c[i, k]
+            if nv == 1:
+                s0, s1, s2, s3, s4, s5 = axis_subspace(jt, ftab, i)
+                x = (u[i, 0] - (U[i, 0, 0] * acc[i, 0] + U[i, 1, 0] * acc[i, 1] + U[i, 2, 0] * acc[i, 2]
+                                + U[i, 3, 0] * acc[i, 3] + U[i, 4, 0] * acc[i, 4] + U[i, 5, 0] * acc[i, 5])) * Dinv[i, 0, 0]
+                out[s, iv] = x
+                acc[i, 0] += s0 * x
+                acc[i, 1] += s1 * x
+                acc[i, 2] += s2 * x
+                acc[i, 3] += s3 * x
+                acc[i, 4] += s4 * x
+                acc[i, 5] += s5 * x
+            elif nv > 1:
                 for k in range(nv):
-                    x += S[i, r, k] * out[s, iv + k]
-                acc[i, r] = x
+                    x = u[i, k]
+                    for r_ in range(6):
+                        x -= U[i, r_, k] * acc[i, r_]
+                    DU[k] = x
+                for k in range(nv):
+                    x = 0.0
+                    for m in range(nv):
+                        x += Dinv[i, k, m] * DU[m]
+                    out[s, iv + k] = x
+                for r_ in range(6):
+                    x = 0.0
+                    for k in range(nv):
+                        x += S[i, r_, k] * out[s, iv + k]
+                    acc[i, r_] += x
     return -1
 
 
