@@ -130,7 +130,7 @@ def test_a_wedged_process_is_stopped_and_restarted_after_its_liveness_timeout(tm
     assert [e["event"] for e in events] == ["silent", "crash", "restart"], (events, err[-3000:])
     silent, crash, restart = bus.events()
     assert silent.meta["process"] == "wedge" and silent.meta["pid"] == first_pid and not silent.meta["first"]
-    assert silent.meta["liveness_s"] == 3.0 and silent.meta["silent_s"] > 3.0
+    assert silent.meta["liveness_s"] == 3.0 and silent.meta["silent_s"] >= 3.0  # (rounded to the ms)
     # Never early: the wedged instance's last health frame (as this test received it) is at least
     # liveness_s older than the supervisor's decision (t_host: the same monotonic clock, ns).
     last = bus.health("wedge", first_pid)[-1]
@@ -158,7 +158,7 @@ def test_a_process_that_never_reports_is_stopped_after_startup_s_and_not_restart
             out, err = stop(proc)
         bus.sub.close()
     (silent,) = bus.events("silent")
-    assert silent.meta["first"] and silent.meta["silent_s"] > 2.0
+    assert silent.meta["first"] and silent.meta["silent_s"] >= 2.0  # (rounded to the ms)
     assert not bus.health("mute")  # it never published one, as the supervisor saw
     (exit_,) = bus.events("exit")
     # killed: SIGKILL after stop_grace_s, or SIGTERM itself if it came before the runtime's handler
