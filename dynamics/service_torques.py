@@ -84,6 +84,8 @@ CHASSIS = ("chassis_FL", "chassis_FR", "chassis_BL", "chassis_BR")
 KEEP_S = 4.0
 MAX_BATCH = 64
 _LOG_FIRST = 10
+#: Longest revolution reported in dynamics/energy [s]: a shaft that stops mid-revolution starts again.
+MAX_CYCLE_S = 60.0
 #: How far [ns] a frame's stamps may run ahead of its receipt, against the stream's least lead, before
 #: it is a clock fault (the plate service's default --clock-slack-s).
 CLOCK_SLACK_NS = 250_000_000
@@ -143,11 +145,14 @@ class _Input:
         samples held, not a held last value — and the receipt [ns] of the newest sample used."""
         if not self.t.size:
             return np.full((t.size, self.width), np.nan), np.zeros(t.size, dtype=bool), 0
-        base = self.t[0]
-        x, xp = (t - base).astype(float), (self.t - base).astype(float)
-        out = np.empty((t.size, self.width))
-        for j in range(self.width):
-            out[:, j] = np.interp(x, xp, self.v[:, j])
+        # linear interpolation of every column at once (np.interp's rule: held past the ends)
+        k = np.clip(np.searchsorted(self.t, t, side="right"), 1, max(self.t.size - 1, 1))
+        if self.t.size == 1:
+            out = np.repeat(self.v[:1], t.size, axis=0)
+        else:
+            t0, t1 = self.t[k - 1], self.t[k]
+            w = np.clip((t - t0) / (t1 - t0), 0.0, 1.0)[:, None]
+            out = self.v[k - 1] + w * (self.v[k] - self.v[k - 1])
         out[t < self.t[0]] = np.nan        # before what is kept: unknown, never the first value
         k = min(int(np.searchsorted(self.t, t[-1], side="left")), self.t.size - 1)
         return out, (t >= self.t[0]) & (t <= self.t[-1]), int(self.recv[k])
@@ -161,33 +166,42 @@ class _Input:
 
 
 class _Cycles:
-    """One shaft's power samples since its last completed revolution (`energetics.cycle_energy`)."""
+    """One shaft's power samples since the start of its current revolution (`energetics.cycle_energy`):
+    only the last sample until a first crossing of a multiple of 2π starts one; a revolution longer than
+    `MAX_CYCLE_S` (a shaft that stopped) is dropped and the next crossing starts again."""
 
-    def __init__(self) -> None:
+    def __init__(self, rate_hz: float = 1000.0) -> None:
         self.t = np.empty(0)
         self.s = np.empty(0)
         self.p = np.empty(0)
         self.count = 0
+        self.started = False
+        self.limit = int(MAX_CYCLE_S * rate_hz)
 
     def add(self, t: np.ndarray, s: np.ndarray, p: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """Append samples (t s, angle rad, power W; finite); returns (index into the added samples of the
         one that completed it, [net, positive, absolute, period]) per completed revolution."""
         n0 = self.t.size
+        rev = np.floor(np.append(self.s[-1:], s) / (2.0 * np.pi))
         self.t, self.s, self.p = np.append(self.t, t), np.append(self.s, s), np.append(self.p, p)
-        out = []
-        if self.t.size < 2:
+        out: list[tuple[int, np.ndarray]] = []
+        if not np.any(rev != rev[0]):          # no crossing in these samples
+            if not self.started or self.t.size > self.limit:
+                self.started = False
+                self.t, self.s, self.p = self.t[-1:], self.s[-1:], self.p[-1:]
             return out
         b = cycle_boundaries(self.t, self.s)
+        if not self.started:                  # the first crossing starts the first revolution
+            b = b[-1:]
         while b.size >= 2:
             e = cycle_energy(self.t, self.p, b[:2])
             k = int(np.searchsorted(self.t, b[1], side="left"))
             out.append((max(k - n0, 0), np.array([e.net[0], e.positive[0], e.absolute[0], b[1] - b[0]])))
             self.count += 1
-            keep = max(k - 1, 0)        # the sample before the boundary, to integrate the next cycle
-            self.t, self.s, self.p, n0 = self.t[keep:], self.s[keep:], self.p[keep:], n0 - keep
-            b = cycle_boundaries(self.t, self.s) if self.t.size >= 2 else np.empty(0)
-        if b.size == 0:     # no boundary yet: only the last sample is needed to find the first one
-            self.t, self.s, self.p = self.t[-1:], self.s[-1:], self.p[-1:]
+            b = b[1:]
+        keep = max(int(np.searchsorted(self.t, b[0], side="left")) - 1, 0)   # the sample before the start
+        self.t, self.s, self.p = self.t[keep:], self.s[keep:], self.p[keep:]
+        self.started = True
         return out
 
 

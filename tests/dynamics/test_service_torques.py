@@ -246,3 +246,26 @@ def test_results_do_not_depend_on_how_the_inputs_interleave():
     stale = col(b, ch, "stale") > 0
     assert col(a, ch, "stale").sum() == 0 and 0 < stale.sum() < 0.9 * t1.size
     assert np.array_equal(a[~stale], b[~stale])
+
+
+def test_a_shaft_that_stops_mid_revolution_keeps_a_bounded_buffer_and_restarts_its_cycles():
+    from dynamics.service_torques import MAX_CYCLE_S, _Cycles
+
+    cyc = _Cycles(1000.0)
+    out = []
+    w, tau = 2.0, 1.5            # rad/s and N m: 2π τ J per revolution
+    t = np.arange(0, 8.0, 1e-3)
+    for i in range(0, t.size, 10):       # turning: 2 revolutions and a half
+        out += cyc.add(t[i:i + 10], w * t[i:i + 10], np.full(10, tau * w))
+    assert len(out) == 1 and out[0][1][0] == pytest.approx(2 * np.pi * tau, rel=1e-9)
+    assert out[0][1][3] == pytest.approx(np.pi, rel=1e-9)
+    stop = w * t[-1]
+    t2 = t[-1] + np.arange(1, round((MAX_CYCLE_S + 5) * 1000)) * 1e-3    # stopped longer than MAX_CYCLE_S
+    for i in range(0, t2.size, 10):
+        out += cyc.add(t2[i:i + 10], np.full(t2[i:i + 10].size, stop), np.zeros(t2[i:i + 10].size))
+        assert cyc.t.size <= cyc.limit + 10
+    t3 = t2[-1] + np.arange(1, 8000) * 1e-3                              # turning again
+    for i in range(0, t3.size, 10):
+        out += cyc.add(t3[i:i + 10], stop + w * (t3[i:i + 10] - t2[-1]), np.full(t3[i:i + 10].size, tau * w))
+    assert len(out) >= 2      # the revolution across the stop is not reported; the next ones are, whole
+    assert all(r[3] == pytest.approx(np.pi, rel=1e-6) for _, r in out[1:])
