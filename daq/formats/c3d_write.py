@@ -16,8 +16,10 @@ first, and is converted here, at the edge (the inverse of `daq.formats.c3d.load`
   none), ZERO = [0, 0] (no baseline: the samples are written already zeroed or raw, as given);
 * ANALOG:RATE must be an integer multiple of POINT:RATE, and the analog sample count that
   multiple of the point frame count (C3D stores analogs as subframes of point frames);
-* events: ``EVENT`` group (times in s from the first frame), subject: numeric entries in
-  ``PROCESSING`` (``Bodymass`` [kg], ``Height`` [m] as Vicon writes them), the name in
+* events: ``EVENT`` group, times in s on the file's clock (point frame i at (first_frame + i)/rate,
+  as Nexus writes them and `daq.formats.c3d.load` reads them); subject: numeric entries in
+  ``PROCESSING`` written as given, in the file's units as Vicon stores them (lengths in mm,
+  ``Bodymass`` in kg; cgm.md §2) — `daq.formats.c3d.load` returns them as stored — and the name in
   ``SUBJECTS:NAMES``.
 
 Readers checked: ezc3d (points, analogs and its force-platform module, in the tests) and
@@ -86,7 +88,8 @@ def write(path: str | Path, *, markers: Markers | None = None, residuals: np.nda
         residuals: (N, M) m, marker residuals (NaN or < 0 = invalid); None: 0 where present.
         analogs: labels, units, values (N·k, C) in SI (plate moments N·m, COP m), rate Hz.
         plates: the force platforms among the analogs.
-        events: trial events; subject: ``{"name": str, "Bodymass": kg, "Height": m, ...}``.
+        events: trial events (times on the file's clock); subject: ``{"name": str, "Bodymass": kg,
+        "Height": mm, ...}`` (PROCESSING units, as Vicon writes them).
         first_frame: 0-based index of the first point frame (written 1-based).
     Raises C3DError for inconsistent sizes or rates.
     """

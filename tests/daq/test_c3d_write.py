@@ -48,7 +48,7 @@ def test_round_trip_of_markers_analogs_plates_events_subject(tmp_path):
                 analogs=Analogs(labels, units, values, 500.0),
                 plates=[C3DPlate(p, tuple(range(starts[i], starts[i + 1]))) for i, p in enumerate(ps)],
                 events=[Event(0.12, "Foot Strike", "Left"), Event(0.31, "Foot Off", "Right")],
-                subject={"name": "S01", "Bodymass": 71.5, "Height": 1.78}, first_frame=12)
+                subject={"name": "S01", "Bodymass": 71.5, "Height": 1780.0}, first_frame=12)
 
     trial = c3d.load(out)
     assert trial.markers.labels == ("LASI", "RASI", "SACR") and trial.first_frame == 12 and trial.body_mass == 71.5
@@ -71,7 +71,7 @@ def test_round_trip_of_markers_analogs_plates_events_subject(tmp_path):
     assert [s.strip() for s in ev["CONTEXTS"]["value"]] == ["Left", "Right"]
     np.testing.assert_allclose(ev["TIMES"]["value"][1], [0.12, 0.31], rtol=1e-6)
     assert [s.strip() for s in c["parameters"]["SUBJECTS"]["NAMES"]["value"]] == ["S01"]
-    assert c["parameters"]["PROCESSING"]["Height"]["value"][0] == pytest.approx(1.78)
+    assert c["parameters"]["PROCESSING"]["Height"]["value"][0] == pytest.approx(1780.0)
 
 
 @pytest.mark.parametrize("kwargs, message", [
