@@ -120,15 +120,15 @@ def test_sim_walker_lab_walks_and_survives_an_unplug(tmp_path):
     lab = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(cfg)], cwd=REPO, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert w.sub.wait_connected(20.0), "the lab's processes did not come up"
-        w.until(lambda h: sessions(h) >= 1, 30.0)
+        assert w.sub.wait_connected(60.0), "the lab's processes did not come up"  # hang guard: start-up imports numba/scipy on a busy machine
+        w.until(lambda h: sessions(h) >= 1, 60.0)
         w.pump(3.5)
         steady = w.samples(2.0)
         walker_pid = w.health["walker"]["meta"]["pid"]
         old_target = os.readlink(tmp_path / "run" / "walker-mcu")  # /proc/PID/fd/N of the MCU's pty
         os.kill(walker_pid, signal.SIGKILL)  # pull the cable (and power): the supervisor restarts the MCU
-        w.until(lambda h: h["encoder"]["link/disconnects"]["count"] >= 1, 10.0)
-        w.until(lambda h: sessions(h) >= 2 and h["walker"]["meta"]["pid"] != walker_pid, 30.0)
+        w.until(lambda h: h["encoder"]["link/disconnects"]["count"] >= 1, 30.0)
+        w.until(lambda h: sessions(h) >= 2 and h["walker"]["meta"]["pid"] != walker_pid, 60.0)
         w.pump(2.5)
         after = w.samples(1.0)
         st = w.sub.stats()["encoder/crank"]
@@ -136,7 +136,7 @@ def test_sim_walker_lab_walks_and_survives_an_unplug(tmp_path):
         new_target = os.readlink(tmp_path / "run" / "walker-mcu")
     finally:
         lab.send_signal(signal.SIGTERM)
-        out, err = lab.communicate(timeout=15)
+        out, err = lab.communicate(timeout=30)
         w.sub.close()
     assert lab.returncode == 0, err
     # the crank turns at the default setpoint, 2 pi rad/s, under gravity, inertia and ground contact
@@ -166,7 +166,7 @@ def test_motor_electrical_work_equals_friction_work_without_contact(tmp_path):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for name in ("walker", "encoder")]
     try:
-        w.until(lambda h: sessions(h) >= 1, 30.0)
+        w.until(lambda h: sessions(h) >= 1, 60.0)
         w.pump(4.5)
     finally:
         for p in procs:
