@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from daq.context import ProcessContext
+
 log = logging.getLogger("walklab.healthmon")
 
 #: Cumulative counters whose increase is logged, in this order.
@@ -127,7 +129,7 @@ def _parser(default_interval: float) -> argparse.ArgumentParser:
     return p
 
 
-def run(ctx: Any, args: Sequence[str]) -> int:
+def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     """Monitor the lab's health streams until asked to stop (see module doc)."""
     opts = _parser(ctx.lab.supervisor.status_interval_s).parse_args(list(args))
     book = HealthBook(opts.silent_s)

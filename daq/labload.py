@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from daq.context import ProcessContext
 from daq.frames import Frame
 
 
@@ -130,7 +131,7 @@ class LoadPublisher:
         return self.frames
 
 
-def run(ctx: Any, args: Sequence[str]) -> int:
+def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     """Process entry point: publish the lab load on the process's publisher until stopped.
 
     ``args``: ``--scale N`` (1), ``--duration S`` (until stopped), ``--seed`` (0),
