@@ -24,9 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import kernels
+from .model import G
 from .spatial import cross, matvec
-
-G = 9.81  # m/s², methods.md section 0
 _FLIP = np.array([-1.0, 1.0])  # (n_y, n_x) → (−n_y, n_x)
 
 

@@ -37,7 +37,7 @@ from typing import Callable
 import numpy as np
 from scipy.integrate import solve_bvp, solve_ivp
 
-G = 9.81
+from ..model import G
 
 #: Single-support laws I..V (models.md 6.1 routine data): end of heel phase TSW1, start of toe phase
 #: TSW2 (fractions of the half-period), toe offset FRN1 and heel offset BHND (m).
