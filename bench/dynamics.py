@@ -85,10 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     v = rng.normal(size=(N, model.nv))
     a = rng.normal(size=(N, model.nv))
 
-    # (0) the compiled kernels; forced at every N here (by default a call of NUMPY_BATCH_FROM samples
-    # or more takes the numpy path, the faster one there)
+    # (0) the compiled kernels; forced at every N here (by default a kinematics call of
+    # NUMPY_BATCH_FROM samples or more takes the numpy path, the faster one there)
     print(f"\n(0) compiled kernels (numba cache; `walklab model compile` warms it); 'compiled' rows force them at "
-          f"every N (default: numpy path from {kernels.NUMPY_BATCH_FROM} samples per call)")
+          f"every N (default: kinematics on the numpy path from {kernels.NUMPY_BATCH_FROM} samples per call)")
     kernels.NUMPY_BATCH_FROM = 1 << 62
     for name, seconds, compiled in kernels.compile_all():
         print(f"    {name:<24} {'compiled' if compiled else 'loaded'} in {seconds:6.2f} s")

@@ -65,7 +65,7 @@ def crba(model: Model, q, data: workspace.Data | None = None) -> np.ndarray:
     """Mass matrix M(q), ([N,] nv, nv) symmetric positive (semi)definite, kg·m² / kg·m / kg
     blocks, for q (nq,) or (N, nq): kinetic energy T = ½ vᵀ M v. data: the model's workspace."""
     (q, _, _), batched = check_state(model, q)
-    if kernels.tree_compiled(q.shape[0]):
+    if kernels.enabled():
         d = workspace.data(model, data)
         q = contiguous(q)
         M = np.empty((q.shape[0], model.nv, model.nv))

@@ -62,11 +62,11 @@ SIGNATURES = _signatures()
 
 _ready: dict[str, Callable] = {}
 
-# From this many samples in one call, crba and the kinematics take the numpy path even when the
-# kernels are enabled: its column kernels (one numpy call per scalar operation whatever N) then beat
-# their compiled per-sample recursion (through per-body arrays) on human15 (docs/kernels.md). rnea
-# and aba (whose kernels keep each body in local scalars; rnea's centroidal output serves com,
-# centroidal_momentum, zmp_model) and the ground stage are faster compiled at every N.
+# From this many samples in one call, the kinematics take the numpy path even when the kernels are
+# enabled: its column kernels (one numpy call per scalar operation whatever N) then beat the compiled
+# per-sample recursion, still through per-body arrays, on human15 (docs/kernels.md). rnea, aba and
+# crba (whose kernels keep each body's step in local scalars; rnea's centroidal output serves com,
+# centroidal_momentum, zmp_model) and the ground stage are compiled at every N.
 NUMPY_BATCH_FROM = 512
 
 
@@ -76,7 +76,7 @@ def enabled() -> bool:
 
 
 def tree_compiled(n: int) -> bool:
-    """Whether crba and the kinematics run a call of n samples compiled."""
+    """Whether the kinematics run a call of n samples compiled."""
     return _enabled and n < NUMPY_BATCH_FROM
 
 
