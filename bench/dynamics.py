@@ -85,10 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     v = rng.normal(size=(N, model.nv))
     a = rng.normal(size=(N, model.nv))
 
-    # (0) the compiled kernels; forced at every N here (by default a kinematics call of
+    # (0) the compiled kernels; forced at every N here (by default an aba or kinematics call of
     # NUMPY_BATCH_FROM samples or more takes the numpy path, the faster one there)
     print(f"\n(0) compiled kernels (numba cache; `walklab model compile` warms it); 'compiled' rows force them at "
-          f"every N (default: kinematics on the numpy path from {kernels.NUMPY_BATCH_FROM} samples per call)")
+          f"every N (default: aba and kinematics on the numpy path from {kernels.NUMPY_BATCH_FROM} samples per call)")
     kernels.NUMPY_BATCH_FROM = 1 << 62
     for name, seconds, compiled in kernels.compile_all():
         print(f"    {name:<24} {'compiled' if compiled else 'loaded'} in {seconds:6.2f} s")
@@ -164,16 +164,17 @@ def main(argv: list[str] | None = None) -> int:
             fn(model, qf[:40], vf[:40], tf[:40])
             runs = []
             for _ in range(args.repeats):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 acc = fn(model, qf, vf, tf)
-                runs.append(time.perf_counter() - t0)
+                runs.append((time.perf_counter() - t0, time.process_time() - c0))
             single = []
             for k in range(args.calls // 3):
                 t0 = time.perf_counter()
                 fn(model, qf[k], vf[k], tf[k])
                 single.append(time.perf_counter() - t0)
-        t = float(np.median(runs))
-        print(f"    {name:<26} batch {Nf / t:10,.0f} samples/s   max |a - a_true| {np.abs(acc - a[:Nf]).max():.1e}")
+        t, c = (float(x) for x in np.median(runs, axis=0))
+        print(f"    {name:<26} batch {Nf / t:10,.0f} samples/s   CPU {c / Nf * 1e6:6.2f} µs/sample   "
+              f"max |a - a_true| {np.abs(acc - a[:Nf]).max():.1e}")
         print(f"    {'':<26} one   {percentiles(single)}")
     single = []
     for k in range(args.calls // 3):
@@ -181,11 +182,11 @@ def main(argv: list[str] | None = None) -> int:
         pin.aba(pm, pd, qf[k], vf[k], tf[k])
         single.append(time.perf_counter() - t0)
     print(f"    {'pinocchio.aba':<26} one   {percentiles(single)}   (target: compiled aba p50 <= 20 µs)")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for k in range(Nf):
         pin.aba(pm, pd, qf[k], vf[k], tf[k])
     print(f"    {'pinocchio.aba loop':<26} batch {Nf / (time.perf_counter() - t0):10,.0f} samples/s   "
-          f"max |a - a_true| {np.abs(acc_pin - a[:Nf]).max():.1e}")
+          f"CPU {(time.process_time() - c0) / Nf * 1e6:6.2f} µs/sample   max |a - a_true| {np.abs(acc_pin - a[:Nf]).max():.1e}")
     print("    (a_true: the accelerations tau was computed from; random human15 states reach cond(M) ~ 1e13)")
     return 0
 

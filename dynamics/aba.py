@@ -168,7 +168,7 @@ def aba(model: Model, q, v, tau, f_ext: Sequence[Wrench] | None = None, data: wo
         raise ValueError("aba needs q, v and tau")
     N = q.shape[0]
     ext = external_wrenches(model, f_ext, N, batched)
-    if kernels.enabled():
+    if kernels.tree_compiled(N):
         d = workspace.data(model, data)
         out = np.empty((N, model.nv))
         q = contiguous(q)

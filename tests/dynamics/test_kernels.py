@@ -90,8 +90,8 @@ def test_spherical_trees_with_external_wrenches_match_pinocchio(seed, path):
 
 
 def test_large_batches_equal_on_both_paths_whichever_runs(monkeypatch):
-    """From kernels.NUMPY_BATCH_FROM samples the kinematics take the numpy path by default (rnea,
-    crba and aba stay compiled); forced compiled at that size every algorithm gives the same results."""
+    """From kernels.NUMPY_BATCH_FROM samples aba and the kinematics take the numpy path by default
+    (rnea and crba stay compiled); forced compiled at that size every algorithm gives the same results."""
     model, rng, *_ = _case(5)
     N = kernels.NUMPY_BATCH_FROM + 3
     q = random_configuration(model, rng, N)
