@@ -31,7 +31,7 @@ from .codegen import (ZERO, Code, add, body_inertia, body_transform, compiled, c
                       sub, subspace, vadd, vcross)
 from . import kernels, workspace
 from .joints import normalized_configuration
-from .kinematics import check_state, contiguous
+from .kinematics import all_finite, check_state, contiguous
 from .model import Model
 from .rnea import CHUNK, Wrench, external_generalized_forces, external_wrenches, segment_wrenches
 
@@ -177,7 +177,7 @@ def aba(model: Model, q, v, tau, f_ext: Sequence[Wrench] | None = None, data: wo
         if status >= 0:
             normalized_configuration(model, q)        # a unit block of q off norm: raises naming it
             raise _singular(model, status // len(model.segments), status % len(model.segments))
-        if not np.all(np.isfinite(out)):
+        if not all_finite(out):
             raise _singular(model, int(np.argwhere(~np.isfinite(out))[0, 0]))
         return out if batched else out[0]
     q = normalized_configuration(model, q)
@@ -188,7 +188,7 @@ def aba(model: Model, q, v, tau, f_ext: Sequence[Wrench] | None = None, data: wo
     with np.errstate(divide="ignore", invalid="ignore"):
         for s in range(0, N, CHUNK):
             out[s:s + CHUNK] = run(kernel, [q[s:s + CHUNK], v[s:s + CHUNK], t[s:s + CHUNK]], model.nv)
-    if not np.all(np.isfinite(out)):
+    if not all_finite(out):
         n = int(np.argwhere(~np.isfinite(out))[0, 0])
         raise _singular(model, n)
     return out if batched else out[0]
