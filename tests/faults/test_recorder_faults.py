@@ -160,6 +160,9 @@ def test_disk_full_stops_cleanly_with_an_alarm_and_a_readable_file(tmp_path, lim
     lab = load_config(cfg)
     watcher = Subscriber(lab.process("recorder").endpoint, ["events/recorder"])
     rec = _proc(cfg, "recorder", preexec_fn=_limited(limit))
+    # The alarm is an event (never replayed to a late subscriber): the watcher must be connected before
+    # the load starts and the first chunk fails (a quick recorder raised it before the handshake).
+    assert watcher.wait_connected(60), "the recorder's publisher never welcomed the watcher"
     src = _proc(cfg, "load")
     try:
         alarm = None
