@@ -427,7 +427,10 @@ class GrfService:
     def _finish_zeroing(self, p: _PlateStream) -> None:
         s = self.settings
         first = p.held[0][0]
-        record = np.concatenate([raw for _, _, raw in p.held])
+        # Exactly the first zero_s of samples: the blocks held may run past it by however many frames
+        # arrived in the last feed, which would make the zero depend on receipt batching (a replay
+        # as fast as possible then zeroed differently from the live run).
+        record = np.concatenate([raw for _, _, raw in p.held])[:self.zero_n]
         z = zero_from_record(p.plate, record, self.window_n, s.on_n, s.threshold_n)
         p.zero = z
         p.meta = {"zero": z.status}

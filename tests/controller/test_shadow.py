@@ -43,8 +43,13 @@ def test_shadow_replay_recomputes_the_live_results(tmp_path, robot):  # noqa: F8
     for stream in ("dynamics/grf/FP1", "dynamics/grf/FP2"):
         t1, a, _ = series(live[stream])
         t2, b, _ = series(again[stream])
-        assert np.array_equal(t1, t2[:t1.size])
-        assert np.array_equal(a, b[:t1.size], equal_nan=True)
+        plate = stream.rsplit("/", 1)[1]
+        zero = [(z["t"], z["meta"], z["arrays"]["data"].tolist()) for z in live.get(f"dynamics/zero/{plate}", [])], \
+            [(z["t"], z["meta"], z["arrays"]["data"].tolist()) for z in again.get(f"dynamics/zero/{plate}", [])]
+        raw = live[f"forceplate/{plate}"]
+        why = f"zero live/replay {zero}; raw seqs in the file from {min(d['seq'] for d in raw)}, {len(raw)} frames"
+        assert np.array_equal(t1, t2[:t1.size]), why
+        assert np.array_equal(a, b[:t1.size], equal_nan=True), why
     t1, a, ch = series(live["dynamics/torques"])
     t2, b, _ = series(again["dynamics/torques"])
     common, i1, i2 = np.intersect1d(t1, t2, return_indices=True)

@@ -217,6 +217,18 @@ def test_zeroing_removes_an_amplifier_offset_from_a_walking_record():
     assert len(box.rows(GRF_STREAM)) == n
 
 
+def test_zeroing_does_not_depend_on_how_many_frames_arrive_together():
+    """The zeroing record is exactly the first zero_s of samples, however many frames one feed brings
+    (a replay as fast as possible arrives in larger batches than the live run did)."""
+    n = 3000
+    raws = [raw_of(0, n, noise=1.0, seed=5), raw_of(1, n, noise=1.0, seed=6)]
+    (one, s1), (many, s2) = (serve(lockstep(raws, n // 5), Settings(zero_s=1.2), batch=b) for b in (1, 301))
+    for a, b in zip(s1.plates, s2.plates):
+        assert (a.zero.status, a.zero.base_n, a.zero.peak_n) == (b.zero.status, b.zero.base_n, b.zero.peak_n)
+        np.testing.assert_array_equal(a.zero.offset, b.zero.offset)
+    np.testing.assert_array_equal(one.rows(GRF_STREAM), many.rows(GRF_STREAM))
+
+
 def test_zeroing_reports_a_plate_that_never_loads_or_stays_loaded():
     plate = fp.Plate(type=2, corners=np.array(DEVICES[0].corners), origin=np.array(DEVICES[0].origin))
     rng = np.random.default_rng(5)
