@@ -161,7 +161,7 @@ def test_support_reaction_and_moment_are_the_rates_of_momentum(name):
 
 
 def test_measured_external_force_moves_the_load_off_the_support():
-    """A force F at the distal point X of the last segment: the support reaction drops by F, the
+    """A force F at a point X off the line of the last segment (5 cm from its distal point): the support reaction drops by F, the
     support moment by ((X − P) × F)_z, the joints on the path to X by ((X − R_j) × F)_z; the
     others do not change. With the required reaction measured at the support, the residual is 0."""
     name = "zinkovsky_4_1"
@@ -173,7 +173,7 @@ def test_measured_external_force_moves_the_load_off_the_support():
     free = planar_kinetics(pm, q, v, a)
     S = len(rows)
     F = np.column_stack([10 + np.arange(100) * 0.1, -30.0 * np.ones(100)])
-    X = R[:, S]
+    X = R[:, S] + 0.05 * e12(phi[:, S - 1])[1] + [0.02, 0.0]
     kin = planar_kinetics(pm, q, v, a, [ExternalForce(np.full(100, S - 1), F, X)])
     np.testing.assert_allclose(kin.reaction, free.reaction - F, atol=1e-8)
     path = _path(rows, S - 1)
