@@ -48,7 +48,7 @@ import numpy as np
 
 from . import kernels, workspace
 from .forceplate import Plate, PlateSignals
-from .kinematics import check_state, tree_state
+from .kinematics import check_state, contiguous, tree_state
 from .model import Model
 from .rnea import rnea
 from .spatial import cross, matvec
@@ -152,7 +152,8 @@ def _outline(corners: bytes) -> tuple[SupportPolygon, float]:
 
 def _check_plate(pl: PlateLoad, n: int, p: int) -> None:
     for name, shape in (("force", (n, 3)), ("moment", (n, 3)), ("corners", (4, 3)), ("loaded", (n,))):
-        if np.shape(getattr(pl, name)) != shape:
+        x = getattr(pl, name)
+        if getattr(x, "shape", None) != shape and np.shape(x) != shape:
             raise PlateIDError(f"plate {p} ({pl.name!r}): {name} must have shape {shape}, got {np.shape(getattr(pl, name))}")
 
 
@@ -164,7 +165,8 @@ class PlateIDWorkspace:
 
     feet (F,) foot segment names; point_segment (K,) int and point_local (K, 3) m: segment and local
     position of each foot point; point_foot (K,) int its foot; below (nv, F) bool: foot f is in the
-    subtree of velocity coordinate k (below_weight: the same as floats).
+    subtree of velocity coordinate k (below_weight: the same as floats). model_args: the model's
+    constant arrays as the compiled stage takes them (masses, CoMs, the point tables, gravity).
     """
 
     feet: tuple[str, ...]
@@ -173,6 +175,7 @@ class PlateIDWorkspace:
     point_foot: np.ndarray
     below: np.ndarray
     below_weight: np.ndarray
+    model_args: tuple = ()
 
 
 def plate_id_workspace(model: Model, feet: Sequence[str] | Mapping[str, Sequence[str]],
@@ -210,13 +213,19 @@ def _build_workspace(model: Model, names: dict[str, tuple[str, ...]]) -> PlateID
             raise PlateIDError(f"foot {f!r} has no contact points: give its point names (markers) explicitly")
     segs, local = zip(*(model.point(p) for pts in names.values() for p in pts))
     below = model.supports[np.array(foot_seg)][:, model.dof_segment].T.astype(bool)
+    point_segment = np.array(segs, dtype=np.int64)
+    point_local = np.array(local, dtype=float)
+    point_foot = np.repeat(np.arange(len(names), dtype=np.int64), [len(p) for p in names.values()])
+    below_weight = below.astype(float)
     return PlateIDWorkspace(
         feet=tuple(names),
-        point_segment=np.array(segs),
-        point_local=np.array(local, dtype=float),
-        point_foot=np.repeat(np.arange(len(names)), [len(p) for p in names.values()]),
+        point_segment=point_segment,
+        point_local=point_local,
+        point_foot=point_foot,
         below=below,
-        below_weight=below.astype(float),
+        below_weight=below_weight,
+        model_args=(np.ascontiguousarray(model.masses, dtype=float), np.ascontiguousarray(model.coms, dtype=float),
+                    point_segment, point_local, point_foot, below_weight, np.array(model.gravity, dtype=float)),
     )
 
 
@@ -321,35 +330,41 @@ def plate_inverse_dynamics(model: Model, q, v, a, plates: Sequence[PlateLoad], f
 
 def _compiled(model: Model, st, tau_free: np.ndarray, plates: Sequence[PlateLoad], ws: PlateIDWorkspace,
               height_tol: float, edge_tol: float) -> PlateID:
-    """plate_inverse_dynamics after the tree kernels, as one compiled loop (kernels/ground.py)."""
+    """plate_inverse_dynamics after the tree kernels, as one compiled loop (kernels/ground.py).
+    The Python side is kept to a few array operations: a live one-sample call is dominated by them."""
     n, n_p, n_f, nv = st.position.shape[0], len(plates), len(ws.feet), model.nv
-    outlines = []
+    w_plate, loaded = np.empty((n, n_p, 6)), np.empty((n, n_p), dtype=bool)
     for p, pl in enumerate(plates):
         _check_plate(pl, n, p)
-        outlines.append(_outline(np.ascontiguousarray(pl.corners, dtype=float).tobytes()))
-    width = max(o.n_vertices for o, _ in outlines)
-    ox, oy = np.zeros((n_p, width)), np.zeros((n_p, width))
-    for p, (o, _) in enumerate(outlines):
-        ox[p, :o.n_vertices], oy[p, :o.n_vertices] = o.vertices[:, 0], o.vertices[:, 1]
+        w_plate[:, p, :3], w_plate[:, p, 3:], loaded[:, p] = pl.force, pl.moment, pl.loaded
+    ox, oy, ok, oz = _outlines(tuple(np.ascontiguousarray(pl.corners, dtype=float).tobytes() for pl in plates))
     b = lambda shape: np.empty(shape, dtype=bool)   # noqa: E731
     weights, on, shared, unassigned, straddling = np.empty((n, n_p, n_f)), b((n, n_p, n_f)), b((n, n_p)), b((n, n_p)), b((n, n_f))
     tau_bu, tau_td, below, indet = np.empty((n, nv)), np.empty((n, nv)), b((n, nv)), b((n, nv))
-    res, acc_k, acc_p, c, w_foot = np.empty((n, 6)), np.empty((n, 3)), np.empty((n, 3)), np.empty((n, 3)), np.empty((n, n_f, 6))
+    res, acc, c, w_foot = np.empty((n, 6)), np.empty((2, n, 3)), np.empty((n, 3)), np.empty((n, n_f, 6))
+    masses, coms, point_segment, point_local, point_foot, below_weight, gravity = ws.model_args
     kernels.kernel("ground.plate_id")(
         # the tree arrays may come from the numpy path (large batches): make them the kernel's layout
-        np.ascontiguousarray(st.rotation), np.ascontiguousarray(st.position), np.ascontiguousarray(st.S),
-        np.ascontiguousarray(tau_free), model.masses, np.ascontiguousarray(model.coms),
-        ws.point_segment.astype(np.int64), np.ascontiguousarray(ws.point_local), ws.point_foot.astype(np.int64),
-        ws.below_weight, np.ascontiguousarray(np.stack([pl.force for pl in plates], axis=1), dtype=float),
-        np.ascontiguousarray(np.stack([pl.moment for pl in plates], axis=1), dtype=float),
-        np.ascontiguousarray(np.stack([pl.loaded for pl in plates], axis=1), dtype=bool), ox, oy,
-        np.array([o.n_vertices for o, _ in outlines], dtype=np.int64), np.array([z for _, z in outlines]),
-        float(height_tol), float(edge_tol), np.asarray(model.gravity, dtype=float),
-        weights, on, shared, unassigned, straddling, tau_bu, tau_td, below, indet, res, acc_k, acc_p, c, w_foot)
+        contiguous(st.rotation), contiguous(st.position), contiguous(st.S), contiguous(tau_free), masses, coms,
+        point_segment, point_local, point_foot, below_weight, w_plate, loaded, ox, oy, ok, oz,
+        float(height_tol), float(edge_tol), gravity,
+        weights, on, shared, unassigned, straddling, tau_bu, tau_td, below, indet, res, acc[0], acc[1], c, w_foot)
     return PlateID(tau_bottom_up=tau_bu, tau_top_down=tau_td, disagreement=tau_bu - tau_td, plate_below=below,
-                   indeterminate=indet, residual_force=res[:, :3], residual_moment=res[:, 3:], com_acc_kinematic=acc_k,
-                   com_acc_plates=acc_p, com=c, foot_wrench=w_foot,
+                   indeterminate=indet, residual_force=res[:, :3], residual_moment=res[:, 3:], com_acc_kinematic=acc[0],
+                   com_acc_plates=acc[1], com=c, foot_wrench=w_foot,
                    assignment=Assignment(weights, on, shared, unassigned, straddling), feet=ws.feet)
+
+
+@functools.lru_cache(maxsize=64)
+def _outlines(corners: tuple[bytes, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The plates' outlines as the compiled stage takes them, from their corners' bytes (see
+    :func:`_outline`): vertex x, y (P, K) m (zero-padded), vertex counts (P,), surface heights (P,) m."""
+    outlines = [_outline(c) for c in corners]
+    width = max(o.n_vertices for o, _ in outlines)
+    ox, oy = np.zeros((len(outlines), width)), np.zeros((len(outlines), width))
+    for p, (o, _) in enumerate(outlines):
+        ox[p, :o.n_vertices], oy[p, :o.n_vertices] = o.vertices[:, 0], o.vertices[:, 1]
+    return ox, oy, np.array([o.n_vertices for o, _ in outlines], dtype=np.int64), np.array([z for _, z in outlines])
 
 
 def adequacy(result: PlateID, dt: float, weights: Sequence[float] = (1.0, 1.0, 1.0, 0.0), trim: int = 0) -> float:

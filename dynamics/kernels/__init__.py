@@ -37,6 +37,7 @@ def _signatures() -> dict:
     i64 = types.int64
     return {
         "tree.rnea": i64(I2, F2, F1, F2, F2, F2, F3, O2, O2),
+        "tree.rnea_parallel": i64(I2, F2, F1, F2, F2, F2, F3, O2, O2),
         "tree.crba": i64(I2, F2, F2, O3),
         "tree.aba": i64(I2, F2, F1, F2, F2, F2, F3, O2),
         "tree.kinematics": i64(I2, F2, F2, F2, F2, O4, O3, O3, O3, O3),
@@ -47,7 +48,7 @@ def _signatures() -> dict:
         "ground.zmp_of_wrench": types.none(F2, F2, types.float64, types.float64, O2, _array(1, True, "boolean")),
         "ground.plate_id": types.none(
             _array(4), F3, F3, F2, F1, F2, _array(1, dtype="int64"), F2, _array(1, dtype="int64"), F2,
-            F3, F3, _array(2, dtype="boolean"), F2, F2, _array(1, dtype="int64"), F1, types.float64, types.float64,
+            F3, _array(2, dtype="boolean"), F2, F2, _array(1, dtype="int64"), F1, types.float64, types.float64,
             F1, O3, _array(3, True, "boolean"), _array(2, True, "boolean"), _array(2, True, "boolean"),
             _array(2, True, "boolean"), O2, O2, _array(2, True, "boolean"), _array(2, True, "boolean"), O2, O2, O2,
             O2, O3),
@@ -116,6 +117,20 @@ def kernel(name: str) -> Callable:
     if k is None:
         k = _ready[name] = _prepare(name, announce=True)
     return k
+
+
+def entry(name: str) -> Callable:
+    """The machine-code entry of kernel `name` without numba's type dispatch (~0.6 µs less per
+    call of nine arrays). It does not check its arguments' types: only for callers that pass
+    exactly the signature's C-contiguous float64 / int64 arrays (the one-sample wrappers)."""
+    k = _entries.get(name)
+    if k is None:
+        d = kernel(name)
+        k = _entries[name] = getattr(d.overloads.get(d.signatures[0]), "entry_point", d)
+    return k
+
+
+_entries: dict[str, Callable] = {}
 
 
 def _prepare(name: str, announce: bool) -> Callable:

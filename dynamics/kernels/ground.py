@@ -233,7 +233,7 @@ def zmp_of_wrench(force, moment, ground_z, min_fz, point, valid):
 
 @njit(cache=True)
 def plate_id(Rw, pw, S, tau_free, masses, coms, point_segment, point_local, point_foot, below_weight,
-             plate_force, plate_moment, plate_loaded, outline_x, outline_y, outline_k, surface, height_tol, edge_tol,
+             plate_w, plate_loaded, outline_x, outline_y, outline_k, surface, height_tol, edge_tol,
              gravity, weights, on, shared, unassigned, straddling, tau_bu, tau_td, plate_below, indeterminate,
              residual, com_acc_kin, com_acc_plates, com, foot_wrench):
     """The per-sample part of plate_id.plate_inverse_dynamics after the tree kernels (its module
@@ -242,9 +242,10 @@ def plate_id(Rw, pw, S, tau_free, masses, coms, point_segment, point_local, poin
     less than height_tol above the surface; a plate with several feet goes to the foot of the
     point nearest its COP); the plate wrenches per foot; the required ground wrench from the
     ground-free τ (free-flyer rows, base frame) and lab subspaces S (N, nv, 6); bottom-up and
-    top-down torques, residual about the CoM, CoM accelerations. Outputs as PlateID/Assignment."""
+    top-down torques, residual about the CoM, CoM accelerations. plate_w (N, P, 6): each plate's
+    force and moment about the lab origin; outputs as PlateID/Assignment."""
     N, K = Rw.shape[0], point_segment.shape[0]
-    P, F = plate_force.shape[1], below_weight.shape[1]
+    P, F = plate_w.shape[1], below_weight.shape[1]
     nv = S.shape[1]
     mass = 0.0
     for i in range(masses.shape[0]):
@@ -276,9 +277,9 @@ def plate_id(Rw, pw, S, tau_free, masses, coms, point_segment, point_local, poin
             for f in range(F):
                 weights[s, p, f] = 1.0 if (on[s, p, f] and loaded and count == 1) else 0.0
             if shared[s, p]:                     # the foot of the point nearest the plate's COP
-                fz = plate_force[s, p, 2]
-                cx = (surface[p] * plate_force[s, p, 0] - plate_moment[s, p, 1]) / fz if fz > 0.0 else np.nan
-                cy = (surface[p] * plate_force[s, p, 1] + plate_moment[s, p, 0]) / fz if fz > 0.0 else np.nan
+                fz = plate_w[s, p, 2]
+                cx = (surface[p] * plate_w[s, p, 0] - plate_w[s, p, 4]) / fz if fz > 0.0 else np.nan
+                cy = (surface[p] * plate_w[s, p, 1] + plate_w[s, p, 3]) / fz if fz > 0.0 else np.nan
                 best, best_d = -1, np.inf
                 for k in range(K):
                     if not inside[p, k]:
@@ -299,14 +300,12 @@ def plate_id(Rw, pw, S, tau_free, masses, coms, point_segment, point_local, poin
             for f in range(F):
                 wf[f, r] = 0.0
         for p in range(P):
-            for r in range(3):
-                wmeas[r] += plate_force[s, p, r]
-                wmeas[3 + r] += plate_moment[s, p, r]
+            for r in range(6):
+                wmeas[r] += plate_w[s, p, r]
             for f in range(F):
                 if weights[s, p, f] != 0.0:
-                    for r in range(3):
-                        wf[f, r] += weights[s, p, f] * plate_force[s, p, r]
-                        wf[f, 3 + r] += weights[s, p, f] * plate_moment[s, p, r]
+                    for r in range(6):
+                        wf[f, r] += weights[s, p, f] * plate_w[s, p, r]
         for f in range(F):
             for r in range(6):
                 foot_wrench[s, f, r] = wf[f, r]
