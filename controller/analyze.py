@@ -14,7 +14,9 @@ Per trial (``run_trial``, one job of a process pool or a Dask cluster):
 4. CGM kinematics and, with a body mass, kinetics with each loaded plate assigned to the foot on
    it (``dynamics.plate_id.assign_plates``) — a side's kinetics are NaN while its foot is in
    stance off the plates or shares a plate (cgm.md §11); or (``--model human15``) the 15-segment
-   human from its marker set (``dynamics.human15_markers``), bottom-up and top-down;
+   human from its marker set (``dynamics.human15_markers``), bottom-up and top-down; or
+   (``--model MODEL``, a planar model of configs/models/) the planar reference-line method and
+   closed-form inverse dynamics (``dynamics.planar_markers``);
 5. ZMP (global COP of all plates) and its stability margin to the support polygon of the feet in
    stance; gait metrics;
 6. outputs: ``results.npz`` (PiG names, (N, 3), plus ``time``), CSVs with units, PNG figures,
@@ -35,6 +37,7 @@ import numpy as np
 from daq.formats import c3d
 from daq.formats import opensim as osim
 from dynamics import cgm, forceplate as fp, gait_events as ge, human15_markers as h15, markers as mk, smoothing as sm
+from dynamics import planar_markers as pmk
 from dynamics.model import G
 from dynamics.plate_id import assign_plates, plate_load
 from dynamics.support import stability_margin, support_polygon
@@ -58,8 +61,11 @@ class TrialError(ValueError):
 
 @dataclass(frozen=True)
 class Options:
-    """model: "cgm" or a model with a shipped marker set (configs/markersets/MODEL.toml: "human15");
-    others are reported as not computed;
+    """model: "cgm", a model with a shipped marker set (configs/markersets/MODEL.toml: "human15"),
+    or a planar model (configs/models/MODEL.toml, e.g. "zinkovsky_5_1": its joint-point markers,
+    ``dynamics.planar_markers``); others are reported as not computed; reference: (marker A,
+    marker B, length m, vertical) a reference segment of known length giving a planar model's axes
+    and scale (methods.md f.1; None: lab x forward, z up);
     mass: kg overriding the file's; cutoff: Hz of the marker low-pass (0: none); figures: write
     PNGs and the HTML report; identify: search the marker cutoff and the leg segment masses that
     minimise the pelvis residual (``identify_cgm``) and report them; filter: "butterworth" (zero
@@ -73,6 +79,7 @@ class Options:
     identify: bool = False
     filter: str = "butterworth"
     subject: tuple[tuple[str, float], ...] = ()
+    reference: tuple[str, str, float, bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -181,7 +188,9 @@ class TrialResult:
     """Everything the report needs. series: PiG outputs (N, 3) at the marker rate; time (N,) s;
     events (ge.Events) and file_events comparison rows; metrics; plates: rows for the plate
     table; grf: (label, time (n,), force (n, 3)) curves; cop: (plate corners (4, 3), cop (n, 3));
-    zmp (N, 3), margin (N,); centres: joint centres for the stick figure; notes."""
+    zmp (N, 3), margin (N,); centres: joint centres for the stick figure; scheme: a planar model's
+    (joint points (N, P, 2) m planar, parent point index per segment (S,), joint names (S,)) for
+    its figures; notes."""
 
     name: str
     time: np.ndarray
@@ -200,6 +209,7 @@ class TrialResult:
     subject_source: str = ""
     stages: dict[str, float] = field(default_factory=dict)
     detected: ge.Events | None = None
+    scheme: tuple[np.ndarray, np.ndarray, tuple[str, ...]] | None = None
 
 
 def _swing(res: TrialResult, side: str, time: np.ndarray) -> np.ndarray:
@@ -629,6 +639,104 @@ def _tree_model(data: TrialData, res: TrialResult, options: Options, mset: h15.M
                              "in stance off the plates, on a shared plate, or its state unknown)")
 
 
+def _planar_of(options: Options, data: TrialData) -> tuple[pmk.PlanarMarkerModel | None, str]:
+    """The planar model named by --model, scaled to the body mass (--mass, PROCESSING:Bodymass;
+    the model's own without one), or (None, why not)."""
+    from dynamics.loader import load_model
+
+    try:
+        model = load_model(options.model)
+    except FileNotFoundError:
+        return None, (f"no marker set configs/markersets/{options.model}.toml and no model of that name "
+                      "(the CGM, human15 and the planar models of configs/models/ are implemented)")
+    except ValueError as e:
+        return None, f"the model does not load ({e})"
+    mass = options.mass if options.mass is not None else data.processing.get("Bodymass")
+    try:
+        return pmk.planar_model(model, float(mass) if mass else None), ""
+    except (ValueError, AttributeError) as e:
+        return None, f"not a planar model with joint-point markers and no marker set ({e})"
+
+
+def _planar_trial(data: TrialData, res: TrialResult, options: Options, pm: pmk.PlanarMarkerModel,
+                  pig: dict[str, np.ndarray], time: np.ndarray) -> None:
+    """A planar model (docs/analysis.md, "Planar models"): joint points → angles by the
+    reference-line method, the closed-form inverse dynamics with every loaded plate's (or MOT
+    foot's) force on the segment nearest its COP; the support reaction left over is the residual."""
+    n = len(time)
+    frame = None
+    if options.reference:
+        a, b, length, vertical = options.reference
+        gone = [k for k in (a, b) if k not in pig or not np.isfinite(pig[k]).any()]
+        if gone:
+            res.notes.append(f"no {options.model} angles: reference markers {', '.join(gone)} not in the trial")
+            return
+        seen = np.all(np.isfinite(pig[a]) & np.isfinite(pig[b]), axis=1)
+        frame = mk.reference_frame(pmk.to_plane(pig[a][seen]), pmk.to_plane(pig[b][seen]), length, vertical)
+        res.notes.append(f"planar axes from the reference segment {a} → {b} ({length:g} m, "
+                         f"{'vertical' if vertical else 'horizontal'}): scale {frame.scale:.4g} m per file metre")
+    try:
+        pts = pmk.marker_points(pm, pig, frame)
+    except mk.MarkerError as e:
+        res.notes.append(f"no {options.model} angles: {e}")
+        return
+    c = pmk.planar_coordinates(pm, pts)
+    res.scheme = (pts, pm.parent + 1, pm.joints)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for i, seg in enumerate(pm.segments):
+            med = float(np.nanmedian(c.lengths[:, i]))
+            res.metrics[f"{seg}_length_m"] = med
+            if not abs(med - pm.lengths[i]) <= 0.1 * pm.lengths[i]:
+                res.notes.append(f"segment {seg}: measured length {med:.3f} m (median) against the model's "
+                                 f"{pm.lengths[i]:.3f} m: the dynamics use the model's lengths")
+    for i, (seg, joint) in enumerate(zip(pm.segments, pm.joints)):
+        res.series[f"{seg}SegmentAngles"] = np.column_stack([np.degrees(c.q[:, 2 + i]), np.full((n, 2), np.nan)])
+        res.series[f"{joint}Angles"] = np.column_stack([np.degrees(c.psi[:, i]), np.full((n, 2), np.nan)])
+    mass = float(pm.chain.m.sum())
+    res.mass = mass
+    res.subject_source = f"the {options.model} model's segment table, scaled to {mass:g} kg"
+    rate = data.markers.rate
+    v = sm.differentiate(c.q, rate)
+    acc = sm.differentiate(c.q, rate, order=2)
+    forces, unplaced = [], 0
+    sources = []
+    for p in data.plates:
+        idx = _at_frames(data.analog_rate, data.t0, len(p.force), time)
+        sources.append((p.force[idx], np.where(p.valid[idx, None], p.cop[idx], np.nan)))
+    if data.feet is not None:
+        for g in data.feet.grf.values():
+            idx = _at_frames(data.feet.rate, data.feet.t0, len(g.force), time)
+            sources.append((g.force[idx], g.cop[idx]))
+    for force, cop in sources:
+        loaded = force[:, 2] > fp.DEFAULT_THRESHOLD
+        point = pmk.to_plane(cop, frame)
+        seg = np.where(loaded, pmk.nearest_segment(pm, c.q, point), -1)
+        unplaced += int(np.sum(loaded & (seg < 0)))
+        forces.append(pmk.ExternalForce(seg, pmk.vectors_to_plane(force, frame), np.nan_to_num(point)))
+    kin = pmk.planar_kinetics(pm, c.q, v, acc, forces)
+    for i, joint in enumerate(pm.joints):
+        res.series[f"{joint}Moment"] = np.column_stack([kin.moments[:, i] / mass, np.full((n, 2), np.nan)])
+        res.series[f"{joint}Power"] = np.column_stack([np.zeros((n, 2)), kin.power[:, i] / mass])
+    # planar components → the file's lab (x, z): along the reference frame's axes if there is one
+    xz = kin.reaction if frame is None else kin.reaction[:, :1] * frame.ex + kin.reaction[:, 1:] * frame.ey
+    res.series["SupportForce"] = np.column_stack([xz[:, 0], np.zeros(n), xz[:, 1]]) / mass
+    ok = np.all(np.isfinite(kin.reaction), axis=1)
+    if ok.sum() > 10:
+        res.metrics["support_force_rms_pct_bw"] = float(100 * np.sqrt(np.mean(np.sum(kin.reaction[ok] ** 2, axis=1)))
+                                                        / (mass * G))
+    res.notes.append(f"{options.model} (planar, x forward, y up, angles counter-clockwise seen from the subject's "
+                     f"right): …SegmentAngles absolute from the downward vertical, joint …Angles relative to the "
+                     f"parent segment, …Moment the parent's moment on the segment (N·m/kg), the support point "
+                     f"'{pm.joints[0]}' first; SupportForce (N/kg, lab) the force the support must add at "
+                     f"{pm.segments[0]}{pmk.PROXIMAL} besides the "
+                     + (f"{len(sources)} measured forces: with every force on the body measured it is the residual"
+                        if sources else "gravity: no measured force, so it is the predicted support reaction"))
+    if unplaced:
+        res.notes.append(f"{unplaced} loaded plate samples have their COP more than 0.15 m from every segment: "
+                         "their force is applied to no segment (it shows in SupportForce)")
+
+
 def identify_cgm(data: TrialData, res: TrialResult, subject: cgm.CGMSubject, options: Options) -> dict[str, float]:
     """Identification in the order of methods.md h.3 on a CGM trial with plates: the marker cutoff
     (2–15 Hz), then the femur, tibia and foot mass fractions within ±5 % (the head-arms-trunk
@@ -691,8 +799,11 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
     time = data.t0 + np.arange(n) / data.markers.rate
     res = TrialResult(name=data.name, time=time, notes=list(data.notes))
     mset = _marker_set(options.model) if options.model != "cgm" else None
-    pig = _prepare_markers(data.markers, options.cutoff, res.notes, options.filter,
-                           USED_MARKERS | set(mset.labels) if mset is not None else USED_MARKERS)
+    planar, why_not = _planar_of(options, data) if options.model != "cgm" and mset is None else (None, "")
+    used = USED_MARKERS | set(mset.labels) if mset is not None else USED_MARKERS
+    if planar is not None:
+        used = used | set(planar.markers) | set(options.reference[:2] if options.reference else ())
+    pig = _prepare_markers(data.markers, options.cutoff, res.notes, options.filter, used)
     stage("markers")
     asg, plate_side = _plate_side(data, pig, time)
     for k, p in enumerate(data.plates):
@@ -717,9 +828,11 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
     if mset is not None:
         _tree_model(data, res, options, mset, pig, time)
         stage("kinematics+kinetics")
+    elif planar is not None:
+        _planar_trial(data, res, options, planar, pig, time)
+        stage("kinematics+kinetics")
     elif options.model != "cgm":
-        res.notes.append(f"marker model {options.model!r}: no marker set configs/markersets/{options.model}.toml "
-                         "(the CGM and human15 are implemented); no joint angles")
+        res.notes.append(f"marker model {options.model!r}: {why_not}; no joint angles")
     else:
         try:
             sides = _cgm_sides(pig, res.notes)

@@ -3,8 +3,9 @@
 ``trial_report`` writes, in the trial's folder: grf.png (vertical and horizontal ground reactions
 per plate or foot), cop.png (COP paths on the plate outlines), zmp.png (ZMP path with the support
 margin over time), angles.png / moments.png / powers.png (0–100 % of the gait cycle, left red,
-right blue, mean ± SD over the strides), stick.png (a sagittal stick-figure strip), and
-report.html with every figure embedded (base64), the notes on what could not be computed, the
+right blue, mean ± SD over the strides), stick.png (a sagittal stick-figure strip); for a planar
+model planar.png (its joint angles, moments and powers over time) and scheme.png (the model's
+kinematic scheme, evenly spaced frames); and report.html with every figure embedded (base64), the notes on what could not be computed, the
 plates, events and metrics tables. ``summary_report`` writes summary.html over several trials
 (mean ± SD curves across trials, a table of metrics).
 """
@@ -190,6 +191,47 @@ def _stick_figure(res, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def _planar_figure(res, path: Path) -> Path | None:
+    """A planar model's joint angles, moments and powers over time, one curve per joint."""
+    if res.scheme is None:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(3, 1, figsize=(11, 8), sharex=True)
+    fig.subplots_adjust(left=0.08, right=0.82, bottom=0.07, top=0.94, hspace=0.2)
+    for ax, (kind, col, unit) in zip(axes, (("Angles", 0, "deg"), ("Moment", 0, "N·m/kg"), ("Power", 2, "W/kg"))):
+        for joint in res.scheme[2]:
+            y = res.series.get(f"{joint}{kind}")
+            if y is not None and np.isfinite(y[:, col]).any():
+                ax.plot(res.time, y[:, col], lw=1, label=joint)
+        ax.axhline(0, color="0.7", lw=0.6)
+        ax.set_ylabel(f"joint {kind.lower()} ({unit})")
+    axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    axes[-1].set_xlabel("time (s)")
+    fig.suptitle(f"{res.name}: planar joint angles (relative), moments and powers")
+    return _save(fig, path)
+
+
+def _scheme_figure(res, path: Path) -> Path | None:
+    """The planar model's kinematic scheme (joint points joined segment by segment), evenly
+    spaced frames, drawn in the planar frame (x forward, y up)."""
+    if res.scheme is None:
+        return None
+    pts, proximal, _ = res.scheme
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(12, 3.5))
+    n = len(pts)
+    for k, i in enumerate(np.linspace(0, n - 1, min(14, n)).astype(int)):
+        color = plt.cm.viridis(k / 14)
+        for s, p in enumerate(proximal):
+            seg = pts[i, [p, s + 1]]
+            ax.plot(seg[:, 0], seg[:, 1], "-o", color=color, ms=2, lw=1)
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.set_xlabel("x (m)")
+    ax.set_ylabel("y (m)")
+    ax.set_title("kinematic scheme of the planar model, evenly spaced frames (early: dark, late: light)")
+    return _save(fig, path)
+
+
 def _img(path: Path | None) -> str:
     if path is None:
         return ""
@@ -234,6 +276,7 @@ def trial_report(res, out: Path, data=None) -> Path:
     for kind, (name, _) in KINDS.items():
         figs.append(cycle_figure(cycles, kind, f"{res.name}: joint {name}", out / f"{name}.png"))
     figs.append(_stick_figure(res, out / "stick.png"))
+    figs += [_planar_figure(res, out / "planar.png"), _scheme_figure(res, out / "scheme.png")]
     parts = []
     if data is not None:
         m = data.markers

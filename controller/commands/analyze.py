@@ -1,7 +1,7 @@
 """`walklab analyze`: joint angles, moments, powers, ZMP, events and a report from gait trials.
 
     walklab analyze INPUT... --out DIR [--model cgm|human15|MODEL] [--mass KG] [--cutoff HZ]
-                    [--filter butterworth|spline] [--subject NAME=VALUE ...] [--workers N]
+                    [--filter butterworth|spline] [--subject NAME=VALUE ...] [--reference A,B,M[,vertical]] [--workers N]
                     [--dask ADDRESS] [--no-figures] [--identify]
 
 INPUT: C3D files, OpenSim TRC files (their GRF ``NAME_grf.mot`` or ``NAME.mot`` is read beside
@@ -25,7 +25,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (one sub-folder per trial)")
     p.add_argument("--model", default="cgm", metavar="cgm|human15|MODEL",
                    help="marker model (default cgm: Conventional Gait Model / Plug-in Gait lower body; "
-                        "human15: the 15-segment human from configs/markersets/human15.toml)")
+                        "human15: the 15-segment human from configs/markersets/human15.toml; a planar model of "
+                        "configs/models/, e.g. zinkovsky_5_1: its joint points <root>_proximal and "
+                        "<segment>_distal, by the reference-line method)")
+    p.add_argument("--reference", metavar="A,B,M[,vertical]",
+                   help="planar models: markers A and B on a horizontal (or vertical) reference segment M metres "
+                        "long give the axes and scale of the record (default: lab x forward, z up, metres)")
     p.add_argument("--mass", type=float, metavar="KG", help="body mass in kg (overrides the file's)")
     p.add_argument("--cutoff", type=float, default=6.0, metavar="HZ",
                    help="zero-lag Butterworth cutoff for the markers in Hz, 0 = none (default 6)")
@@ -65,11 +70,23 @@ def _analyze(args: argparse.Namespace) -> int:
             sep = ""
         if not sep or not name.strip():
             raise ValueError(f"--subject {item!r}: expected NAME=NUMBER, e.g. LLegLength=860 (mm)")
+    reference = None
+    if args.reference:
+        parts = [x.strip() for x in args.reference.split(",")]
+        try:
+            length = float(parts[2])
+        except (IndexError, ValueError):
+            length = float("nan")
+        if not 3 <= len(parts) <= 4 or not length > 0 or not all(parts[:2]) or parts[3:] not in ([], ["vertical"]):
+            raise ValueError(f"--reference {args.reference!r}: expected A,B,METRES[,vertical] (two marker names and "
+                             "a length > 0), e.g. floor1,floor2,2.0")
+        reference = (parts[0], parts[1], length, len(parts) == 4)
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise NotADirectoryError(f"--out {args.out} exists and is not a folder")
     paths = analyze.expand_inputs(args.inputs)
     options = analyze.Options(model=args.model, mass=args.mass, cutoff=args.cutoff, figures=not args.no_figures,
-                              identify=args.identify, filter=args.filter, subject=tuple(subject))
+                              identify=args.identify, filter=args.filter, subject=tuple(subject),
+                              reference=reference)
     errors = 0
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=False, disable=not sys.stderr.isatty()) as bar:

@@ -469,3 +469,125 @@ def test_human15_on_a_lower_body_trial_names_the_missing_segments(shared_data, t
             for kind, bound in (("Angles", 8.0), ("Moment", 0.3)):
                 d = h15[f"{side}{joint}{kind}"][:, 0] - cgm.series[f"{side}{joint}{kind}"][:, 0]
                 assert np.isfinite(d).sum() > 150 and np.sqrt(np.nanmean(d**2)) < bound, (side, joint, kind)
+
+
+# --- planar models (--model zinkovsky_…) -----------------------------------------------------------
+
+def _planar_trial(name="zinkovsky_4_1", n=600, fs=500.0):
+    """A planar model moved along known sines (absolute angles φ about π: upright over the support;
+    the support point walking forward),
+    its joint-point markers by forward kinematics from the model file's table (lab x, z = planar x,
+    y), and a plate under the support point carrying the reaction the motion requires (linear
+    momentum, analytic). Returns (TrialData, φ (N, S), relative ψ (N, S), required support moment
+    about the support point (N,) N·m (angular momentum, analytic), total mass kg)."""
+    import tomllib
+
+    import configs
+    from dynamics.forceplate import Plate, PlateSignals
+    from dynamics.model import G
+
+    d = tomllib.loads(configs.path(f"models/{name}.toml").read_text())
+    names = [s["name"] for s in d["segment"]]
+    par = [names.index(s["parent"]) if s["parent"] != "world" else -1 for s in d["segment"]]
+    length = [-next(iter(s["markers"].values()))[1] for s in d["segment"]]
+    m = np.array([s["mass"] for s in d["segment"]])
+    a1 = [-s["com"][1] for s in d["segment"]]
+    a2 = [s["com"][0] for s in d["segment"]]
+    jc = np.array([s["inertia"][2] for s in d["segment"]])
+    S = len(names)
+    t = np.arange(n) / fs
+    rng = np.random.default_rng(11)
+    c, A, w, p = np.pi + rng.uniform(-0.6, 0.6, S), rng.uniform(0.1, 0.4, S), rng.uniform(2, 6, S), rng.uniform(0, 6, S)
+    phi = c + A * np.sin(w * t[:, None] + p)
+    dd = -A * w**2 * np.sin(w * t[:, None] + p)
+    dphi = A * w * np.cos(w * t[:, None] + p)
+    P = np.stack([0.5 * t, np.zeros(n)], axis=1)
+    R = np.zeros((n, S + 1, 2))
+    aR = np.zeros((n, S + 1, 2))
+    R[:, 0] = P
+    com, acom = np.zeros((n, S, 2)), np.zeros((n, S, 2))
+    for i in range(S):
+        e1 = np.stack([np.sin(phi[:, i]), -np.cos(phi[:, i])], 1)
+        e2 = np.stack([np.cos(phi[:, i]), np.sin(phi[:, i])], 1)
+        de1 = dd[:, i, None] * e2 - dphi[:, i, None] ** 2 * e1
+        de2 = -dd[:, i, None] * e1 - dphi[:, i, None] ** 2 * e2
+        R[:, i + 1] = R[:, par[i] + 1] + length[i] * e1
+        aR[:, i + 1] = aR[:, par[i] + 1] + length[i] * de1
+        com[:, i] = R[:, par[i] + 1] + a1[i] * e1 + a2[i] * e2
+        acom[:, i] = aR[:, par[i] + 1] + a1[i] * de1 + a2[i] * de2
+    need = acom + [0.0, G]
+    force2 = np.einsum("k,nki->ni", m, need)
+    arm = com - P[:, None]
+    moment = np.einsum("k,nk->n", m, arm[..., 0] * need[..., 1] - arm[..., 1] * need[..., 0]) + dd @ jc
+    labels = [names[0] + "_proximal"] + [s + "_distal" for s in names]
+    pos = np.stack([R[..., 0], np.full((n, S + 1), -0.1), R[..., 1]], axis=2)
+    force = np.column_stack([force2[:, 0], np.zeros(n), force2[:, 1]])
+    cop = np.column_stack([P[:, 0], np.full(n, -0.1), np.zeros(n)])
+    plate = Plate(type=2, corners=np.array([[1.0, 0.3, 0], [-1.0, 0.3, 0], [-1.0, -0.3, 0], [1.0, -0.3, 0]]),
+                  origin=np.array([0.0, 0.0, -0.01]), name="FP1")
+    sig = PlateSignals(force, np.zeros((n, 3)), cop, np.zeros((n, 3)), np.ones(n, bool), np.zeros(n, bool))
+    tp = analyze.c3d.TrialPlate(**{k: getattr(sig, k) for k in sig.__dataclass_fields__}, plate=plate, channels=(),
+                                offset=np.zeros(0), window=None)
+    data = analyze.TrialData(name=f"{name}_synthetic", path=Path(f"{name}.c3d"),
+                             markers=analyze.c3d.Markers(tuple(labels), pos, fs), t0=0.0, plates=(tp,),
+                             analog_rate=fs)
+    psi = phi - np.column_stack([phi[:, k] if k >= 0 else np.zeros(n) for k in par])
+    return data, phi, psi, moment, float(m.sum())
+
+
+def test_planar_model_angles_and_kinetics_of_a_synthetic_motion(tmp_path):
+    """--model zinkovsky_4_1 on exact joint-point markers (no filter): the relative and absolute
+    angles are the trajectories; with the plate carrying the required reaction at the support point
+    the support force left over (the residual) is ~0, and the support moment is the rate of angular
+    momentum about the support point (analytic), to the central differences' O(h^2)."""
+    data, phi, psi, moment, mass = _planar_trial()
+    res = analyze.analyze_trial(data, analyze.Options(model="zinkovsky_4_1", cutoff=0.0))
+    joints = ("toe", "ankle", "knee", "hip", "shoulder", "elbow", "neck")
+    for i, j in enumerate(joints):
+        np.testing.assert_allclose(res.series[f"{j}Angles"][:, 0], np.degrees(psi[:, i]), atol=1e-9)
+    np.testing.assert_allclose(res.series["trunkSegmentAngles"][:, 0], np.degrees(phi[:, 3]), atol=1e-9)
+    inner = slice(2, -2)
+    assert np.abs(res.series["SupportForce"][inner]).max() < 1e-3 * 9.81
+    assert res.metrics["support_force_rms_pct_bw"] < 0.1
+    np.testing.assert_allclose(res.series["toeMoment"][inner, 0] * mass, moment[inner], atol=2e-3 * np.abs(moment).max())
+    assert res.mass == pytest.approx(mass)
+    assert not any("measured length" in n or "more than 0.15 m" in n for n in res.notes), res.notes
+    from controller import report
+    html = report.trial_report(res, tmp_path, data).read_text()
+    assert 'alt="planar"' in html and 'alt="scheme"' in html
+
+
+def test_planar_model_from_a_trc_through_the_command(tmp_path, capsys):
+    """`walklab analyze X.trc --model zinkovsky_5_1 --mass 60`: the TRC's joint points give the
+    angles (within the file's 1e-6 mm digits); a missing marker and a bad --reference are one line each."""
+    from controller.cli import main
+    from daq.formats import opensim as osim
+
+    data, phi, psi, _, _ = _planar_trial("zinkovsky_5_1", n=300, fs=200.0)
+    trc = tmp_path / "jump.trc"
+    osim.write_trc(trc, data.markers)
+    out = tmp_path / "out"
+    assert main(["analyze", str(trc), "--out", str(out), "--model", "zinkovsky_5_1", "--mass", "60",
+                 "--cutoff", "0", "--workers", "1", "--no-figures"]) == 0
+    res = np.load(out / "jump" / "results.npz")
+    np.testing.assert_allclose(res["knee_swingAngles"][:, 0], np.degrees(psi[:, 6]), atol=1e-4)
+    metrics = (out / "jump" / "metrics.csv").read_text()
+    assert "shin_support_length_m,0.5" in metrics
+    assert "support_force_rms_pct_bw" in metrics
+    drop = analyze.c3d.Markers(data.markers.labels[:-1], data.markers.positions[:, :-1], 200.0)
+    osim.write_trc(tmp_path / "short.trc", drop)
+    assert main(["analyze", str(tmp_path / "short.trc"), "--out", str(out), "--model", "zinkovsky_5_1",
+                 "--workers", "1", "--no-figures"]) == 0
+    notes = analyze.analyze_trial(analyze.load_trial(tmp_path / "short.trc"),
+                                  analyze.Options(model="zinkovsky_5_1")).notes
+    assert any("needs markers forearms_palms_distal" in n for n in notes), notes
+    capsys.readouterr()
+    assert main(["analyze", str(trc), "--out", str(out), "--model", "zinkovsky_5_1", "--reference", "a,b"]) == 2
+    assert "--reference 'a,b': expected A,B,METRES[,vertical]" in capsys.readouterr().err
+
+
+def test_unknown_and_non_planar_models_are_notes(tmp_path):
+    data, *_ = _planar_trial(n=60)
+    for model, why in (("no_such_model", "no model of that name"), ("jansen_leg", "not a planar model")):
+        res = analyze.analyze_trial(data, analyze.Options(model=model, figures=False))
+        assert any(why in n and "no joint angles" in n for n in res.notes), (model, res.notes)
