@@ -42,6 +42,9 @@ from typing import Sequence
 
 import numpy as np
 
+from . import kernels
+from .kernels import ground as G
+
 SUPPORTED_TYPES = (1, 2, 3, 4)
 N_CHANNELS = {1: 6, 2: 6, 3: 8, 4: 6}
 DEFAULT_THRESHOLD = 20.0  # N, vertical force below which the COP is undefined (methods d.6)
@@ -113,6 +116,10 @@ class Plate:
     # Lab [F, M_s] (N, 6) @ _raw_lab (6, n) = raw channels (the inverse of _wrench_lab's first
     # columns, least-norm for type 3's 8 channels); None for type 1 (see raw_channels).
     _raw_lab: np.ndarray | None = field(init=False, repr=False, compare=False)
+    # The constants and (type, n_channels, has a range, has FPCOPPOLY) as the compiled kernels
+    # take them (layout: kernels/ground.py PLATE_*).
+    _kernel_consts: np.ndarray = field(init=False, repr=False, compare=False)
+    _kernel_meta: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.type not in SUPPORTED_TYPES:
@@ -161,6 +168,20 @@ class Plate:
         to_origin[0:3, 3:6] = np.cross(self.centre, np.eye(3))   # row i: centre × e_i
         to_origin[:, 6], to_origin[:, 7] = -to_origin[:, 4], to_origin[:, 3]
         set_(self, "_to_origin", to_origin)
+        k = np.zeros(G.PLATE_WIDTH)
+        n = self.n_channels
+        if wrench is not None:
+            k[G.PLATE_MAP:G.PLATE_MAP + 16 * n] = self._wrench_lab.ravel()
+        k[G.PLATE_R:G.PLATE_R + 9] = rotation.ravel()
+        k[G.PLATE_CENTRE:G.PLATE_CENTRE + 3] = self.centre
+        if self.cop_poly is not None:
+            k[G.PLATE_POLY:G.PLATE_POLY + 12] = self.cop_poly
+        if self.channel_range is not None:
+            k[G.PLATE_LO:G.PLATE_LO + n], k[G.PLATE_HI:G.PLATE_HI + n] = self.channel_range[:, 0], self.channel_range[:, 1]
+        k[G.PLATE_ORIGIN:G.PLATE_ORIGIN + 48] = to_origin.ravel()
+        set_(self, "_kernel_consts", k)
+        set_(self, "_kernel_meta", np.array([self.type, n, self.channel_range is not None, self.cop_poly is not None],
+                                            dtype=np.int64))
 
     @property
     def n_channels(self) -> int:
@@ -336,6 +357,8 @@ def process(plate: Plate, raw, threshold: float = DEFAULT_THRESHOLD, offset=None
     Equations: module doc (methods.md d.1).
     """
     r = _check_raw(plate, raw)
+    if kernels.enabled():
+        return _process_compiled(plate, r, threshold, offset)
     sat = _saturated(plate, r)
     # Below _SAFE_RAW no product or sum of the computation can overflow (a cheap test that
     # keeps the live per-block path free of error-state switching); above it, or with a
@@ -361,6 +384,26 @@ def process(plate: Plate, raw, threshold: float = DEFAULT_THRESHOLD, offset=None
             a[~ok] = np.nan
         sig.valid[~ok] = False
     return sig
+
+
+_NO_OFFSET = np.zeros(8)
+
+
+def _process_compiled(plate: Plate, r: np.ndarray, threshold: float, offset) -> PlateSignals:
+    """`process` as one compiled loop over the samples (kernels/ground.py plate_process)."""
+    off = _NO_OFFSET
+    if offset is not None:
+        off = np.zeros(8)
+        o = np.asarray(offset, dtype=float)
+        if o.shape != (plate.n_channels,):
+            raise PlateError(f"offset of plate {plate.name!r} must have shape ({plate.n_channels},), got {o.shape}")
+        off[:plate.n_channels] = o
+    n = r.shape[0]
+    out, valid, sat = np.empty((n, 12)), np.empty(n, dtype=bool), np.empty(n, dtype=bool)
+    kernels.kernel("ground.plate_process")(np.ascontiguousarray(r), off, plate._kernel_consts, plate._kernel_meta,
+                                           float(threshold), out, valid, sat)
+    return PlateSignals(force=out[:, 0:3], moment=out[:, 3:6], cop=out[:, 6:9], free_moment=out[:, 9:12],
+                        valid=valid, saturated=sat)
 
 
 #: Raw values below this magnitude cannot overflow any step of `process` (products of two

@@ -133,6 +133,57 @@ def _mu(fcode, fp, v):
     return mu * math.tanh(4.0 * r) + (fp[4] - mu) * r / (0.25 * r * r + 0.75) ** 2 + fp[5] * v
 
 
+@njit(cache=True, inline="always")
+def _normal_step(lcode, lp, dl, dd, c, in_contact, v_latched):
+    """One contact's episode bookkeeping and normal force at one sample (contact.contact_forces):
+    the latch δ̇⁻ = max(δ̇, v_min) at touch-down, F_N ≥ 0 by the law. lp = (K, n, damping, v_min,
+    χ̂); reads and updates in_contact[c], v_latched[c]. Returns (F_N, in contact, touch, lift)."""
+    K, n, damping, v_min, chi = lp[0], lp[1], lp[2], lp[3], lp[4]
+    inc = dl > 0.0                           # a NaN δ (marker gap) is no contact
+    prev = in_contact[c]
+    touch = inc and not prev
+    lift = prev and not inc
+    if touch:                                # latch δ̇⁻ = max(δ̇, v_min) (NaN stays NaN)
+        v_latched[c] = dd if (dd > v_min or dd != dd) else v_min
+    if not inc:
+        v_latched[c] = np.nan
+    f = 0.0
+    if inc:
+        if lcode == KELVIN_VOIGT:
+            f = K * dl + damping * dd
+        else:
+            f = K * dl ** n
+            if lcode == CONSTANT_DAMPING:
+                f = f * (1.0 + 1.5 * damping * dd)
+            elif lcode == RESTITUTION:
+                vl = v_latched[c] if v_latched[c] > v_min or v_latched[c] != v_latched[c] else v_min
+                f = f * (1.0 + chi * dd / vl)
+        if f < 0.0:
+            f = 0.0
+    in_contact[c] = inc
+    return f, inc, touch, lift
+
+
+@njit(cache=True, inline="always")
+def _energy_step(f, dl, inc, touch, c, energy, last_delta, last_force):
+    """The loop integral ∮ F_N dδ on clipped δ, restarted at touch-down (trapezoid); updates the
+    state of contact c and returns the episode's energy so far (J)."""
+    dc = dl if inc else 0.0
+    de = 0.5 * (f + last_force[c]) * (dc - last_delta[c])
+    energy[c] = de if touch else energy[c] + de
+    last_delta[c] = dc
+    last_force[c] = f
+    return energy[c]
+
+
+@njit(cache=True, inline="always")
+def _friction_scale(fcode, fp, f, speed):
+    """μ(|v_T|) F_N / |v_T| (1 where v_T = 0): F_T = −scale v_T (contact.friction_force)."""
+    if fcode == NO_FRICTION:
+        return 0.0
+    return _mu(fcode, fp, speed) * f / (speed if speed > 0.0 else 1.0)
+
+
 @njit(cache=True)
 def contact_forces(lcode, lp, fcode, fp, delta, ddot, v_t, normal, in_contact, v_latched, energy, last_delta,
                    last_force, f_n, f_t, force, v_lat, e_out, touch, lift):
@@ -143,51 +194,20 @@ def contact_forces(lcode, lp, fcode, fp, delta, ddot, v_t, normal, in_contact, v
     e_out (N, C), f_t, force (N, C, d), touch, lift (N, C) bool."""
     N, C = delta.shape
     d = v_t.shape[2]
-    K, n, damping, v_min, chi = lp[0], lp[1], lp[2], lp[3], lp[4]
     for s in range(N):
         for c in range(C):
-            dl, dd = delta[s, c], ddot[s, c]
-            inc = dl > 0.0                           # a NaN δ (marker gap) is no contact
-            prev = in_contact[c]
-            touch[s, c] = inc and not prev
-            lift[s, c] = prev and not inc
-            if touch[s, c]:                          # latch δ̇⁻ = max(δ̇, v_min) (NaN stays NaN)
-                v_latched[c] = dd if (dd > v_min or dd != dd) else v_min
-            if not inc:
-                v_latched[c] = np.nan
+            dl = delta[s, c]
+            f, inc, touch[s, c], lift[s, c] = _normal_step(lcode, lp, dl, ddot[s, c], c, in_contact, v_latched)
             v_lat[s, c] = v_latched[c]
-            f = 0.0
-            if inc:
-                if lcode == KELVIN_VOIGT:
-                    f = K * dl + damping * dd
-                else:
-                    f = K * dl ** n
-                    if lcode == CONSTANT_DAMPING:
-                        f = f * (1.0 + 1.5 * damping * dd)
-                    elif lcode == RESTITUTION:
-                        vl = v_latched[c] if v_latched[c] > v_min or v_latched[c] != v_latched[c] else v_min
-                        f = f * (1.0 + chi * dd / vl)
-                if f < 0.0:
-                    f = 0.0
             f_n[s, c] = f
             speed2 = 0.0
             for k in range(d):
                 speed2 += v_t[s, c, k] * v_t[s, c, k]
-            speed = math.sqrt(speed2)
-            scale = 0.0
-            if fcode != NO_FRICTION:
-                scale = _mu(fcode, fp, speed) * f / (speed if speed > 0.0 else 1.0)
+            scale = _friction_scale(fcode, fp, f, math.sqrt(speed2))
             for k in range(d):
                 f_t[s, c, k] = -scale * v_t[s, c, k]
                 force[s, c, k] = f * normal[s, c, k] + f_t[s, c, k]
-            # loop integral ∮ F_N dδ on clipped δ, restarted at touch-down
-            dc = dl if inc else 0.0
-            de = 0.5 * (f + last_force[c]) * (dc - last_delta[c])
-            energy[c] = de if touch[s, c] else energy[c] + de
-            e_out[s, c] = energy[c]
-            in_contact[c] = inc
-            last_delta[c] = dc
-            last_force[c] = f
+            e_out[s, c] = _energy_step(f, dl, inc, touch[s, c], c, energy, last_delta, last_force)
 
 
 @njit(cache=True)
@@ -364,3 +384,184 @@ def plate_id(Rw, pw, S, tau_free, masses, coms, point_segment, point_local, poin
         for r in range(3):
             com_acc_kin[s, r] = wreq[r] / mass + gravity[r]
             com_acc_plates[s, r] = wmeas[r] / mass + gravity[r]
+
+
+@njit(cache=True, inline="always")
+def _zmp_point(fx, fy, fz, nx, ny, ground_z, lim, out):
+    """out[:3] = the point of z = ground_z where the horizontal moment (nx, ny) of force f vanishes,
+    ((p_z f_x − n_y)/f_z, (p_z f_y + n_x)/f_z, p_z), where f_z > lim, else NaN; returns valid."""
+    if fz > lim:
+        out[0] = (ground_z * fx - ny) / fz
+        out[1] = (ground_z * fy + nx) / fz
+        out[2] = ground_z
+        return True
+    out[0] = out[1] = out[2] = np.nan
+    return False
+
+
+# Layout of one plate's constants (forceplate.Plate._kernel_consts; module doc of forceplate.py):
+# the linear raw -> 16-column map (types 2-4, channels x 16, rows zero-padded to 8), R (3, 3) row
+# by row, the surface centre, FPCOPPOLY, the channel range low / high, and [F, M] -> [F, n, −n_y,
+# n_x] about the lab origin (6 x 8). PLATE_META: (type, n_channels, has a range, has FPCOPPOLY).
+PLATE_MAP, PLATE_R, PLATE_CENTRE, PLATE_POLY, PLATE_LO, PLATE_HI, PLATE_ORIGIN, PLATE_WIDTH = \
+    0, 128, 137, 140, 152, 160, 168, 216
+
+
+@njit(cache=True, inline="always")
+def _plate_sample(r, off, k, meta, threshold, w, out):
+    """One plate at one sample (forceplate.process): raw channels r, offset off, constants k,
+    meta; w (16,) scratch. out (12,) = lab force, moment about the surface centre, COP, free
+    moment; returns (valid, saturated). A sample whose outputs are not finite is all NaN, invalid."""
+    kind, nch = meta[0], meta[1]
+    sat = False
+    if meta[2]:
+        for i in range(nch):
+            if r[i] <= k[PLATE_LO + i] or r[i] >= k[PLATE_HI + i]:
+                sat = True
+    if kind == 1:   # M_s = (cx, cy, 0) × F + (0, 0, Tz); lab = R (plate)
+        fx, fy, fz, cx, cy = r[0] - off[0], r[1] - off[1], r[2] - off[2], r[3] - off[3], r[4] - off[4]
+        w[0], w[1], w[2] = fx, fy, fz
+        w[3], w[4], w[5] = cy * fz, -cx * fz, cx * fy - cy * fx + (r[5] - off[5])
+        for i in range(3):
+            R0, R1, R2 = k[PLATE_R + 3 * i], k[PLATE_R + 3 * i + 1], k[PLATE_R + 3 * i + 2]
+            w[6 + i] = w[0] * R0 + w[1] * R1 + w[2] * R2
+            w[9 + i] = w[3] * R0 + w[4] * R1 + w[5] * R2
+        w[12], w[13], w[14], w[15] = -w[4], w[3], fy, -fx
+    else:
+        for j in range(16):
+            w[j] = 0.0
+        for i in range(nch):
+            x = r[i] - off[i]
+            for j in range(16):
+                w[j] += x * k[PLATE_MAP + 16 * i + j]
+    valid = w[8] > threshold and w[2] != 0.0
+    if kind == 1:
+        cx, cy = (r[3] - off[3], r[4] - off[4]) if valid else (np.nan, np.nan)
+    else:
+        inv = 1.0 / (w[2] if valid else np.nan)
+        cx, cy = w[12] * inv, w[13] * inv
+        if meta[3]:
+            p = k[PLATE_POLY:PLATE_POLY + 12]
+            x2, y2 = cx * cx, cy * cy
+            dx = (p[0] * y2 * y2 + p[1] * y2 + p[2]) * x2 * cx + (p[3] * y2 * y2 + p[4] * y2 + p[5]) * cx
+            dy = (p[6] * x2 * x2 + p[7] * x2 + p[8]) * y2 * cy + (p[9] * x2 * x2 + p[10] * x2 + p[11]) * cy
+            cx, cy = cx - dx, cy - dy
+    tz = w[5] - (cx * w[14] + cy * w[15])
+    for i in range(3):
+        out[i], out[3 + i] = w[6 + i], w[9 + i]
+        out[6 + i] = cx * k[PLATE_R + 3 * i] + cy * k[PLATE_R + 3 * i + 1] + k[PLATE_CENTRE + i]
+        out[9 + i] = tz * k[PLATE_R + 3 * i + 2]
+    total = out[0] + out[1] + out[2] + (out[3] + out[4] + out[5])
+    if valid:
+        total += out[9] + out[10] + out[11]
+    if not math.isfinite(total):    # a non-finite raw value, or an overflow
+        for i in range(12):
+            out[i] = np.nan
+        valid = False
+    return valid, sat
+
+
+@njit(cache=True)
+def plate_process(raw, off, k, meta, threshold, out, valid, saturated):
+    """forceplate.process of one plate over N samples: raw (N, n_channels) SI, off (8,), k, meta
+    (the layout above); out (N, 12) = lab force N, moment N·m about the surface centre, COP m, free
+    moment N·m; valid, saturated (N,) bool."""
+    w = np.empty(16)
+    for s in range(raw.shape[0]):
+        valid[s], saturated[s] = _plate_sample(raw[s], off, k, meta, threshold, w, out[s])
+
+
+@njit(cache=True)
+def stage(lcode, lp, fcode, fp, plane, pos, vel, in_contact, v_latched, energy, last_delta, last_force,
+          par, cent, raw, off, pk, pmeta, contact, flags, wrench, zmp, margin, n_vertices, plates, plate_flags,
+          combined, valid):
+    """The ground stage of N samples in one loop (ground_stage.GroundStage; each step as its module):
+
+    contact   δ = (point − P)·n̂, δ̇ = −ṙ·n̂, v_T = ṙ − (ṙ·n̂) n̂ of C points pos, vel (N, C, 3) against
+              the plane (6,) = (point, n̂); the law (lcode, lp, fcode, fp as contact._law_codes) with
+              latching, state (C,) carried in place; contact (N, C, 6) = F_N, F (3), δ̇⁻, episode
+              energy; flags (N, C, 3) = in contact, touch-down, lift-off;
+    wrench    (N, 6) = Σ F_c and Σ p_c × F_c about the lab origin;
+    zmp       (N, 6) = its ZMP on z = par[0] (f_z > par[1]), and the kinematic ZMP of cent (N, 9) =
+              (c, Ṗ, L̇_G) with mass par[3] (skipped, NaN, when par[3] ≤ 0), g par[4] (f_z ≥ par[5] M g);
+    margin    (N,) m of the contact ZMP to the support polygon of the points in contact (tol par[2]
+              m²); n_vertices (N,);
+    plates    raw (N, P, 8) channels, offsets off (P, 8), constants pk (P, PLATE_WIDTH) and pmeta
+              (P, 4), threshold par[6] N: plates (N, P, 12), plate_flags (N, P, 2) (valid, saturated);
+              combined (N, 9) = F, moment about the origin, COP on z = par[7]
+              (valid: F_z > par[6]);
+    valid     (N, 3) bool: contact ZMP, kinematic ZMP, combined COP.
+    Returns −1, or the first sample with a non-finite point in contact (nothing after it written)."""
+    N, C = pos.shape[0], pos.shape[1]
+    P = raw.shape[1]
+    ground_z, min_fz, tol, mass, g, min_fraction, threshold, pz = \
+        par[0], par[1], par[2], par[3], par[4], par[5], par[6], par[7]
+    n0, n1, n2 = plane[3], plane[4], plane[5]
+    px, py = np.empty(C), np.empty(C)
+    hx, hy = np.empty(2 * C + 1), np.empty(2 * C + 1)
+    w = np.empty(16)
+    tot = np.empty(8)
+    for s in range(N):
+        F0 = F1 = F2 = M0 = M1 = M2 = 0.0
+        m = 0
+        for c in range(C):
+            x, y, z = pos[s, c, 0], pos[s, c, 1], pos[s, c, 2]
+            dl = (plane[0] - x) * n0 + (plane[1] - y) * n1 + (plane[2] - z) * n2
+            vn = vel[s, c, 0] * n0 + vel[s, c, 1] * n1 + vel[s, c, 2] * n2
+            t0, t1, t2 = vel[s, c, 0] - vn * n0, vel[s, c, 1] - vn * n1, vel[s, c, 2] - vn * n2
+            f, inc, touch, lift = _normal_step(lcode, lp, dl, -vn, c, in_contact, v_latched)
+            scale = _friction_scale(fcode, fp, f, math.sqrt(t0 * t0 + t1 * t1 + t2 * t2))
+            fx, fy, fz = f * n0 - scale * t0, f * n1 - scale * t1, f * n2 - scale * t2
+            contact[s, c, 0], contact[s, c, 1], contact[s, c, 2], contact[s, c, 3] = f, fx, fy, fz
+            contact[s, c, 4] = v_latched[c]
+            contact[s, c, 5] = _energy_step(f, dl, inc, touch, c, energy, last_delta, last_force)
+            flags[s, c, 0], flags[s, c, 1], flags[s, c, 2] = inc, touch, lift
+            F0 += fx
+            F1 += fy
+            F2 += fz
+            M0 += y * fz - z * fy
+            M1 += z * fx - x * fz
+            M2 += x * fy - y * fx
+            if inc:
+                if not (math.isfinite(x) and math.isfinite(y)):
+                    return s
+                px[m], py[m] = x, y
+                m += 1
+        wrench[s, 0], wrench[s, 1], wrench[s, 2], wrench[s, 3], wrench[s, 4], wrench[s, 5] = F0, F1, F2, M0, M1, M2
+        valid[s, 0] = _zmp_point(F0, F1, F2, M0, M1, ground_z, max(min_fz, 0.0), zmp[s, 0:3])
+        if mass > 0.0:      # f = Ṗ + M g e_z, n_O = L̇_G + c × f
+            c0, c1, c2 = cent[s, 0], cent[s, 1], cent[s, 2]
+            f0, f1, f2 = cent[s, 3], cent[s, 4], cent[s, 5] + mass * g
+            valid[s, 1] = _zmp_point(f0, f1, f2, cent[s, 6] + (c1 * f2 - c2 * f1), cent[s, 7] + (c2 * f0 - c0 * f2),
+                                     ground_z, max(min_fraction * mass * g, 0.0), zmp[s, 3:6])
+        else:
+            zmp[s, 3] = zmp[s, 4] = zmp[s, 5] = np.nan
+            valid[s, 1] = False
+        k = _hull(px, py, m, tol, hx, hy) if m else 0
+        n_vertices[s] = k
+        margin[s] = _margin(zmp[s, 0], zmp[s, 1], hx, hy, k)
+        for j in range(8):
+            tot[j] = 0.0
+        for p in range(P):
+            plate_flags[s, p, 0], plate_flags[s, p, 1] = _plate_sample(raw[s, p], off[p], pk[p], pmeta[p], threshold,
+                                                                       w, plates[s, p])
+            for j in range(8):
+                tot[j] += plates[s, p, 0] * pk[p, PLATE_ORIGIN + j] + plates[s, p, 1] * pk[p, PLATE_ORIGIN + 8 + j] \
+                    + plates[s, p, 2] * pk[p, PLATE_ORIGIN + 16 + j]
+                tot[j] += plates[s, p, 3] * pk[p, PLATE_ORIGIN + 24 + j] + plates[s, p, 4] * pk[p, PLATE_ORIGIN + 32 + j] \
+                    + plates[s, p, 5] * pk[p, PLATE_ORIGIN + 40 + j]
+        ok = P > 0 and tot[2] > threshold
+        inv = 1.0 / (tot[2] if ok else np.nan)
+        cx, cy = (pz * tot[0] + tot[6]) * inv, (pz * tot[1] + tot[7]) * inv
+        if not math.isfinite(tot[2]):   # a NaN plate, or an overflow (forceplate._combined)
+            chk = tot[0] + tot[1] + tot[2] + tot[3] + tot[4] + tot[5] + ((cx + cy) if ok else 0.0)
+            if not math.isfinite(chk):
+                for j in range(6):
+                    tot[j] = np.nan
+                cx = cy = np.nan
+                ok = False
+        for j in range(6):
+            combined[s, j] = tot[j]
+        combined[s, 6], combined[s, 7], combined[s, 8] = cx, cy, (pz if ok else np.nan)
+        valid[s, 2] = ok
+    return -1

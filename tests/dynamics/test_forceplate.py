@@ -11,6 +11,8 @@ import pytest
 
 from dynamics import forceplate as fp
 
+pytestmark = pytest.mark.usefixtures("kernel_path")   # compiled kernels and the numpy path
+
 RNG = np.random.default_rng(4)
 
 
