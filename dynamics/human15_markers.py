@@ -33,7 +33,7 @@ from typing import Mapping
 import numpy as np
 from scipy.spatial.transform import Rotation
 
-from .markers import MarkerError, rigid_fit
+from .markers import MarkerError, rigid_fit, unwrap_finite
 from .model import Model
 from .plate_id import PlateLoad, plate_inverse_dynamics
 from .smoothing import differentiate
@@ -169,14 +169,6 @@ def _vee(m: np.ndarray) -> np.ndarray:
     return 0.5 * np.stack([m[:, 2, 1] - m[:, 1, 2], m[:, 0, 2] - m[:, 2, 0], m[:, 1, 0] - m[:, 0, 1]], axis=1)
 
 
-def _unwrap(x: np.ndarray) -> np.ndarray:
-    """np.unwrap over the finite samples of x (N,) (a gap does not break continuity)."""
-    out = x.copy()
-    ok = np.isfinite(x)
-    out[ok] = np.unwrap(x[ok])
-    return out
-
-
 def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits) -> np.ndarray:
     """q (N, nq) from the fitted frames (module doc step 2), angles unwrapped over time; NaN for the
     coordinates of segments not in the set or not fitted in a frame. The root must be a free flyer."""
@@ -211,7 +203,7 @@ def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits) -> np.nd
             cos = 0.5 * (np.trace(rel, axis1=1, axis2=2) - np.einsum("i,nij,j->n", a, rel, a))
             ang[good, 0] = np.arctan2(w @ a, cos)
         for k, iq in enumerate(c.q_index):
-            q[:, iq] = _unwrap(ang[:, k])
+            q[:, iq] = unwrap_finite(ang[:, k])
     return q
 
 

@@ -198,13 +198,26 @@ class PlanarSegments:
     mean_length: np.ndarray
 
 
+def unwrap_finite(x) -> np.ndarray:
+    """np.unwrap along time (axis 0) of each column of x (N, ...) rad over its finite samples: a
+    NaN gap does not break continuity (np.unwrap turns everything after a NaN into NaN)."""
+    x = np.asarray(x, float)
+    out = x.copy()
+    flat, src = out.reshape(len(x), -1), x.reshape(len(x), -1)
+    for j in range(flat.shape[1]):
+        ok = np.isfinite(src[:, j])
+        flat[ok, j] = np.unwrap(src[ok, j])
+    return out
+
+
 def planar_segments(proximal, distal) -> PlanarSegments:
     """Absolute angles and lengths of segments r_i = distal − proximal, (N, S, 2) m lab (x forward,
-    y up): φ_i = atan2(r_x, −r_y) then unwrapped along time (methods.md f.1)."""
+    y up): φ_i = atan2(r_x, −r_y), in (−π, π] at a segment's first seen frame, then unwrapped along
+    time across gaps (methods.md f.1)."""
     r = np.asarray(distal, float) - np.asarray(proximal, float)
     if r.ndim != 3 or r.shape[2] != 2:
         raise MarkerError(f"proximal and distal points must be (N, S, 2), got {r.shape}")
-    phi = np.unwrap(np.arctan2(r[..., 0], -r[..., 1]), axis=0)
+    phi = unwrap_finite(np.arctan2(r[..., 0], -r[..., 1]))
     lengths = np.linalg.norm(r, axis=2)
     k = np.arange(1, len(r) + 1)[:, None]
     return PlanarSegments(angles=phi, lengths=lengths, mean_length=np.cumsum(lengths, axis=0) / k)

@@ -13,9 +13,11 @@ the book's digitised joint points). A segment's proximal joint is its parent's d
 1. Points to the plane (``marker_points``): lab (x, z), or the axes and scale of a reference
    segment of known length (``markers.reference_frame``, f.1).
 2. Coordinates (``planar_coordinates``): r_i = R_distal(i) − R_proximal(i), absolute angles
-   φ_i = atan2(r_i,x, −r_i,y) unwrapped in time, lengths |r_i| and their running means
+   φ_i = atan2(r_i,x, −r_i,y) in (−π, π] at the first frame, unwrapped in time (across gaps),
+   lengths |r_i| and their running means
    (``markers.planar_segments``); q = (x₀, y₀, φ₁..φ_n) with (x₀, y₀) the support point; relative
-   joint angles ψ = μ⁻¹ φ (ψ_i = φ_i − φ_parent(i), ψ₁ = φ₁).
+   joint angles ψ = μ⁻¹ φ (ψ_i = φ_i − φ_parent(i), ψ₁ = φ₁), each in (−π, π] at the first
+   frame, then unwrapped.
 3. Kinetics (``planar_kinetics``): Q = Â q̈ − b̂ − g D̂ of the motion (``planar.planar_inverse_dynamics``,
    the model's lengths l, masses and inertias), minus the generalised forces of the measured
    external forces F_j at lab points P_j on their segments (``planar.external_generalized_forces``):
@@ -31,7 +33,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .markers import MarkerError, PlanarFrame, planar_segments, to_planar_lab
+from .markers import MarkerError, PlanarFrame, planar_segments, to_planar_lab, unwrap_finite
 from .model import G, Model
 from .planar import PlanarChain, external_generalized_forces, joint_moments, planar_chain_from_model, \
     planar_inverse_dynamics
@@ -133,7 +135,9 @@ def planar_coordinates(pm: PlanarMarkerModel, points) -> PlanarCoordinates:
     segs = planar_segments(p[:, pm.parent + 1], p[:, 1:])
     phi = segs.angles
     psi = phi.copy()
-    psi[:, 1:] -= phi[:, pm.parent[1:]]
+    # relative angles in (−π, π] at the first frame, then continuous: a standing body has φ ≈ ±π
+    # and a segment at +179° on a parent at −179° is a 2° joint angle, not 358°
+    psi[:, 1:] = unwrap_finite(np.angle(np.exp(1j * (phi[:, 1:] - phi[:, pm.parent[1:]]))))
     return PlanarCoordinates(q=np.concatenate([p[:, 0], phi], axis=1), psi=psi, lengths=segs.lengths,
                              mean_length=segs.mean_length)
 

@@ -33,11 +33,12 @@ def table(name):
 
 
 def motion(rows, n=1000, still=False):
-    """Analytic φ, φ̇, φ̈ (N, S) and support point P, Ṗ, P̈ (N, 2)."""
+    """Analytic φ, φ̇, φ̈ (N, S) and support point P, Ṗ, P̈ (N, 2); φ about π: upright over the
+    support, so atan2 meets its ±π cut."""
     t = np.arange(n) / FS
     rng = np.random.default_rng(5)
     S = len(rows)
-    c = rng.uniform(-0.8, 0.8, S)
+    c = np.pi + rng.uniform(-0.8, 0.8, S)
     A = 0 if still else rng.uniform(0.1, 0.5, S)
     w = rng.uniform(2, 8, S)
     p = rng.uniform(0, 6, S)
@@ -86,11 +87,13 @@ def test_angles_from_synthesised_markers(name):
     phi, dphi, ddphi, P, dP, ddP = motion(rows)
     R, _, _ = kinematics(rows, phi, dphi, ddphi, P, dP, ddP)
     c = planar_coordinates(pm, marker_points(pm, lab_markers(pm, R)))
-    np.testing.assert_allclose(c.q[:, 2:], phi, atol=1e-12)
+    assert np.all(np.abs(np.diff(c.q[:, 2:], axis=0)) < 0.1)  # continuous in time
+    np.testing.assert_allclose(wrap(c.q[:, 2:] - phi), 0, atol=1e-12)
     np.testing.assert_allclose(c.q[:, :2], P, atol=1e-12)
     par = [r["parent"] for r in rows]
     psi = np.stack([phi[:, i] - (phi[:, par[i]] if par[i] >= 0 else 0) for i in range(len(rows))], axis=1)
-    np.testing.assert_allclose(c.psi, psi, atol=1e-12)
+    np.testing.assert_allclose(c.psi[:, 1:], psi[:, 1:], atol=1e-12)  # small: no 2π offsets
+    np.testing.assert_allclose(wrap(c.psi[:, 0] - psi[:, 0]), 0, atol=1e-12)
     np.testing.assert_allclose(c.lengths, np.broadcast_to([r["l"] for r in rows], c.lengths.shape), atol=1e-12)
 
 
@@ -108,8 +111,26 @@ def test_reference_line_frame_maps_a_tilted_scaled_record():
     frame = reference_frame(ref[0], ref[1], 2.0)
     mk = {k: np.stack([raw[:, j, 0], np.zeros(len(raw)), raw[:, j, 1]], axis=1) for j, k in enumerate(pm.markers)}
     c = planar_coordinates(pm, marker_points(pm, mk, frame))
-    np.testing.assert_allclose(c.q[:, 2:], phi, atol=1e-9)
+    np.testing.assert_allclose(wrap(c.q[:, 2:] - phi), 0, atol=1e-9)
     np.testing.assert_allclose(c.q[:, :2], R[:, 0], atol=1e-9)
+
+
+def test_a_gap_keeps_the_angles_continuous():
+    """Three frames lost in the middle of a motion through φ = ±π: after the gap the angles go on
+    from where they were (np.unwrap alone makes everything after a NaN NaN)."""
+    rows = table("zinkovsky_4_1")
+    pm = planar_model(load_model("zinkovsky_4_1"))
+    phi, dphi, ddphi, P, dP, ddP = motion(rows, n=400)
+    R, _, _ = kinematics(rows, phi, dphi, ddphi, P, dP, ddP)
+    R[200:203] = np.nan
+    c = planar_coordinates(pm, marker_points(pm, lab_markers(pm, R)))
+    assert np.isnan(c.q[200:203]).all() and np.isfinite(c.q[203:]).all()
+    np.testing.assert_allclose(c.q[203:, 2:] - phi[203:], np.broadcast_to(c.q[0, 2:] - phi[0], (197, 7)), atol=1e-9)
+    np.testing.assert_allclose(c.psi[203:, 1:], (phi - phi[:, [r["parent"] for r in rows]])[203:, 1:], atol=1e-9)
+
+
+def wrap(x):
+    return np.angle(np.exp(1j * np.asarray(x)))
 
 
 def test_missing_marker_is_named():
