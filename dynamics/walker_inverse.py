@@ -34,9 +34,10 @@ from typing import Sequence
 
 import numpy as np
 
+from . import kernels
 from .contact import friction_force, normal_force
 from .forceplate import Plate
-from .linkage.reduced import ReducedTable, lookup
+from .linkage.reduced import LinkageError, ReducedTable, lookup
 from .plants.jansen_world import JansenWorld
 from .support import support_margin, support_polygon, within
 from .zmp import zmp_of_wrench
@@ -81,8 +82,10 @@ def _state(q, u, sdd, n_plates: int, plate_wrench) -> tuple[np.ndarray, ...]:
 @dataclass(frozen=True, eq=False)
 class WalkerModel:
     """What `walker_inverse` needs besides the samples, built once (`walker_model`): the world, its
-    leg table as a `ReducedTable`, per_shaft (2, L) the 0/1 matrix of the legs on each shaft, and the
-    plates with their outlines (`support.SupportPolygon`) and surface centres (P, 3) m."""
+    leg table as a `ReducedTable`, per_shaft (2, L) the 0/1 matrix of the legs on each shaft, the
+    plates with their outlines (`support.SupportPolygon`) and surface centres (P, 3) m, and the
+    outlines' inward edge normals (P, E, 2) and offsets (P, E) m packed for the compiled kernel (None
+    when the plates' outlines differ in edge count or one has fewer than 3: the numpy path then)."""
 
     world: JansenWorld
     table: ReducedTable
@@ -90,6 +93,8 @@ class WalkerModel:
     plates: tuple[Plate, ...]
     outlines: tuple
     centres: np.ndarray
+    normals: np.ndarray | None
+    offsets: np.ndarray | None
 
 
 def walker_model(world: JansenWorld, plates: Sequence[Plate] = ()) -> WalkerModel:
@@ -97,9 +102,14 @@ def walker_model(world: JansenWorld, plates: Sequence[Plate] = ()) -> WalkerMode
     L = world.n_legs
     per_shaft = np.zeros((2, L))
     per_shaft[world.shaft, np.arange(L)] = 1.0
+    outlines = tuple(support_polygon(p.corners) for p in plates)
+    edges = {o.n_vertices for o in outlines} or {3}
+    packed = len(edges) == 1 and min(edges) >= 3
+    e = edges.pop()
     return WalkerModel(world, ReducedTable(world.name, world.step, world.coef, ()), per_shaft, tuple(plates),
-                       tuple(support_polygon(p.corners) for p in plates),
-                       np.array([p.centre for p in plates], dtype=float).reshape(-1, 3))
+                       outlines, np.array([p.centre for p in plates], dtype=float).reshape(-1, 3),
+                       np.array([o.normals for o in outlines], dtype=float).reshape(-1, e, 2) if packed else None,
+                       np.array([o.offsets for o in outlines], dtype=float).reshape(-1, e) if packed else None)
 
 
 def _rotate(c: np.ndarray, s: np.ndarray, x: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -147,9 +157,12 @@ def walker_inverse(model: WalkerModel, q, u, sdd, plate_wrench=None, contact_n: 
     """Shaft torques, foot forces, ZMP and margin (module doc) of samples q (N, 5), u (N, 5) and shaft
     accelerations sdd (N, 2) rad/s², with the plates' lab wrenches plate_wrench (N, P, 6) = [F (N),
     M (N·m) about each plate's surface centre] (NaN: no reading; None: no plates). contact_n (N): normal
-    force above which a foot supports; min_fz (N): least total F_z for a ZMP."""
+    force above which a foot supports; min_fz (N): least total F_z for a ZMP. One compiled loop over the
+    samples (`kernels/walker.py`) unless the numpy path is selected (`dynamics.kernels`)."""
     world = model.world
     q, u, sdd, plate_wrench = _state(q, u, sdd, len(model.plates), plate_wrench)
+    if kernels.enabled() and model.normals is not None:
+        return _compiled(model, q, u, sdd, plate_wrench, contact_n, min_fz)
     n, L = q.shape[0], world.n_legs
     foot2, _, f_law, b, q_s, inertia = legs(model, q, u)
     foot = np.empty((n, L, 3))
@@ -186,3 +199,24 @@ def walker_inverse(model: WalkerModel, q, u, sdd, plate_wrench=None, contact_n: 
     z = zmp_of_wrench(total_f, total_m, 0.0, min_fz)
     margin, nv = support_margin(foot, force[..., 2] > contact_n, z.point)
     return WalkerLoads(foot, force, ~free, tau, load, inertia, z.point, z.valid, margin, nv, unassigned)
+
+
+def _compiled(model: WalkerModel, q: np.ndarray, u: np.ndarray, sdd: np.ndarray, pw: np.ndarray, contact_n: float,
+              min_fz: float) -> WalkerLoads:
+    """`walker_inverse` on the compiled kernel: the same numbers as the numpy path (tests/dynamics)."""
+    world = model.world
+    if not np.isfinite(q[:, 3:5].sum()):
+        raise LinkageError("theta: contains NaN or inf")        # as the table lookup of the numpy path
+    n, L = q.shape[0], world.n_legs
+    foot, force = np.empty((n, L, 3)), np.empty((n, L, 3))
+    measured = np.empty((n, L), dtype=bool)
+    tau, load, inertia = np.empty((n, 2)), np.empty((n, 2)), np.empty((n, 2))
+    zmp, valid, margin = np.empty((n, 3)), np.empty(n, dtype=bool), np.empty(n)
+    support, unassigned = np.empty(n, dtype=np.int64), np.empty(n)
+    c = np.ascontiguousarray
+    kernels.kernel("walker.inverse")(*world.codes, world.coef, float(world.step), world.shaft, world.sigma,
+                                     world.offset, world.bx, world.lateral, model.normals, model.offsets,
+                                     model.centres, c(q), c(u), c(sdd), c(pw), float(contact_n), float(min_fz),
+                                     foot, force, measured, tau, load, inertia, zmp, valid, margin, support,
+                                     unassigned)
+    return WalkerLoads(foot, force, measured, tau, load, inertia, zmp, valid, margin, support, unassigned)

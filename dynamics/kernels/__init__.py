@@ -62,6 +62,10 @@ def _signatures() -> dict:
                                      _array(1, True, "int64")),
         "world.jansen_contact": types.none(i64, F1, i64, F1, F3, _array(1, dtype="int64"), F1, F1, F1, F1, F1, F1,
                                            O2, O2, O2, _array(1, True), O3, _array(1, True)),
+        "walker.inverse": types.none(i64, F1, i64, F1, F3, types.float64, _array(1, dtype="int64"), F1, F1, F1, F1,
+                                     F3, F2, F2, F2, F2, F2, F3, types.float64, types.float64, O3, O3,
+                                     _array(2, True, "boolean"), O2, O2, O2, O2, _array(1, True, "boolean"),
+                                     _array(1, True), _array(1, True, "int64"), _array(1, True)),
     }
 
 

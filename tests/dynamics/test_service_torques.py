@@ -27,6 +27,7 @@ PLATES = [("FP1", fp.Plate(type=2, corners=np.array([[0.6, -0.4, 0], [0, -0.4, 0
           ("FP2", fp.Plate(type=2, corners=np.array([[1.2, -0.4, 0], [0.6, -0.4, 0], [0.6, 0.4, 0], [1.2, 0.4, 0]], float),
                            origin=np.array([0, 0, -0.04])))]
 ENCODERS = ("encoder/left_shaft", "encoder/right_shaft")
+pytestmark = pytest.mark.usefixtures("kernel_path")     # the walker's kernel (kernels/walker.py) and the numpy path
 
 
 @functools.lru_cache(maxsize=None)
