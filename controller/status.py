@@ -12,7 +12,7 @@
    are published on ``controller/request`` at the control loop's operator endpoint, each at its time;
 4. the status (`Monitor`, from health frames, ``sim/walker``, ``controller/events`` and the
    supervisor's events; a `rich` table refreshed 4 times a second on a terminal) shows the streams
-   (frames/s as published, drops as their subscribers count them), the dynamics service's latency
+   (frames/s as published, frames lost on the way as their subscribers count them: `lost_frames`), the dynamics service's latency
    p50/p99, the distance walked, the energy per crank cycle, the safety state;
 5. after ``--duration`` seconds (or Ctrl-C) the supervisor and the recorder stop cleanly (SIGINT) and
    the summary is printed: what the status showed over the whole run, the recording's and the log's paths.
@@ -79,6 +79,29 @@ def load_script(path: str | Path) -> list[Command]:
 
 #: Control-loop event causes that are not safety events: operator requests, data fresh again.
 NOT_SAFETY = ("request", "fresh")
+
+
+def lost_frames(health: dict[str, dict[str, dict[str, float]]]) -> dict[str, tuple[int, str]]:
+    """Per stream, the frames published and never received: the largest ``dropped`` count any process's
+    subscriber reports for it (`daq.bus.StreamStats`: frames inside seq gaps, and frames a restarted
+    publisher sent before the subscriber was connected to it again), with that process's name.
+
+    `health`: ``{process: parse_health(its latest health frame)}``. Frames only: a stream's
+    ``lost_samples`` (samples missing from its sample times, which across a publisher's restart include
+    the whole time it was down, at its rate) are not frames lost on the way, and are not added —
+    adding them made a quiet run show ~30–140 "dropped" for one restarted process's 1 Hz health stream."""
+    out: dict[str, tuple[int, str]] = {}
+    for process, subjects in health.items():
+        for stream, fields in subjects.items():
+            n = int(fields.get("dropped", 0.0)) if "gaps" in fields else 0
+            if n > out.get(stream, (0, ""))[0]:
+                out[stream] = (n, process)
+    return out
+
+
+def _lost(figure: tuple[int, str] | None) -> str:
+    """A stream's `lost_frames` figure: "0", or "N (by PROCESS)"."""
+    return f"{figure[0]} (by {figure[1]})" if figure else "0"
 
 
 def _num(x: float, digits: int) -> str:
@@ -179,14 +202,9 @@ class Monitor:
 
     # -- figures -----------------------------------------------------------------------------
 
-    def drops(self) -> dict[str, float]:
-        """Per stream, the frames its subscribers lost (gaps + dropped, the largest count of any subscriber)."""
-        out: dict[str, float] = {}
-        for v in self.health.values():
-            for subject, fields in v.items():
-                if "gaps" in fields:
-                    out[subject] = max(out.get(subject, 0.0), fields.get("dropped", 0.0) + fields.get("lost_samples", 0.0))
-        return out
+    def drops(self) -> dict[str, tuple[int, str]]:
+        """`lost_frames` of the processes' latest health frames."""
+        return lost_frames(self.health)
 
     def distance(self) -> float:
         return self.walker.x - self.walker.x0
@@ -222,11 +240,11 @@ class Monitor:
         head = Text(f"walklab run — lab {self.lab.lab.name!r}: " + (f"{elapsed:5.1f} s" if self.up() else "starting")
                     + (f" of {duration:g} s" if duration and self.up() else ""), style="bold")
         t = Table(expand=False)
-        for c in ("stream", "frames/s", "drops"):
+        for c in ("stream", "frames/s", "frames lost"):
             t.add_column(c, justify="right" if c != "stream" else "left")
         drops = self.drops()
         for name in sorted(s for s in self.rates if not s.startswith("health/")):
-            t.add_row(name, f"{self.rates[name][-1]:.0f}", f"{drops.get(name, 0):.0f}")
+            t.add_row(name, f"{self.rates[name][-1]:.0f}", _lost(drops.get(name)))
         p50, p99 = self.latency_figures()
         cycle = self.walker.cycles[-1] if self.walker.cycles else math.nan
         info = Table.grid(padding=(0, 2))
@@ -241,8 +259,8 @@ class Monitor:
     def line(self, elapsed: float) -> str:
         """The status in one plain line (no terminal)."""
         p50, p99 = self.latency_figures()
-        drops = sum(self.drops().values())
-        return (f"walklab run: {elapsed:5.1f} s, {len(self.rates)} streams, {drops:.0f} dropped, distance "
+        drops = sum(n for n, _ in self.drops().values())
+        return (f"walklab run: {elapsed:5.1f} s, {len(self.rates)} streams, {drops} frames lost, distance "
                 f"{_num(self.distance(), 2)} m, dynamics latency p99 {_num(p99 * 1e3, 2)} ms, "
                 f"{self.safety_state()}, {len(self.safety)} safety event(s)")
 
@@ -252,7 +270,7 @@ class Monitor:
         drops = self.drops()
         for name in sorted(s for s in self.rates if not s.startswith("health/")):
             r = np.array(self.rates[name])
-            lines.append(f"  stream {name}: {np.median(r):.0f} frames/s median, {drops.get(name, 0):.0f} dropped")
+            lines.append(f"  stream {name}: {np.median(r):.0f} frames/s median, frames lost {_lost(drops.get(name))}")
         w = self.walker
         lines.append(f"  distance walked: {_num(self.distance(), 3)} m (x {_num(w.x0, 3)} -> {_num(w.x, 3)} m); "
                      f"no-slip distance of the crank revolutions: {_num(self.expected_distance(), 3)} m")

@@ -1,0 +1,93 @@
+"""`walklab run`'s status figures (controller/status.py): the frames lost on the way.
+
+Truth: what the test itself published and received over real ZeroMQ sockets; the figure is read
+from a real health frame (`daq.health.Health` watching the receiving subscriber, published and parsed
+as the status reads it). A publisher that restarts loses nothing on the way — the figure must say 0
+(it added the samples of the publisher's down time, ~30-140 in quiet runs); a subscriber that cannot
+keep up loses exactly the frames it never received.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from controller.status import lost_frames
+from daq.bus import Publisher, Subscriber
+from daq.health import Health, parse_health
+from daq.ports import free_tcp_ports
+
+STREAM = "x/y"
+BLOCK = 10          # samples per frame at 1 kHz
+TIMEOUT = 20.0
+
+
+def publish(pub: Publisher, k0: int, n: int, t0: int) -> None:
+    """Frames k0 .. k0 + n - 1 of a 1 kHz stream whose sample 0 is at t0 [ns]."""
+    for k in range(k0, k0 + n):
+        t = t0 + k * BLOCK * 1_000_000
+        pub.publish(STREAM, np.full((BLOCK, 1), float(k)), kind="test", rate_hz=1000.0, channels=["k"], units=["1"],
+                    t_host=t, t=t)
+
+
+def receive(sub: Subscriber, n: int) -> list[int]:
+    """The frame numbers (data) of the next `n` frames of STREAM."""
+    got = []
+    while len(got) < n:
+        f = sub.recv(timeout_s=TIMEOUT)
+        assert f is not None, f"only {len(got)} of {n} frames came"
+        got.append(int(f.data[0, 0]))
+    return got
+
+
+def health_of(sub: Subscriber) -> dict:
+    """{"reader": parsed health frame} of a `Health` watching `sub`, as a lab process publishes it."""
+    with Publisher("tcp://127.0.0.1:*") as hpub, Subscriber([hpub.endpoint], ["health/reader"]) as hsub:
+        health = Health("reader", hpub)
+        health.watch(sub)
+        assert hpub.wait_for_subscribers(1, TIMEOUT) and hsub.wait_connected(TIMEOUT)
+        health.tick(time.monotonic_ns() + 2_000_000_000)
+        f = hsub.recv(timeout_s=TIMEOUT)
+        assert f is not None, "no health frame"
+        return {"reader": parse_health(f)}
+
+
+def test_a_restarted_publisher_loses_no_frame_on_the_way():
+    ep = f"tcp://127.0.0.1:{free_tcp_ports(1)[0]}"
+    t0 = time.monotonic_ns()
+    with Subscriber([ep], [STREAM], expect=()) as sub:
+        with Publisher(ep) as first:
+            assert first.wait_for_subscribers(1, TIMEOUT) and sub.wait_connected(TIMEOUT)
+            publish(first, 0, 20, t0)
+            assert receive(sub, 20) == list(range(20))
+        # the process restarts; it was down 1 s of its sample clock (1000 samples never produced)
+        with Publisher(ep) as second:
+            deadline = time.monotonic() + TIMEOUT
+            while not second.wait_for_subscribers(1, 0.1):
+                sub.recv(timeout_s=0.05)  # the subscriber notices the drop and reconnects
+                assert time.monotonic() < deadline, "the subscriber never came back"
+            publish(second, 0, 20, t0 + 20 * BLOCK * 1_000_000 + 1_000_000_000)
+            assert receive(sub, 20) == list(range(20))   # every frame of both runs received
+        h = health_of(sub)
+    st = h["reader"][STREAM]
+    assert st["restarts"] == 1 and st["dropped"] == 0
+    assert st["lost_samples"] == 1000          # the down time, in samples: not frames lost on the way
+    assert lost_frames(h).get(STREAM, (0, ""))[0] == 0
+
+
+def test_frames_a_slow_subscriber_never_received_are_counted_exactly():
+    ep = f"tcp://127.0.0.1:{free_tcp_ports(1)[0]}"
+    t0 = time.monotonic_ns()
+    with Subscriber([ep], [STREAM], expect=(), rcvhwm=10) as sub, Publisher(ep, sndhwm=10) as pub:
+        assert pub.wait_for_subscribers(1, TIMEOUT) and sub.wait_connected(TIMEOUT)
+        n = 3000
+        publish(pub, 0, n, t0)           # nobody reads meanwhile: the queues hold ~20 frames
+        got = []
+        while (f := sub.recv(timeout_s=1.0)) is not None:
+            got.append(int(f.data[0, 0]))
+        publish(pub, n, 1, t0)           # one more frame, read: its seq shows every gap before it
+        got += receive(sub, 1)
+        h = health_of(sub)
+    lost = n + 1 - len(got)
+    assert got == sorted(got) and got[-1] == n and lost > 0
+    assert lost_frames(h)[STREAM] == (lost, "reader")
