@@ -18,6 +18,7 @@ seconds since the first frame of the session (``t0``).
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -93,40 +94,114 @@ class _Counted:
         return b
 
 
-def records(path: Path, scan: Scan, raw: bool = False) -> Iterator[Any]:
+def records(path: Path, scan: Scan) -> Iterator[Any]:
     """Every MCAP record of ``path`` in file order (chunks opened, CRCs checked), until the end or the
-    first unreadable byte; fills ``scan`` (see `Scan`). ``raw``: yield Chunk records unopened."""
-    from mcap.records import Chunk, Footer, Message, Metadata
-    from mcap.stream_reader import StreamReader
+    first unreadable byte; fills ``scan`` (see `Scan`).
 
-    scan.size = path.stat().st_size
+    The top-level records are framed here (mcap.dev/spec: opcode u8, length u64, body) and parsed by
+    the mcap library's record classes, except two: MessageIndex records (the library's
+    `StreamReader` parses them entry by entry, a third of a replay's reading time; an index of the
+    chunk before it, rebuilt by any writer) are skipped unread, and Chunk records are split with
+    `struct` (`_read_chunk`). The chunk CRCs and the DataEnd record's data-section CRC are checked.
+    """
+    import zlib
+
+    from mcap.records import Message, Metadata
+
+    scan.size = size = path.stat().st_size
+    ended = "the file ends inside a record (never closed: killed, power cut or full disk)"
     with open(path, "rb") as fh:
-        counted = _Counted(fh)
-        reader = StreamReader(counted, validate_crcs=True, emit_chunks=True,
-                              record_size_limit=min(scan.size, 2**32))
-        it = reader.records
+        read = fh.read
+        if read(8) != _MAGIC:
+            scan.error = ended if size < 8 else "not an MCAP file (bad magic)"
+            return
+        crc = zlib.crc32(_MAGIC)
+        pos = scan.bytes_read = 8
         while True:
+            head = read(9)
+            if len(head) < 9:
+                scan.error = ended
+                return
+            op, length = _RECORD_HEAD.unpack(head)
+            if length > size - pos - 9:
+                scan.error = ended
+                return
+            body = read(length)
             try:
-                rec = next(it)
-                inner = _chunk_records(rec) if isinstance(rec, Chunk) and not raw else (rec,)
-            except StopIteration:
-                scan.complete = True
-                scan.bytes_read = counted.pos
-                return
-            except Exception as exc:  # mcap, struct, zstd and lz4 raise their own types for a cut file
+                recs = () if op == _OP_MESSAGE_INDEX else _top_record(op, body, crc)
+            except Exception as exc:  # mcap, struct, zstd and lz4 raise their own types for damaged bytes
                 scan.error = (f"{type(exc).__name__}: {exc}".strip(": ") or type(exc).__name__)[:300]
-                if type(exc).__name__ == "EndOfFile":
-                    scan.error = "the file ends inside a record (never closed: killed, power cut or full disk)"
                 return
-            for r in inner:
+            crc = zlib.crc32(body, zlib.crc32(head, crc))
+            pos += 9 + length
+            for r in recs:
                 if isinstance(r, Metadata):
                     scan.metadata.setdefault(r.name, {}).update(r.metadata)
                 elif isinstance(r, Message):
                     scan.messages += 1
-                elif isinstance(r, Footer):
-                    scan.complete = True
                 yield r
-            scan.bytes_read = counted.pos
+            if op == _OP_FOOTER:
+                if read(8) != _MAGIC:
+                    scan.error = "the file ends without its closing magic"
+                    return
+                scan.complete = True
+                scan.bytes_read = pos + 8
+                return
+            scan.bytes_read = pos
+
+
+_MAGIC = b"\x89MCAP0\r\n"
+_OP_FOOTER, _OP_MESSAGE, _OP_CHUNK, _OP_MESSAGE_INDEX, _OP_DATA_END = 0x02, 0x05, 0x06, 0x07, 0x0F
+_CHUNK_HEAD = struct.Struct("<QQQII")  # message start/end time, uncompressed size and CRC, compression length
+
+
+def _top_record(op: int, body: bytes, crc: int) -> Sequence[Any]:
+    """The record(s) of one top-level record body: a chunk's inner records, else the record itself
+    (none for an opcode this mcap version does not know). ``crc``: the data section's CRC so far."""
+    from io import BytesIO
+
+    from mcap.data_stream import ReadDataStream
+    from mcap import records as r
+
+    if op == _OP_CHUNK:
+        return _chunk_records(_read_chunk(body))
+    if op == _OP_DATA_END:
+        end = r.DataEnd(struct.unpack_from("<I", body)[0])
+        if end.data_section_crc not in (0, crc):
+            raise SessionError("data section CRC mismatch: the file is damaged")
+        return (end,)
+    stream = ReadDataStream(BytesIO(body))
+    if op == _OP_MESSAGE:
+        return (r.Message.read(stream, len(body)),)
+    cls = _top_record_classes().get(op)
+    return () if cls is None else (cls.read(stream),)
+
+
+def _read_chunk(body: bytes) -> Any:
+    """The Chunk record of a chunk record's body (mcap.dev/spec), its data sliced out once."""
+    from mcap.records import Chunk
+
+    start, end, size, ucrc, n = _CHUNK_HEAD.unpack_from(body)
+    p = _CHUNK_HEAD.size
+    compression = str(body[p:p + n], "utf-8")
+    data_len, = struct.unpack_from("<Q", body, p + n)
+    p += n + 8
+    if data_len > len(body) - p:
+        raise SessionError("a chunk declares more bytes than its record holds: the file is damaged")
+    return Chunk(compression=compression, data=body[p:p + data_len], message_end_time=end,
+                 message_start_time=start, uncompressed_crc=ucrc, uncompressed_size=size)
+
+
+@functools.cache
+def _top_record_classes() -> dict[int, Any]:
+    """Record class by opcode of the top-level records `_top_record` parses with the mcap library."""
+    from mcap import records as r
+    from mcap.opcode import Opcode as O
+
+    return {O.ATTACHMENT: r.Attachment, O.ATTACHMENT_INDEX: r.AttachmentIndex, O.CHANNEL: r.Channel,
+            O.CHUNK_INDEX: r.ChunkIndex, O.FOOTER: r.Footer, O.HEADER: r.Header, O.METADATA: r.Metadata,
+            O.METADATA_INDEX: r.MetadataIndex, O.SCHEMA: r.Schema, O.STATISTICS: r.Statistics,
+            O.SUMMARY_OFFSET: r.SummaryOffset}
 
 
 _MESSAGE_HEAD = struct.Struct("<HIQQ")  # channel_id, sequence, log_time, publish_time
