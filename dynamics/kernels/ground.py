@@ -490,8 +490,7 @@ def stage(lcode, lp, fcode, fp, plane, pos, vel, in_contact, v_latched, energy, 
               (P, 4), threshold par[6] N: plates (N, P, 12), plate_flags (N, P, 2) (valid, saturated);
               combined (N, 9) = F, moment about the origin, COP on z = par[7]
               (valid: F_z > par[6]);
-    valid     (N, 3) bool: contact ZMP, kinematic ZMP, combined COP.
-    Returns −1, or the first sample with a non-finite point in contact (nothing after it written)."""
+    valid     (N, 3) bool: contact ZMP, kinematic ZMP, combined COP."""
     N, C = pos.shape[0], pos.shape[1]
     P = raw.shape[1]
     ground_z, min_fz, tol, mass, g, min_fraction, threshold, pz = \
@@ -522,9 +521,7 @@ def stage(lcode, lp, fcode, fp, plane, pos, vel, in_contact, v_latched, energy, 
             M0 += y * fz - z * fy
             M1 += z * fx - x * fz
             M2 += x * fy - y * fx
-            if inc:
-                if not (math.isfinite(x) and math.isfinite(y)):
-                    return s
+            if inc:     # δ > 0 needs finite x, y (a NaN coordinate makes δ NaN: no contact)
                 px[m], py[m] = x, y
                 m += 1
         wrench[s, 0], wrench[s, 1], wrench[s, 2], wrench[s, 3], wrench[s, 4], wrench[s, 5] = F0, F1, F2, M0, M1, M2
@@ -564,4 +561,3 @@ def stage(lcode, lp, fcode, fp, plane, pos, vel, in_contact, v_latched, energy, 
             combined[s, j] = tot[j]
         combined[s, 6], combined[s, 7], combined[s, 8] = cx, cy, (pz if ok else np.nan)
         valid[s, 2] = ok
-    return -1
