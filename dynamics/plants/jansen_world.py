@@ -50,6 +50,7 @@ Arrays: time first, then legs, then the space axis; SI units.
 """
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -297,7 +298,7 @@ class JansenSim:
         self.q = np.array([x0, rest_height(world) - settle, 0.0, 0.0, 0.0])
         self.u = np.zeros(5)
         self.steps = 0
-        self.rows: list[np.ndarray] = []
+        self.rows: collections.deque[np.ndarray] = collections.deque()  # see `take`
         self.aux, self.n_aux = aux, (n_aux if aux is not None else 0)
         self._row = np.empty(len(HEAD) + 5 * world.n_legs + self.n_aux)
 
@@ -336,9 +337,15 @@ class JansenSim:
         self.rows.append(r.copy())
 
     def take(self) -> Samples | None:
-        """The samples recorded since the last call (None if none); thread-safe against `load`
-        (the list swap is atomic under the GIL)."""
-        rows, self.rows = self.rows, []
+        """The samples recorded since the last call (None if none); thread-safe against `load` running
+        in another thread (the MCU's): rows are popped one by one from the deque `load` appends to
+        (both atomic), so a row appended meanwhile is taken now or by the next call, never lost."""
+        rows = []
+        while True:
+            try:
+                rows.append(self.rows.popleft())
+            except IndexError:
+                break
         return samples(self.world, np.array(rows)) if rows else None
 
 

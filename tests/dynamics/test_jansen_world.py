@@ -1,9 +1,10 @@
 """The Jansen world (dynamics/plants/jansen_world.py) against independent truths: its energy balance with the
 legs' potential energy from the linkage position solve (not the tables) and the contact dissipation of
 methods.md (e.6) (loop area per episode), first-order convergence of the residual; vertical momentum
-(the feet carry the weight on average); the no-slip advance L/D per crank cycle of the gait metrics;
-the plates' wrenches read back through dynamics.forceplate equal the feet's forces; the compiled and
-numpy contact stages agree."""
+(the feet carry the weight on average); the chassis speed against the no-slip v = L ω / (2π D) with L and
+D from the linkage's position solve; the feet markers against that solve; the plates' wrenches read back
+through dynamics.forceplate equal the feet's forces; the compiled and numpy contact stages agree; no
+sample lost by `take` against a concurrent recorder."""
 import numpy as np
 import pytest
 
@@ -119,17 +120,38 @@ def test_feet_carry_the_weight_and_no_net_push_at_steady_speed(world, walk):
     assert fx == pytest.approx(world.mass * dv / (2 * cycle), abs=0.02 * weight)
 
 
+def leg_foot(s):
+    """The leg's foot F (N, 2) m in its own frame (x forward, y up, origin at the crank centre) at crank
+    angles s (N,) rad, from the linkage's position solve (constructive assembly + Newton), not the
+    reduced tables the world runs on."""
+    from dynamics.linkage import constraints
+
+    leg = read_linkage("jansen_leg")
+    return constraints.point_positions(leg, assembled_positions(leg, s), leg.foot), leg
+
+
 def test_walker_advances_about_the_no_slip_distance_per_cycle(world, walk):
-    # gait metrics: a stance foot covers the step length L in the stance share D of the cycle, so the
-    # chassis moves L/D per shaft revolution without slip (0.39 m / 0.437 = 0.89 m)
-    assert world.advance_per_cycle == pytest.approx(world.step_length / world.duty_factor)
-    assert 0.3 < world.step_length < 0.5
-    sel = walk.t >= 2.0
-    revs = (walk.q[sel, 3][-1] - walk.q[sel, 3][0]) / (2 * np.pi)
-    per_cycle = (walk.q[sel, 0][-1] - walk.q[sel, 0][0]) / revs
-    assert revs > 1.5
-    assert per_cycle == pytest.approx(world.advance_per_cycle, rel=0.10)
-    assert abs(walk.q[sel, 2]).max() < 0.1  # pitch stays small (rad)
+    # gait metrics (methods.md c.8; dynamics.linkage.gait, tested against an analytic path): a stance
+    # foot covers the step length L in the stance share D of the cycle, so without slip the chassis
+    # moves at v = L ω / (2π D), L/D per shaft revolution. L and D here from the foot path of the
+    # linkage's position solve; the advance from the simulated chassis over whole shaft revolutions.
+    from dynamics.linkage.gait import gait_metrics
+
+    foot, leg = leg_foot(2 * np.pi * np.arange(3600) / 3600)
+    g = gait_metrics(foot, leg.pivot_position(), leg.metadata["ground_penetration"])  # models.md 2.5
+    assert 0.3 < g.step_length < 0.5 and 0.3 < g.duty_factor < 0.6
+    assert world.step_length == pytest.approx(g.step_length, rel=1e-3)
+    assert world.duty_factor == pytest.approx(g.duty_factor, rel=1e-3)
+    s = walk.q[:, 3]
+    k0 = int(np.ceil(s[walk.t >= 2.0][0] / (2 * np.pi)))  # whole revolutions after the start transient
+    k1 = int(np.floor(s[-1] / (2 * np.pi)))
+    assert k1 - k0 >= 1
+    a, b = np.searchsorted(s, 2 * np.pi * k0), np.searchsorted(s, 2 * np.pi * k1)
+    x = walk.q[:, 0]
+    v = (x[b] - x[a]) / (walk.t[b] - walk.t[a])
+    omega = (s[b] - s[a]) / (walk.t[b] - walk.t[a])
+    assert v == pytest.approx(g.step_length * omega / (2 * np.pi * g.duty_factor), rel=0.10)
+    assert abs(walk.q[walk.t >= 2.0, 2]).max() < 0.1  # pitch stays small (rad)
 
 
 def test_plates_read_back_the_feet_forces(world, walk):
@@ -166,7 +188,17 @@ def test_markers_follow_the_chassis_and_feet(world, walk):
     assert pos.shape == (walk.t.size, len(labels), 3)
     # the front and back chassis markers stay chassis_length apart (a rigid chassis)
     np.testing.assert_allclose(np.linalg.norm(pos[:, 0] - pos[:, 2], axis=1), world.chassis_length, rtol=1e-12)
-    np.testing.assert_allclose(pos[:, 4:], walk.foot)
+    # the feet: r_l = (X, Z) + R(φ) (b_l x_F, y_F) at the slot's crank angle θ_l = σ_l s + c_l (module doc),
+    # the foot F from the linkage's position solve (every 50th sample); lateral at the slot's plane
+    sel = slice(None, None, 50)
+    c, sn = np.cos(walk.q[sel, 2]), np.sin(walk.q[sel, 2])
+    for leg in range(world.n_legs):
+        th = world.sigma[leg] * walk.q[sel, 3 + world.shaft[leg]] + world.offset[leg]
+        f, _ = leg_foot(th)
+        rx, rz = world.bx[leg] * f[:, 0], f[:, 1]
+        truth = np.column_stack([walk.q[sel, 0] + c * rx - sn * rz, np.full(th.size, world.lateral[leg]),
+                                 walk.q[sel, 1] + sn * rx + c * rz])
+        np.testing.assert_allclose(pos[sel, 4 + leg], truth, atol=1e-6)  # the tables' spline error is ~1e-8 m
 
 
 @pytest.mark.parametrize("variant", ["default", "kelvin_voigt_frictionless", "hertz_stiction"])
@@ -212,3 +244,40 @@ def test_frictionless_feet_conserve_horizontal_momentum():
     assert np.abs(s.force[:, :, 0]).max() == 0.0
     np.testing.assert_allclose(s.u[:, 0], 0.0, atol=1e-12)
     np.testing.assert_allclose(s.q[:, 0], 0.25, atol=1e-12)
+
+
+def test_take_loses_no_sample_while_another_thread_records(world):
+    # the MCU thread runs `load` (which appends a row) while the publisher thread calls `take`: every
+    # recorded step must come out exactly once, in order. Truth: the step count, and each row's time
+    # (the producer numbers its calls). A tiny switch interval makes the threads interleave inside
+    # `take` thousands of times.
+    import sys
+    import threading
+
+    sim = JansenSim(world, 1e-3)
+    n = 6000
+    s, sd = sim.q[3:5].copy(), np.zeros(2)
+    done = threading.Event()
+
+    def producer():
+        for k in range(n):
+            sim.load(float(k), s, sd)
+        done.set()
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        th = threading.Thread(target=producer)
+        th.start()
+        times, takes = [], 0
+        while not done.is_set() or sim.rows:
+            got = sim.take()
+            takes += 1
+            if got is not None:
+                times.append(got.t)
+        th.join(timeout=60)
+    finally:
+        sys.setswitchinterval(old)
+    t = np.concatenate(times)
+    assert takes > 10  # the consumer really ran alongside the producer
+    np.testing.assert_array_equal(t, np.arange(n, dtype=float))
