@@ -66,6 +66,7 @@ import numpy as np
 
 from daq.context import ProcessContext
 from dynamics import forceplate as fp
+from dynamics import kernels
 from dynamics.contact import Friction, NormalLaw
 from dynamics.energetics import cycle_boundaries, cycle_energy
 from dynamics.plants.jansen_world import JansenWorld, jansen_world
@@ -111,58 +112,84 @@ class Settings:
 
 class _Input:
     """One input stream's recent samples: lab times [ns], values (rows), receipt time of each sample's
-    frame [ns]; linear interpolation at given times and holding past the newest sample."""
+    frame [ns] (rows a:b of arrays kept between frames: a frame's samples are copied in once, trimming
+    moves a); linear interpolation at given times and holding past the newest sample."""
 
     def __init__(self, stream: str, width: int, rate_hz: float) -> None:
         self.stream, self.width = stream, width
         self.keep = max(8, int(KEEP_S * rate_hz))
-        self.t = np.empty(0, dtype=np.int64)
-        self.v = np.empty((0, width))
-        self.recv = np.empty(0, dtype=np.int64)
+        self._t = np.empty(self.keep + 256, dtype=np.int64)
+        self._v = np.empty((self._t.size, width))
+        self._r = np.empty(self._t.size, dtype=np.int64)
+        self.a = self.b = 0
         self.floor: int | None = None       # least lead (receipt minus lab time of the last sample) seen [ns]
 
+    @property
+    def t(self) -> np.ndarray:
+        return self._t[self.a:self.b]
+
+    @property
+    def v(self) -> np.ndarray:
+        return self._v[self.a:self.b]
+
+    @property
+    def recv(self) -> np.ndarray:
+        return self._r[self.a:self.b]
+
     def add(self, t: np.ndarray, v: np.ndarray, recv: int) -> None:
-        if self.t.size and t[0] <= self.t[-1]:      # a repeated or out-of-order block
-            keep = t > self.t[-1]
+        if self.b > self.a and t[0] <= self._t[self.b - 1]:      # a repeated or out-of-order block
+            keep = t > self._t[self.b - 1]
             t, v = t[keep], v[keep]
             if not t.size:
                 return
-        self.t = np.concatenate([self.t, t])
-        self.v = np.concatenate([self.v, v])
-        self.recv = np.concatenate([self.recv, np.full(t.size, recv, dtype=np.int64)])
+        n, m = self.b - self.a, t.size
+        if self.b + m > self._t.size:       # to the front (or into larger arrays: an input far ahead)
+            size = max(self._t.size, 2 * (n + m))
+            t_, v_, r_ = np.empty(size, dtype=np.int64), np.empty((size, self.width)), np.empty(size, dtype=np.int64)
+            t_[:n], v_[:n], r_[:n] = self.t, self.v, self.recv
+            self._t, self._v, self._r, self.a, self.b = t_, v_, r_, 0, n
+        self._t[self.b:self.b + m] = t
+        self._v[self.b:self.b + m] = v
+        self._r[self.b:self.b + m] = recv
+        self.b += m
 
     @property
     def full(self) -> bool:
         """More than `KEEP_S` of samples waiting: the samples that need them are computed now."""
-        return self.t.size > self.keep
+        return self.b - self.a > self.keep
 
     @property
     def newest(self) -> int | None:
-        return int(self.t[-1]) if self.t.size else None
+        return int(self._t[self.b - 1]) if self.b > self.a else None
 
     def at(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         """Values (N, width) at lab times t (N,) ns (NaN when empty), whether each was known — bracketed by
         samples held, not a held last value — and the receipt [ns] of the newest sample used."""
-        if not self.t.size:
+        if self.b == self.a:
             return np.full((t.size, self.width), np.nan), np.zeros(t.size, dtype=bool), 0
+        ts, vs = self.t, self.v
+        if kernels.enabled():           # the same steps in one compiled loop (kernels/walker.py)
+            out, known = np.empty((t.size, self.width)), np.empty(t.size, dtype=bool)
+            k = kernels.kernel("walker.interp")(ts, vs, t, out, known)
+            return out, known, int(self._r[self.a + k])
         # linear interpolation of every column at once (np.interp's rule: held past the ends)
-        k = np.clip(np.searchsorted(self.t, t, side="right"), 1, max(self.t.size - 1, 1))
-        if self.t.size == 1:
-            out = np.repeat(self.v[:1], t.size, axis=0)
+        k = np.clip(np.searchsorted(ts, t, side="right"), 1, max(ts.size - 1, 1))
+        if ts.size == 1:
+            out = np.repeat(vs[:1], t.size, axis=0)
         else:
-            t0, t1 = self.t[k - 1], self.t[k]
+            t0, t1 = ts[k - 1], ts[k]
             w = np.clip((t - t0) / (t1 - t0), 0.0, 1.0)[:, None]
-            out = self.v[k - 1] + w * (self.v[k] - self.v[k - 1])
-        out[t < self.t[0]] = np.nan        # before what is kept: unknown, never the first value
-        k = min(int(np.searchsorted(self.t, t[-1], side="left")), self.t.size - 1)
-        return out, (t >= self.t[0]) & (t <= self.t[-1]), int(self.recv[k])
+            out = vs[k - 1] + w * (vs[k] - vs[k - 1])
+        out[t < ts[0]] = np.nan        # before what is kept: unknown, never the first value
+        k = min(int(np.searchsorted(ts, t[-1], side="left")), ts.size - 1)
+        return out, (t >= ts[0]) & (t <= ts[-1]), int(self._r[self.a + k])
 
     def trim(self, before: int) -> None:
         """Forget samples older than the last one at or before `before` (still needed to interpolate),
         and beyond the newest `KEEP_S` (an input far ahead of the encoders)."""
-        k = max(int(np.searchsorted(self.t, before, side="right")) - 1, self.t.size - self.keep)
+        k = max(int(np.searchsorted(self.t, before, side="right")) - 1, self.b - self.a - self.keep)
         if k > 0:
-            self.t, self.v, self.recv = self.t[k:], self.v[k:], self.recv[k:]
+            self.a += k
 
 
 class _Cycles:
@@ -208,15 +235,18 @@ class _Cycles:
 Publish = Callable[..., Any]
 
 
-def _slope(poses: list[tuple[int, np.ndarray]]) -> np.ndarray:
-    """Least-squares slope (3,) per second of the poses (t ns, (3,)) — the backward difference of the
-    last two when the window holds only them; zero for one pose."""
-    if len(poses) < 2:
-        return np.zeros(3)
-    t = np.array([p[0] for p in poses], dtype=float) * 1e-9
-    y = np.array([p[1] for p in poses])
-    tc = t - t.mean()
-    return tc @ (y - y.mean(axis=0)) / (tc @ tc)
+def _slope(poses: list[tuple[int, np.ndarray]]) -> list[float]:
+    """Least-squares slope (3 values) per second of the poses (t ns, (3,)) — the backward difference of
+    the last two when the window holds only them; zero for one pose. Plain floats: a window holds ~10."""
+    n = len(poses)
+    if n < 2:
+        return [0.0, 0.0, 0.0]
+    t0 = poses[0][0]
+    t = [(p[0] - t0) * 1e-9 for p in poses]
+    tm = sum(t) / n
+    tc = [x - tm for x in t]
+    den = sum(x * x for x in tc)
+    return [sum(c * p[1][j] for c, p in zip(tc, poses)) / den for j in range(3)]
 
 
 class WalkerService:
@@ -344,7 +374,7 @@ class WalkerService:
             self.poses.append((int(t[i]), pose))
             while len(self.poses) > 2 and self.poses[0][0] < t[i] - self.velocity_ns:
                 self.poses.pop(0)
-            rows.append(np.concatenate([pose, _slope(self.poses)]))
+            rows.append([*pose, *_slope(self.poses)])
             times.append(t[i])
         if rows:
             self.markers.add(np.array(times, dtype=np.int64), np.array(rows), recv)
@@ -499,22 +529,18 @@ def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     log.info("walker torques from %s", ", ".join(service.inputs))
     while not ctx.stopping:
         frame = sub.recv(timeout_s=0.02)
-        batch = []
-        if frame is not None:
-            batch = [frame]
-            while len(batch) < MAX_BATCH and (frame := sub.recv(timeout_s=0)) is not None:
-                batch.append(frame)
-            for f in batch:
-                inp = service.inputs.get(f.stream)
-                if inp is not None and f.t_recv is not None and f.rate_hz > 0:
-                    end = f.t + round((f.samples - 1) * 1e9 / f.rate_hz)
-                    ctx.health.latency(f"lag/{f.stream}", (f.t_recv - end) * 1e-9)
-        service.feed(batch)     # also computes what waited past --max-wait-s
+        if frame is None:
+            service.feed(())        # computes what waited past --max-wait-s
+            ctx.publisher.poll_subscriptions()
+        else:
+            if frame.stream in service.inputs and frame.t_recv is not None and frame.rate_hz > 0:
+                end = frame.t + round((frame.samples - 1) * 1e9 / frame.rate_hz)
+                ctx.health.latency(f"lag/{frame.stream}", (frame.t_recv - end) * 1e-9)
+            # one frame at a time: what it completes is computed and published before the next is decoded
+            service.feed((frame,))
         for lat in service.latencies:
             ctx.health.latency("latency", lat)
         service.latencies.clear()
-        if frame is None and not batch:
-            ctx.publisher.poll_subscriptions()
         ctx.health.state = "running"
         ctx.health.tick()
     return 0

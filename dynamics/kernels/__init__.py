@@ -66,6 +66,7 @@ def _signatures() -> dict:
                                      F3, F2, F2, F2, F2, F2, F3, types.float64, types.float64, O3, O3,
                                      _array(2, True, "boolean"), O2, O2, O2, O2, _array(1, True, "boolean"),
                                      _array(1, True), _array(1, True, "int64"), _array(1, True)),
+        "walker.interp": i64(_array(1, dtype="int64"), F2, _array(1, dtype="int64"), O2, _array(1, True, "boolean")),
     }
 
 

@@ -154,3 +154,30 @@ def inverse(lcode, lp, fcode, fp, coef, step, shaft, sigma, offset, bx, lateral,
         k = _hull(px, py, m, SUPPORT_TOL, hx, hy) if m else 0
         support[s] = k
         margin[s] = _margin(zmp[s, 0], zmp[s, 1], hx, hy, k)
+
+
+@njit(cache=True)
+def interp(ts, vs, t, out, known):
+    """An input's samples (times ts (M,) ns ascending, M ≥ 1, values vs (M, W)) at the times t (N,) ns:
+    linear interpolation of every column between the bracketing samples, held past the newest, NaN
+    before the oldest (the numpy path of `service_torques._Input.at`); known (N,) = ts[0] ≤ t ≤ ts[-1].
+    Returns the index of the newest sample used: the first at or after t[-1], else the last."""
+    M, W = vs.shape
+    for i in range(t.shape[0]):
+        ti = t[i]
+        known[i] = ts[0] <= ti <= ts[M - 1]
+        if ti < ts[0]:
+            for c in range(W):
+                out[i, c] = np.nan
+            continue
+        if M == 1:
+            for c in range(W):
+                out[i, c] = vs[0, c]
+            continue
+        k = np.searchsorted(ts, ti, side="right")
+        k = min(max(k, 1), M - 1)
+        w = (ti - ts[k - 1]) / (ts[k] - ts[k - 1])
+        w = min(max(w, 0.0), 1.0)
+        for c in range(W):
+            out[i, c] = vs[k - 1, c] + w * (vs[k, c] - vs[k - 1, c])
+    return min(np.searchsorted(ts, t[t.shape[0] - 1], side="left"), M - 1)
