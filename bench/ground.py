@@ -14,7 +14,9 @@ chassis held in place (treadmill), crank at 1 rev/s, ground 8 mm above the lowes
   margin    support polygon of the feet in contact and the signed margin of the ZMP;
   cop       two type-2 force plates (one per side) raw channels -> lab COP, combined COP.
 Modes: one batched call over --batch samples (offline), and live blocks of 1 and 10 samples (a bus
-frame) with the contact state carried between calls. Peer: scipy.spatial.ConvexHull (Qhull) for the support hull.
+frame) with the contact state carried between calls; each first as the modules' functions one after
+the other, then as the fused stage (dynamics.ground_stage.GroundStage: the same quantities in one
+compiled call, a reused output workspace). Peer: scipy.spatial.ConvexHull (Qhull) for the support hull.
 Last: plate inverse dynamics (dynamics.plate_id) and the kinematic ZMP (zmp_model) of human15 (32 DoF) with
 two plates, in blocks of 1, 10 and 1000 samples.
 """
@@ -37,6 +39,7 @@ from dynamics.linkage.model import read_linkage  # noqa: E402
 from dynamics.linkage.position import assembled_positions  # noqa: E402
 from dynamics.support import stability_margin, support_margin, support_polygon  # noqa: E402
 from dynamics.zmp import zmp_centroidal, zmp_of_wrench  # noqa: E402
+from dynamics.ground_stage import GroundSample, GroundStage  # noqa: E402
 
 RATE = 1000.0
 N_FEET = 16
@@ -118,6 +121,11 @@ class Pipeline:
         return self.cop(plates, raws), margin
 
 
+def fused_stage(pipe: Pipeline, plates) -> GroundStage:
+    """The same laws, ZMP thresholds and plates as `pipe` and `Pipeline.cop`, in one stage."""
+    return GroundStage(pipe.law, N_FEET, pipe.friction, pipe.ground, min_fz=20.0, mass=MASS, plates=plates)
+
+
 def stats(label, ns, per=1):
     ns = np.asarray(ns, float) / per
     p50, p99, mx = np.percentile(ns, 50), np.percentile(ns, 99), ns.max()
@@ -163,6 +171,11 @@ def main() -> int:
     stats("COP: 2 type-2 plates + combine", timed(lambda: pipe.cop(plates, raws), reps), n)
     pipe.state = None
     stats("all of the above", timed(lambda: pipe.step(pos, vel, plates, raws, com, pdot, ldot), reps), n)
+    cent = np.column_stack([com, pdot, ldot])
+    fused = fused_stage(pipe, plates)
+    fused.step(pos[:1], vel[:1], [r[:1] for r in raws], cent[:1])     # loads the kernel (not a per-call cost)
+    fused.reset()
+    stats("fused stage (GroundStage.step)", timed(lambda: fused.step(pos, vel, raws, cent), reps), n)
 
     # --- live: blocks of 1 sample and of 10 samples (a bus frame) with carried state
     steps = int(max(200, min(n, args.seconds * 2000)))
@@ -185,6 +198,16 @@ def main() -> int:
                 parts[k].append(v)
         for k, v in parts.items():
             stats(k, v, block)
+        fused.reset()
+        out = GroundSample.empty(block, N_FEET, len(plates))
+        ns = []
+        for i in range(0, steps - block + 1, block):
+            sl = slice(i, i + block)
+            blk = (pos[sl], vel[sl], [rw[sl] for rw in raws], cent[sl])
+            t0 = time.perf_counter_ns()
+            fused.step(*blk, out=out)
+            ns.append(time.perf_counter_ns() - t0)
+        stats("fused stage, all of the above", ns, block)
 
     # --- peer: the support hull, walklab (monotone chain) vs scipy ConvexHull (Qhull)
     m = min(steps, n)

@@ -333,26 +333,26 @@ def _compiled(model: Model, st, tau_free: np.ndarray, plates: Sequence[PlateLoad
     """plate_inverse_dynamics after the tree kernels, as one compiled loop (kernels/ground.py).
     The Python side is kept to a few array operations: a live one-sample call is dominated by them."""
     n, n_p, n_f, nv = st.position.shape[0], len(plates), len(ws.feet), model.nv
-    w_plate, loaded = np.empty((n, n_p, 6)), np.empty((n, n_p), dtype=bool)
     for p, pl in enumerate(plates):
         _check_plate(pl, n, p)
-        w_plate[:, p, :3], w_plate[:, p, 3:], loaded[:, p] = pl.force, pl.moment, pl.loaded
+    # [F_1, M_1, F_2, M_2, ...] (N, 6 P) is the (N, P, 6) layout: one concatenation
+    w_plate = np.concatenate([w for pl in plates for w in (pl.force, pl.moment)], axis=1, dtype=float).reshape(n, n_p, 6)
+    loaded = np.ascontiguousarray(np.array([pl.loaded for pl in plates], dtype=bool).T)
     ox, oy, ok, oz = _outlines(tuple(np.ascontiguousarray(pl.corners, dtype=float).tobytes() for pl in plates))
-    b = lambda shape: np.empty(shape, dtype=bool)   # noqa: E731
-    weights, on, shared, unassigned, straddling = np.empty((n, n_p, n_f)), b((n, n_p, n_f)), b((n, n_p)), b((n, n_p)), b((n, n_f))
-    tau_bu, tau_td, below, indet = np.empty((n, nv)), np.empty((n, nv)), b((n, nv)), b((n, nv))
-    res, acc, c, w_foot = np.empty((n, 6)), np.empty((2, n, 3)), np.empty((n, 3)), np.empty((n, n_f, 6))
+    weights, w_foot, tau, vec = np.empty((n, n_p, n_f)), np.empty((n, n_f, 6)), np.empty((3, n, nv)), np.empty((5, n, 3))
+    on, pflags, straddling = np.empty((n, n_p, n_f), bool), np.empty((2, n, n_p), bool), np.empty((n, n_f), bool)
+    jflags = np.empty((2, n, nv), bool)
     masses, coms, point_segment, point_local, point_foot, below_weight, gravity = ws.model_args
-    kernels.kernel("ground.plate_id")(
+    # entry: no type dispatch (every argument is made here in the kernel's types and dimensions)
+    kernels.entry("ground.plate_id")(
         # the tree arrays may come from the numpy path (large batches): make them the kernel's layout
         contiguous(st.rotation), contiguous(st.position), contiguous(st.S), contiguous(tau_free), masses, coms,
         point_segment, point_local, point_foot, below_weight, w_plate, loaded, ox, oy, ok, oz,
-        float(height_tol), float(edge_tol), gravity,
-        weights, on, shared, unassigned, straddling, tau_bu, tau_td, below, indet, res, acc[0], acc[1], c, w_foot)
-    return PlateID(tau_bottom_up=tau_bu, tau_top_down=tau_td, disagreement=tau_bu - tau_td, plate_below=below,
-                   indeterminate=indet, residual_force=res[:, :3], residual_moment=res[:, 3:], com_acc_kinematic=acc[0],
-                   com_acc_plates=acc[1], com=c, foot_wrench=w_foot,
-                   assignment=Assignment(weights, on, shared, unassigned, straddling), feet=ws.feet)
+        float(height_tol), float(edge_tol), gravity, weights, on, pflags, straddling, tau, jflags, vec, w_foot)
+    return PlateID(tau_bottom_up=tau[0], tau_top_down=tau[1], disagreement=tau[2], plate_below=jflags[0],
+                   indeterminate=jflags[1], residual_force=vec[0], residual_moment=vec[1], com_acc_kinematic=vec[2],
+                   com_acc_plates=vec[3], com=vec[4], foot_wrench=w_foot,
+                   assignment=Assignment(weights, on, pflags[0], pflags[1], straddling), feet=ws.feet)
 
 
 @functools.lru_cache(maxsize=64)

@@ -49,9 +49,8 @@ def _signatures() -> dict:
         "ground.plate_id": types.none(
             _array(4), F3, F3, F2, F1, F2, _array(1, dtype="int64"), F2, _array(1, dtype="int64"), F2,
             F3, _array(2, dtype="boolean"), F2, F2, _array(1, dtype="int64"), F1, types.float64, types.float64,
-            F1, O3, _array(3, True, "boolean"), _array(2, True, "boolean"), _array(2, True, "boolean"),
-            _array(2, True, "boolean"), O2, O2, _array(2, True, "boolean"), _array(2, True, "boolean"), O2, O2, O2,
-            O2, O3),
+            F1, O3, _array(3, True, "boolean"), _array(3, True, "boolean"), _array(2, True, "boolean"), O3,
+            _array(3, True, "boolean"), O3, O3),
         "ground.plate_process": types.none(F2, F1, F1, _array(1, dtype="int64"), types.float64, O2,
                                            _array(1, True, "boolean"), _array(1, True, "boolean")),
         "ground.stage": types.none(i64, F1, i64, F1, F1, F3, F3, _array(1, True, "boolean"), _array(1, True),

@@ -254,8 +254,7 @@ def zmp_of_wrench(force, moment, ground_z, min_fz, point, valid):
 @njit(cache=True)
 def plate_id(Rw, pw, S, tau_free, masses, coms, point_segment, point_local, point_foot, below_weight,
              plate_w, plate_loaded, outline_x, outline_y, outline_k, surface, height_tol, edge_tol,
-             gravity, weights, on, shared, unassigned, straddling, tau_bu, tau_td, plate_below, indeterminate,
-             residual, com_acc_kin, com_acc_plates, com, foot_wrench):
+             gravity, weights, on, pflags, straddling, tau, jflags, vec, foot_wrench):
     """The per-sample part of plate_id.plate_inverse_dynamics after the tree kernels (its module
     doc): foot points from the segment placements Rw (N, nseg, 3, 3), pw (N, nseg, 3); plate
     assignment (a point is on plate p when its margin to the outline is ≥ −edge_tol and it lies
@@ -263,7 +262,15 @@ def plate_id(Rw, pw, S, tau_free, masses, coms, point_segment, point_local, poin
     point nearest its COP); the plate wrenches per foot; the required ground wrench from the
     ground-free τ (free-flyer rows, base frame) and lab subspaces S (N, nv, 6); bottom-up and
     top-down torques, residual about the CoM, CoM accelerations. plate_w (N, P, 6): each plate's
-    force and moment about the lab origin; outputs as PlateID/Assignment."""
+    force and moment about the lab origin; outputs as PlateID/Assignment, several in one array
+    (fewer arrays for a one-sample call to allocate and pass): pflags (2, N, P) = shared,
+    unassigned; tau (3, N, nv) = bottom-up, top-down, their difference; jflags (2, N, nv) = plate
+    below, indeterminate; vec (5, N, 3) = residual force, residual moment about the CoM, CoM
+    acceleration from the kinematics and from the plates, CoM."""
+    shared, unassigned = pflags[0], pflags[1]
+    tau_bu, tau_td, disagreement = tau[0], tau[1], tau[2]
+    plate_below, indeterminate = jflags[0], jflags[1]
+    res_f, res_m, com_acc_kin, com_acc_plates, com = vec[0], vec[1], vec[2], vec[3], vec[4]
     N, K = Rw.shape[0], point_segment.shape[0]
     P, F = plate_w.shape[1], below_weight.shape[1]
     nv = S.shape[1]
@@ -375,12 +382,14 @@ def plate_id(Rw, pw, S, tau_free, masses, coms, point_segment, point_local, poin
                 y += S[s, k, r] * (wreq[r] - (wapp[r] - wb[r]))
             tau_bu[s, k] = tau_free[s, k] - x
             tau_td[s, k] = tau_free[s, k] - y if below_any else tau_free[s, k]
-        for r in range(6):
-            residual[s, r] = wmeas[r] - wreq[r]
-        f0, f1, f2 = residual[s, 0], residual[s, 1], residual[s, 2]
-        residual[s, 3] -= c1 * f2 - c2 * f1
-        residual[s, 4] -= c2 * f0 - c0 * f2
-        residual[s, 5] -= c0 * f1 - c1 * f0
+            disagreement[s, k] = tau_bu[s, k] - tau_td[s, k]
+        for r in range(3):
+            res_f[s, r] = wmeas[r] - wreq[r]
+            res_m[s, r] = wmeas[3 + r] - wreq[3 + r]
+        f0, f1, f2 = res_f[s, 0], res_f[s, 1], res_f[s, 2]
+        res_m[s, 0] -= c1 * f2 - c2 * f1
+        res_m[s, 1] -= c2 * f0 - c0 * f2
+        res_m[s, 2] -= c0 * f1 - c1 * f0
         for r in range(3):
             com_acc_kin[s, r] = wreq[r] / mass + gravity[r]
             com_acc_plates[s, r] = wmeas[r] / mass + gravity[r]

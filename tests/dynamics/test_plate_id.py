@@ -258,3 +258,42 @@ def test_flight_phase_is_ballistic(human):
     np.testing.assert_allclose(res.residual_moment, 0.0, atol=1e-8)
     np.testing.assert_allclose(res.tau_bottom_up, tau, atol=1e-8)
     assert not res.plate_below.any() and not res.assignment.weights.any()
+
+
+def test_compiled_equals_numpy_path(human):
+    """Every output of the compiled stage equals the numpy path to 1e-10, on a set that exercises
+    each assignment case: a straddled pair of plates under the right foot, a plate under both feet
+    (shared), one with no foot (unassigned), samples below threshold, and one-sample calls."""
+    from dynamics import kernels
+
+    model, q, v, a, f, n, _ = human
+    heel = contact_positions(model, q, ["heel_r"])[:, 0]
+    toe = contact_positions(model, q, ["toe_r"])[:, 0]
+    split = 0.5 * (heel[:, 0].max() + toe[:, 0].min())
+    z = min(heel[:, 2].min(), toe[:, 2].min()) - 1e-3
+    y0, y1 = heel[:, 1].min() - 0.05, heel[:, 1].max() + 0.05
+    back = np.array([[split, y1, z], [split - 0.6, y1, z], [split - 0.6, y0, z], [split, y0, z]])
+    both = plate_under(model, q, ["heel_r", "toe_r", "heel_l", "toe_l"], pad=0.02)
+    loaded = np.arange(N) % 5 != 0
+    plates = [PlateLoad(0.6 * f, np.cross(heel, 0.6 * f), back, loaded),
+              PlateLoad(0.4 * f, n - np.cross(heel, 0.6 * f), back + [0.6, 0.0, 0.0], np.ones(N, bool)),
+              PlateLoad(np.tile([0, 0, 50.0], (N, 1)), np.cross(toe, [0, 0, 50.0]), both, loaded),
+              PlateLoad(np.tile([1.0, 2, 30.0], (N, 1)), np.zeros((N, 3)), both + [3.0, 0.0, 0.0], ~loaded)]
+    out = {}
+    for jit in (True, False):
+        with kernels.use_jit(jit):
+            out[jit] = [plate_inverse_dynamics(model, q, v, a, plates, ["foot_r", "foot_l"], height_tol=0.3)] + [
+                plate_inverse_dynamics(model, q[t], v[t], a[t], [PlateLoad(p.force[t:t + 1], p.moment[t:t + 1], p.corners,
+                                                                           p.loaded[t:t + 1]) for p in plates],
+                                       ["foot_r", "foot_l"], height_tol=0.3) for t in (0, 1, 7)]
+    asg = out[False][0].assignment
+    assert asg.straddling.any() and asg.shared.any() and asg.unassigned.any() and not loaded.all()
+    for x, y in zip(out[True], out[False]):
+        for name in ("tau_bottom_up", "tau_top_down", "disagreement", "residual_force", "residual_moment",
+                     "com_acc_kinematic", "com_acc_plates", "com", "foot_wrench"):
+            ref = getattr(y, name)
+            np.testing.assert_allclose(getattr(x, name), ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max(), err_msg=name)
+        for name in ("plate_below", "indeterminate"):
+            assert np.array_equal(getattr(x, name), getattr(y, name)), name
+        for name in ("weights", "on_plate", "shared", "unassigned", "straddling"):
+            assert np.array_equal(getattr(x.assignment, name), getattr(y.assignment, name)), name
