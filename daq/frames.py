@@ -187,6 +187,7 @@ _MAX_PREFIXES = 4096
 # so a header is the marker of 13 entries, the static pairs and the dynamic pairs concatenated.
 _FIXMAP = 0x80
 _N_STATIC, _N_DYNAMIC = 7, 6
+_STATIC_ORDER = ("v", "stream", "kind", "rate_hz", "channels", "units", "buffers")  # `_static_header`'s
 assert _N_STATIC + _N_DYNAMIC == len(_HEADER_KEYS) <= 15
 
 
@@ -431,6 +432,9 @@ def decode(parts: Sequence[Any]) -> Frame:
     header_buf = _buffer(parts[1])
     if len(header_buf) > MAX_HEADER_BYTES:
         raise FrameError(f"topic {topic!r}: header is {len(header_buf)} bytes, at most {MAX_HEADER_BYTES}")
+    fast = _decode_known(topic, header_buf, parts)
+    if fast is not None:
+        return fast
     try:
         header = msgpack.unpackb(
             header_buf, raw=False, strict_map_key=True, use_list=True,
@@ -443,6 +447,57 @@ def decode(parts: Sequence[Any]) -> Frame:
     layout = _check_header(header)
     if header["stream"] != topic:
         raise FrameError(f"topic {topic!r} differs from header stream {header['stream']!r}")
+    _learn_static(topic, header, header_buf, layout)
+    return _frame(topic, header, layout, parts)
+
+
+# The static part of a stream's header as `encode` packs it (the fixmap marker of 13 entries, then
+# the 7 static pairs), with its validated layout, by topic: a header starting with these bytes has
+# exactly these static values (msgpack is prefix-free), so only its 6 dynamic pairs are unpacked
+# and checked (a marker stream's 240 channel and unit names are not parsed again per frame).
+_STATIC_HEADERS: dict[str, tuple[bytes, _Layout, float, str]] = {}
+_DYNAMIC_KEYS = frozenset({"seq", "t_device", "t_host", "t", "t_pub", "meta"})
+_UNPACK_DYNAMIC = {"raw": False, "strict_map_key": True, "max_str_len": MAX_HEADER_BYTES,
+                   "max_bin_len": MAX_HEADER_BYTES, "max_array_len": 65536, "max_map_len": 65536, "max_ext_len": 0}
+
+
+def _learn_static(topic: str, header: dict, header_buf: memoryview, layout: _Layout) -> None:
+    """Remember a fully validated header's static bytes if it was packed as `encode` packs it."""
+    if header_buf[0] != _FIXMAP | (_N_STATIC + _N_DYNAMIC) or list(header)[:_N_STATIC] != list(_STATIC_ORDER):
+        return
+    try:
+        static = msgpack.packb({k: header[k] for k in _STATIC_ORDER}, use_bin_type=True)[1:]
+    except (TypeError, ValueError, OverflowError):
+        return
+    n = 1 + len(static)
+    if header_buf[1:n] == static:
+        if len(_STATIC_HEADERS) >= _MAX_LAYOUTS:
+            _STATIC_HEADERS.clear()
+        _STATIC_HEADERS[topic] = (bytes(header_buf[:n]), layout, float(header["rate_hz"]), header["kind"])
+
+
+def _decode_known(topic: str, header_buf: memoryview, parts: Sequence[Any]) -> Frame | None:
+    """`decode` of a header whose static part is known (`_STATIC_HEADERS`), or None to take the full path."""
+    known = _STATIC_HEADERS.get(topic)
+    if known is None:
+        return None
+    prefix, layout, rate, kind = known
+    n = len(prefix)
+    if header_buf[:n] != prefix:
+        return None
+    try:
+        dynamic = msgpack.unpackb(bytes([_FIXMAP | _N_DYNAMIC]) + header_buf[n:], **_UNPACK_DYNAMIC)
+    except Exception:  # not 6 well-formed pairs: the full path names the problem
+        return None
+    if type(dynamic) is not dict or dynamic.keys() != _DYNAMIC_KEYS:
+        return None
+    _check_dynamic(dynamic)
+    dynamic["kind"], dynamic["rate_hz"] = kind, rate
+    return _frame(topic, dynamic, layout, parts)
+
+
+def _frame(topic: str, header: dict, layout: _Layout, parts: Sequence[Any]) -> Frame:
+    """The Frame of a validated header (its layout) and the message's buffer parts (byte counts checked)."""
     specs = layout.specs
     if len(parts) != 2 + len(specs):
         raise FrameError(f"stream {topic!r}: header declares {len(specs)} buffers, message has {len(parts) - 2}")
