@@ -31,7 +31,7 @@ from .codegen import (ZERO, Code, add, body_inertia, body_transform, compiled, c
                       sub, subspace, vadd, vcross)
 from . import kernels, workspace
 from .joints import normalized_configuration
-from .kinematics import all_finite, check_state, contiguous
+from .kinematics import all_finite, check_state, kernel_input_failed, kernel_state
 from .model import Model
 from .rnea import CHUNK, Wrench, external_generalized_forces, external_wrenches, segment_wrenches
 
@@ -163,23 +163,28 @@ def aba(model: Model, q, v, tau, f_ext: Sequence[Wrench] | None = None, data: wo
     articulated inertia is singular by construction (a massless leaf with a joint, methods.md
     a.5); or saying the accelerations are not finite (a singular configuration).
     """
-    (q, v, t), batched = check_state(model, q, v, tau, a_name="tau")
-    if v is None or t is None:
+    if v is None or tau is None:
         raise ValueError("aba needs q, v and tau")
-    N = q.shape[0]
-    ext = external_wrenches(model, f_ext, N, batched)
-    if kernels.tree_compiled(N):
+    Q = None
+    if kernels.enabled():
+        # shapes only: the kernel checks finiteness (kinematics.kernel_state)
+        Q, V, T, batched = kernel_state(model, q, v, tau, a_name="tau")
+    if Q is not None and kernels.tree_compiled(Q.shape[0]):
+        N = Q.shape[0]
         d = workspace.data(model, data)
+        F = segment_wrenches(d, external_wrenches(model, f_ext, N, batched), N) if f_ext else d.no_ext
         out = np.empty((N, model.nv))
-        q = contiguous(q)
-        status = kernels.kernel("tree.aba")(d.itab, d.ftab, d.gravity, q, contiguous(v), contiguous(t),
-                                            segment_wrenches(d, ext, N), out)
-        if status >= 0:
-            normalized_configuration(model, q)        # a unit block of q off norm: raises naming it
+        # the entry point without numba's type dispatch: the arrays are exactly its signature's
+        status = kernels.entry("tree.aba")(d.itab, d.ftab, d.gravity, Q, V, T, F, out)
+        if status != -1:
+            kernel_input_failed(model, status, q, v, tau, "tau", pivot=True)   # a NaN, a unit block off norm
             raise _singular(model, status // len(model.segments), status % len(model.segments))
         if not all_finite(out):
             raise _singular(model, int(np.argwhere(~np.isfinite(out))[0, 0]))
         return out if batched else out[0]
+    (q, v, t), batched = check_state(model, q, v, tau, a_name="tau")
+    N = q.shape[0]
+    ext = external_wrenches(model, f_ext, N, batched)
     q = normalized_configuration(model, q)
     if ext:
         t = t + external_generalized_forces(model, q, ext)

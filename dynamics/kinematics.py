@@ -84,6 +84,35 @@ def check_state(model: Model, q, v=None, a=None, a_name: str = "a") -> tuple[lis
     return out, bool(batched)
 
 
+def kernel_state(model: Model, q, v, a, a_name: str = "a") -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """q (nq), v, a (nv) (single or (N, ·)) as C-contiguous float64 (N, ·) arrays and whether they
+    were batched, for a compiled kernel that checks finiteness itself (its status −2 − s; then
+    `kernel_input_failed` names the argument). Only the shapes are checked here, in a few
+    attribute look-ups; anything unusual goes through check_state and its clear errors."""
+    Q = np.ascontiguousarray(q, dtype=np.float64)
+    V = np.ascontiguousarray(v, dtype=np.float64)
+    A = np.ascontiguousarray(a, dtype=np.float64)
+    nv = model.nv
+    if Q.ndim == 1:
+        if Q.shape[0] == model.nq and V.shape == (nv,) and A.shape == (nv,):
+            return Q[None], V[None], A[None], False
+    elif Q.ndim == 2 and Q.shape[1] == model.nq and V.shape == (Q.shape[0], nv) and A.shape == V.shape:
+        return Q, V, A, True
+    (q, v, a), batched = check_state(model, q, v, a, a_name)    # raises naming the argument
+    return contiguous(q), contiguous(v), contiguous(a), batched
+
+
+def kernel_input_failed(model: Model, status: int, q, v, a, a_name: str = "a", pivot: bool = False) -> None:
+    """Raise the clear error after a tree kernel stopped with `status` on the inputs q, v, a as
+    the caller gave them: −2 − s a non-finite entry of sample s (check_state names the argument
+    and coordinate), s · nseg + segment a unit block of q off norm (named as on the numpy path).
+    With pivot (aba) a status ≥ 0 may also be a singular pivot: returns then, for the caller."""
+    check_state(model, q, v, a, a_name)
+    normalized_configuration(model, np.atleast_2d(np.asarray(q, dtype=float)))
+    if not (pivot and status >= 0):
+        raise AssertionError(f"a compiled kernel refused input that the numpy path accepts (status {status})")
+
+
 def contiguous(x: np.ndarray) -> np.ndarray:
     """x as a C-contiguous float64 array (the compiled kernels' one signature)."""
     return np.ascontiguousarray(x, dtype=np.float64)

@@ -33,11 +33,14 @@ from .codegen import (ZERO, Code, add, compiled, const, joint_motion, joint_tran
                       vcross, vneg)
 from . import kernels, workspace
 from .joints import normalized_configuration
-from .kinematics import as_batch, check_state, configuration_failed, contiguous, tree_state
+from .kinematics import as_batch, check_state, kernel_input_failed, kernel_state, tree_state
 from .model import Model
 from .spatial import cross
 
 CHUNK = 4096  # samples per block: bounds memory and keeps the working set in cache
+# From this many samples a compiled rnea call runs over the cores (kernels/tree.py rnea_parallel);
+# below, the start of the threads costs more than it saves (docs/kernels.md)
+PARALLEL_FROM = 1024
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,19 +169,25 @@ def rnea(model: Model, q, v, a, f_ext: Sequence[Wrench] | None = None, data: wor
     Equals pinocchio.rnea (with the same external forces). data: the model's workspace (default
     workspace.data(model)).
     """
-    (q, v, a), batched = check_state(model, q, v, a)
     if v is None or a is None:
         raise ValueError("rnea needs q, v and a")
+    if kernels.enabled():
+        # the kernel checks finiteness (one pass over data it reads anyway); here only the shapes
+        Q, V, A, batched = kernel_state(model, q, v, a)
+        N = Q.shape[0]
+        d = workspace.data(model, data)
+        F = segment_wrenches(d, external_wrenches(model, f_ext, N, batched), N) if f_ext else d.no_ext
+        tau = np.empty((N, model.nv))
+        # one sample: the entry point without numba's type dispatch (the arrays are exactly its
+        # signature's); a large batch: over the cores
+        kernel = (kernels.entry("tree.rnea") if N < PARALLEL_FROM else kernels.kernel("tree.rnea_parallel"))
+        status = kernel(d.itab, d.ftab, d.gravity, Q, V, A, F, tau, d.no_cent)
+        if status != -1:
+            kernel_input_failed(model, status, q, v, a)
+        return tau if batched else tau[0]
+    (q, v, a), batched = check_state(model, q, v, a)
     N = q.shape[0]
     ext = external_wrenches(model, f_ext, N, batched)
-    if kernels.enabled():
-        d = workspace.data(model, data)
-        tau = np.empty((N, model.nv))
-        q = contiguous(q)
-        if kernels.kernel("tree.rnea")(d.itab, d.ftab, d.gravity, q, contiguous(v), contiguous(a),
-                                       segment_wrenches(d, ext, N), tau, d.no_cent) >= 0:
-            configuration_failed(model, q)
-        return tau if batched else tau[0]
     q = normalized_configuration(model, q)
     kernel = compiled(model, "rnea", _generate, data)
     tau = np.empty((N, model.nv))

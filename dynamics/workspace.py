@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .kernels.tree import AXIS, COM, FTAB_WIDTH, INERTIA, MASS, ROT, TRANS, Y6
+from .kernels.tree import AXIS, COM, FTAB_WIDTH, INERTIA, ITAB_WIDTH, MASS, ROT, TRANS, Y6
 from .model import JOINT_NQ_NV, Model
 from .spatial import parallel_axis
 
@@ -25,11 +25,12 @@ JOINT_CODES = tuple(JOINT_NQ_NV)   # the kernels' joint type codes (kernels/tree
 
 def _tables(model: Model) -> tuple[np.ndarray, np.ndarray]:
     n = len(model.segments)
-    itab = np.empty((n, 6), dtype=np.int64)
+    itab = np.empty((n, ITAB_WIDTH), dtype=np.int64)
     ftab = np.zeros((n, FTAB_WIDTH))
     for i, s in enumerate(model.segments):
         j = s.joint
-        itab[i] = (model.parents[i], JOINT_CODES.index(j.type), model.idx_q[i], model.idx_v[i], j.nq, j.nv)
+        plain = bool(np.array_equal(np.asarray(j.rotation, dtype=float), np.eye(3)))
+        itab[i] = (model.parents[i], JOINT_CODES.index(j.type), model.idx_q[i], model.idx_v[i], j.nq, j.nv, plain)
         ftab[i, AXIS:AXIS + 3] = j.axis
         ftab[i, ROT:ROT + 9] = np.asarray(j.rotation, dtype=float).ravel()
         ftab[i, TRANS:TRANS + 3] = j.translation

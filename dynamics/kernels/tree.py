@@ -3,7 +3,8 @@
 One generic recursion over the model's arrays (Featherstone's and Pinocchio's form), compiled
 once for every model: the model enters as two tables built by `dynamics.workspace.Data`,
 
-    itab (nseg, 6) int64:   parent (-1 = world), joint type code (JOINT_CODES), idx_q, idx_v, nq, nv
+    itab (nseg, 7) int64:   parent (-1 = world), joint type code (JOINT_CODES), idx_q, idx_v, nq, nv,
+                            1 if the placement rotation R0 is the identity (its product skipped)
     ftab (nseg, 64) float:  joint axis (3), placement rotation R0 row-major (9), translation t0 (3) m,
                             mass kg, CoM (3) m, central inertia (9) kg·m², then the body's spatial
                             inertia Y (6×6, row-major) about its frame origin,
@@ -34,16 +35,18 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 # joint type codes (workspace.JOINT_CODES: the order of model.JOINT_NQ_NV)
 FIXED, REVOLUTE, REVOLUTE_UNBOUNDED, PRISMATIC, SPHERICAL, FREE_FLYER, PLANAR = range(7)
-# itab columns
-PARENT, TYPE, IQ, IV, NQ, NV = range(6)
+# itab columns (PLAIN: 1 if the joint placement's rotation R0 is the identity, its product skipped)
+PARENT, TYPE, IQ, IV, NQ, NV, PLAIN = range(7)
+ITAB_WIDTH = 7
 # ftab columns
 AXIS, ROT, TRANS, MASS, COM, INERTIA, Y6 = 0, 3, 12, 15, 16, 19, 28
 FTAB_WIDTH = 64
 QUAT_TOL = 1e-3   # = joints.QUAT_TOL (a literal: numba freezes globals at compile time)
+PARALLEL_BLOCKS = 16  # rnea_parallel's sample blocks, split evenly among the threads (NUMBA_NUM_THREADS)
 PIVOT_RTOL = 1e-12  # an articulated-inertia pivot below this times the body's inertia scale is singular
 
 
@@ -68,6 +71,15 @@ def normalize(itab, q, qn):
         for j in range(k, k + w):
             qn[j] = q[j] / n
     return -1
+
+
+@njit(cache=True, inline="always")
+def finite(x):
+    """Whether every entry of the 1-D x is finite (x · 0 is 0 for a finite x, NaN otherwise)."""
+    z = 0.0
+    for k in range(x.shape[0]):
+        z += x[k] * 0.0
+    return z == 0.0
 
 
 @njit(cache=True, inline="always")
@@ -209,9 +221,15 @@ def add_force(Rm, tv, i, l0, l1, l2, n0, n1, n2, out, row, col):
 
 
 @njit(cache=True, inline="always")
-def set_placement(ftab, i, r, R, t):
+def set_placement(itab, ftab, i, r, R, t):
     """R[i] (9, row-major), t[i]: joint i's child axes and origin in the parent frame, R = R0 RJ,
-    t = t0 + R0 tJ, from joint_rt's r."""
+    t = t0 + R0 tJ, from joint_rt's r (R = RJ, t = t0 + tJ when R0 is the identity: itab PLAIN)."""
+    if itab[i, PLAIN]:
+        for k in range(9):
+            R[i, k] = r[k]
+        for row in range(3):
+            t[i, row] = ftab[i, TRANS + row] + r[9 + row]
+        return
     for row in range(3):
         e0, e1, e2 = ftab[i, ROT + 3 * row], ftab[i, ROT + 3 * row + 1], ftab[i, ROT + 3 * row + 2]
         R[i, 3 * row] = e0 * r[0] + e1 * r[3] + e2 * r[6]
@@ -308,7 +326,29 @@ def external_in_body(Rw, pw, i, Fext, s):
 
 @njit(cache=True)
 def rnea(itab, ftab, g, Q, V, A, Fext, tau, cent):
-    """τ (N, nv) = rnea(q, v, a) with external forces Fext (N or 0, nseg, 6): the summed wrench
+    """rnea_range over every sample (see there); one thread."""
+    return rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, 0, Q.shape[0])
+
+
+@njit(cache=True, parallel=True)
+def rnea_parallel(itab, ftab, g, Q, V, A, Fext, tau, cent):
+    """rnea over PARALLEL_BLOCKS contiguous blocks of samples shared among numba's threads
+    (prange; each block has its own scratch arrays); the first failure in sample order, or −1, as
+    rnea. (A fixed block count: numba.get_num_threads() inside would keep the kernel off the disk cache.)"""
+    N = Q.shape[0]
+    nb = min(N, PARALLEL_BLOCKS)
+    status = np.empty(nb, dtype=np.int64)
+    for b in prange(nb):
+        status[b] = rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, b * N // nb, (b + 1) * N // nb)
+    for b in range(nb):
+        if status[b] != -1:
+            return status[b]
+    return -1
+
+
+@njit(cache=True)
+def rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, s0, s1):
+    """Samples s0 ≤ s < s1 of: τ (N, nv) = rnea(q, v, a) with external forces Fext (N or 0, nseg, 6): the summed wrench
     on each segment, lab frame, about the lab origin; τ −= J_eᵀ w_e enters as f_i −= w_i in the
     body frame (Pinocchio's form). Per body: (R, t) = placement, v = X v_p + S q̇,
     a = X a_p + S q̈ + c_J + v × v_J, f = Y a + v ×* Y v (Y v = (m (v − c × ω), I_c ω + c × (Y v)_lin));
@@ -318,8 +358,9 @@ def rnea(itab, ftab, g, Q, V, A, Fext, tau, cent):
     With cent (N, 15) (else (0, 15)) it also writes per sample the CoM c (3) m, the centroidal
     momentum h_G = (P, L_G) (6) and its rate ḣ_G (6) (run with g = 0 and a = 0 when only h_G is
     wanted: the sums over the bodies of Y v and of f = Y a + v ×* Y v moved to the lab origin, then
-    L_G = L_O − c × P); a tau of shape (0, nv) skips the backward pass."""
-    n, N = itab.shape[0], Q.shape[0]
+    L_G = L_O − c × P); a tau of shape (0, nv) skips the backward pass. A non-finite entry in
+    Q[s], V[s] or A[s] stops it with the status −2 − s (the Python side then names it)."""
+    n = itab.shape[0]
     ext = Fext.shape[0] > 0
     qn = np.empty(Q.shape[1])
     R, RJs, t, M = np.empty((n, 9)), np.empty((n, 9)), np.empty((n, 3)), np.empty((n, 18))  # M: v 0:6, a 6:12, f 12:18
@@ -329,11 +370,13 @@ def rnea(itab, ftab, g, Q, V, A, Fext, tau, cent):
     mass = 0.0
     for i in range(n):
         mass += ftab[i, MASS]
-    for s in range(N):
+    for s in range(s0, s1):
+        v, a = V[s], A[s]
+        if not (finite(Q[s]) and finite(v) and finite(a)):
+            return -2 - s
         bad = normalize(itab, Q[s], qn)
         if bad >= 0:
             return s * n + bad
-        v, a = V[s], A[s]
         tot[:, :] = 0.0
         cc0 = cc1 = cc2 = 0.0
         for i in range(n):
@@ -341,12 +384,7 @@ def rnea(itab, ftab, g, Q, V, A, Fext, tau, cent):
             r = joint_rt(jt, ftab, i, qn, iq)
             for k in range(9):
                 RJs[i, k] = r[k]
-            for row in range(3):                  # R = R0 RJ, t = t0 + R0 tJ
-                e0, e1, e2 = ftab[i, ROT + 3 * row], ftab[i, ROT + 3 * row + 1], ftab[i, ROT + 3 * row + 2]
-                R[i, 3 * row] = e0 * r[0] + e1 * r[3] + e2 * r[6]
-                R[i, 3 * row + 1] = e0 * r[1] + e1 * r[4] + e2 * r[7]
-                R[i, 3 * row + 2] = e0 * r[2] + e1 * r[5] + e2 * r[8]
-                t[i, row] = ftab[i, TRANS + row] + e0 * r[9] + e1 * r[10] + e2 * r[11]
+            set_placement(itab, ftab, i, r, R, t)
             R00, R01, R02, R10, R11, R12 = R[i, 0], R[i, 1], R[i, 2], R[i, 3], R[i, 4], R[i, 5]
             R20, R21, R22, t0, t1, t2 = R[i, 6], R[i, 7], R[i, 8], t[i, 0], t[i, 1], t[i, 2]
             if p >= 0:
@@ -491,7 +529,7 @@ def crba(itab, ftab, Q, M):
         for i in range(n):
             jt, nv = itab[i, TYPE], itab[i, NV]
             r = joint_rt(jt, ftab, i, qn, itab[i, IQ])
-            set_placement(ftab, i, r, R, t)
+            set_placement(itab, ftab, i, r, R, t)
             if nv > 1:
                 for k in range(9):
                     RJ[k // 3, k % 3] = r[k]
@@ -621,7 +659,7 @@ def axis_subspace(jt, ftab, i):
 @njit(cache=True)
 def aba(itab, ftab, g, Q, V, T, Fext, out):
     """Accelerations (N, nv) = aba(q, v, τ) with external forces Fext as in rnea (p^A_i −= w_i in
-    the body frame). A one-coordinate joint (revolute, prismatic) keeps U = Y^A s, D and u in
+    the body frame); a non-finite entry in Q[s], V[s] or T[s] stops it with the status −2 − s. A one-coordinate joint (revolute, prismatic) keeps U = Y^A s, D and u in
     local scalars; the others go through S, U, D⁻¹ arrays (LDLᵀ). Y^A_i is overwritten by Y^a_i and
     p^A_i by p^a_i in pass 2 (pass 3 needs neither)."""
     n, N = itab.shape[0], Q.shape[0]
@@ -633,14 +671,16 @@ def aba(itab, ftab, g, Q, V, T, Fext, out):
     D, L, tmp = np.empty((6, 6)), np.empty((6, 6)), np.empty((6, 6))
     DU, d, ys = np.empty(6), np.empty(6), np.empty(6)
     for s in range(N):
+        v, tau = V[s], T[s]
+        if not (finite(Q[s]) and finite(v) and finite(tau)):
+            return -2 - s
         bad = normalize(itab, Q[s], qn)
         if bad >= 0:
             return s * n + bad
-        v, tau = V[s], T[s]
         for i in range(n):                     # pass 1: velocities, bias accelerations c, bias forces p^A
             jt, p, iv, nv = itab[i, TYPE], itab[i, PARENT], itab[i, IV], itab[i, NV]
             r = joint_rt(jt, ftab, i, qn, itab[i, IQ])
-            set_placement(ftab, i, r, R, t)
+            set_placement(itab, ftab, i, r, R, t)
             if nv > 1:
                 for k in range(9):
                     RJ[k // 3, k % 3] = r[k]

@@ -1,5 +1,6 @@
 """The compiled kernels (dynamics/kernels) against the numpy reference path and Pinocchio, the
 workspace (dynamics/workspace.py), and numba's on-disk cache across processes."""
+import importlib
 import json
 import os
 import subprocess
@@ -301,3 +302,79 @@ def test_walklab_model_compile_on_the_numpy_path_says_there_is_nothing_to_compil
     assert r.returncode == 2, r
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("walklab model: error: ") and "WALKLAB_JIT=0" in lines[0], r.stderr
+
+
+def test_parallel_rnea_equals_the_one_thread_kernel_and_the_numpy_path(monkeypatch):
+    """From rnea.PARALLEL_FROM samples the call runs over the cores (tree.rnea_parallel, blocks of
+    samples with their own scratch): the same torques, bit for bit, as the one-thread kernel, and
+    the numpy path's to 1e-10, with external wrenches."""
+    rnea_mod = importlib.import_module("dynamics.rnea")     # the module (dynamics.rnea is the function)
+
+    model, rng, *_ = _case(3)
+    N = rnea_mod.PARALLEL_FROM + 37
+    q = random_configuration(model, rng, N)
+    v, a = rng.normal(size=(2, N, model.nv))
+    w = [dynamics.Wrench("s4", force=rng.normal(scale=30, size=(N, 3)), point=rng.normal(size=(N, 3)))]
+    with kernels.use_jit(True):
+        parallel = dynamics.rnea(model, q, v, a, w)
+        monkeypatch.setattr(rnea_mod, "PARALLEL_FROM", 1 << 62)
+        serial = dynamics.rnea(model, q, v, a, w)
+    np.testing.assert_array_equal(parallel, serial)
+    with kernels.use_jit(False):
+        ref = dynamics.rnea(model, q, v, a, w)
+    np.testing.assert_allclose(parallel, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("name", ["tree.rnea", "tree.rnea_parallel", "tree.aba"])
+def test_kernels_report_the_first_non_finite_sample(name):
+    """The kernels check finiteness themselves (the Python side checks only shapes): a NaN or inf
+    in q, v or a / τ stops them with status −2 − s for the first such sample s, in sample order
+    also when the samples run in parallel blocks."""
+    from dynamics.workspace import data
+
+    model, rng, *_ = _case(0)
+    N = 3000
+    q = random_configuration(model, rng, N)
+    v, a = rng.normal(size=(2, N, model.nv))
+    v[2500, 1], a[1700, 0], q[2900, 0] = np.nan, np.inf, -np.inf
+    d = data(model)
+    out = np.empty((N, model.nv))
+    args = (d.itab, d.ftab, d.gravity, q, v, a, d.no_ext, out) + ((d.no_cent,) if "rnea" in name else ())
+    assert kernels.kernel(name)(*args) == -2 - 1700
+    a[1700, 0] = 0.0
+    assert kernels.kernel(name)(*args) == -2 - 2500
+
+
+@pytest.mark.parametrize("fn", [dynamics.rnea, dynamics.aba])
+def test_non_finite_input_is_named_by_argument_and_sample_on_the_compiled_path(fn):
+    """A batch large enough for the parallel rnea and a single sample: the error names the
+    argument, the sample and the coordinate (found by the kernel, named by the Python side)."""
+    model, rng, *_ = _case(1)
+    N = 2000
+    q = random_configuration(model, rng, N)
+    v, a = rng.normal(size=(2, N, model.nv))
+    v[1234, 2] = np.nan
+    second = "tau" if fn is dynamics.aba else "a"
+    with kernels.use_jit(True):
+        with pytest.raises(ValueError, match=r"^v: non-finite value \(NaN or inf\) at sample 1234, coordinate 2$"):
+            fn(model, q, v, a)
+        a[7, 5] = np.inf
+        with pytest.raises(ValueError, match=rf"^{second}: non-finite value \(NaN or inf\) at sample 0, coordinate 5$"):
+            fn(model, q[7], v[7], a[7])
+
+
+def test_inputs_of_any_array_like_form_give_the_same_result():
+    """The compiled path's shape-only check (kinematics.kernel_state) takes lists, integer arrays,
+    read-only and strided single samples like the full check did."""
+    model, rng, q, v, a, _ = _case(2)
+    with kernels.use_jit(True):
+        want = dynamics.rnea(model, q[0], v[0], a[0])
+        wide = np.zeros(2 * model.nv)
+        wide[::2] = v[0]
+        np.testing.assert_array_equal(dynamics.rnea(model, q[0].tolist(), wide[::2], a[0].tolist()), want)
+        z = np.zeros(model.nv, dtype=int)
+        np.testing.assert_array_equal(dynamics.rnea(model, q[0], z, z), dynamics.rnea(model, q[0], 0.0 * v[0], 0.0 * v[0]))
+        with pytest.raises(ValueError, match=r"^v: expected shape"):
+            dynamics.rnea(model, q[0], v[0][:-1], a[0])
+        with pytest.raises(ValueError, match=r"^q: expected shape"):
+            dynamics.aba(model, 1.0, v[0], a[0])
