@@ -13,9 +13,10 @@ clock, exact to the sample (the MCU thread paces its ticks from that instant; as
 
 - ``forceplate/NAME`` for each ``kind = "forceplate"`` device served (``source = "sim"``): the raw
   channels of its type (`Plate.raw_channels` of the load of the feet on it, `jansen_world.plate_loads`),
-  plus a constant offset per channel (``--plate-offset-n`` σ, N; a tenth of it in N·m for moments) and
-  Gaussian noise (``--plate-noise-n`` σ); the dynamics service zeroes the offsets while the plates are
-  unloaded (the walker starts at ``--x0`` before them);
+  plus a constant offset per load channel (``--plate-offset-n`` σ, N; a tenth of it in N·m for moments;
+  none on a type-1 plate's COP channels, positions the zeroing leaves alone) and Gaussian noise
+  (``--plate-noise-n`` σ, the same scales, 1e-3 m per N on COP channels); the dynamics service zeroes
+  the offsets while the plates are unloaded (the walker starts at ``--x0`` before them);
 - ``markers/walker`` (``--marker-stream``) at ``--marker-rate-hz`` (200): four chassis corners and one
   marker per foot (`jansen_world.marker_positions`), lab frame, m, noise ``--marker-noise-mm`` and
   occlusions of 50–300 ms started with probability ``--dropout`` per marker and frame (NaN, residual
@@ -96,6 +97,17 @@ def parse_args(name: str, args: Sequence[str]) -> argparse.Namespace:
     return o
 
 
+def _channel_scales(plate, channels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per raw channel, the factors on ``--plate-offset-n`` and ``--plate-noise-n`` (both in N) by the
+    channel's kind: forces 1 (N per N), moments 0.1 (N·m per N), a type-1 plate's COP channels 0 offset
+    (a position is not zeroed: `Plate.zeroable`) and 1e-3 m per N of noise (as `daq.simulated`)."""
+    moment = np.array([c[0] in "MT" for c in channels])
+    cop = ~plate.zeroable
+    offset = np.where(cop, 0.0, np.where(moment, 0.1, 1.0))
+    noise = np.where(cop, 1e-3, np.where(moment, 0.1, 1.0))
+    return offset, noise
+
+
 @dataclass
 class _Out:
     """One published stream: samples accumulate (every `every`-th world sample) until a block is full."""
@@ -163,11 +175,10 @@ class WorldSource:
         self.plates, self.offsets, self.noise, self.outs = [], [], [], []
         for d in self.devices:
             p = Plate(type=d.type, corners=d.corners, origin=d.origin, cal_matrix=d.cal_matrix, name=d.name)
-            moment = np.array([c[0] in "MT" for c in d.channels])
-            scale = np.where(moment, 0.1, 1.0)
+            offset, noise = _channel_scales(p, d.channels)
             self.plates.append(p)
-            self.offsets.append(self.rng.normal(scale=opts.plate_offset_n, size=p.n_channels) * scale)
-            self.noise.append(opts.plate_noise_n * scale)
+            self.offsets.append(self.rng.normal(scale=opts.plate_offset_n, size=p.n_channels) * offset)
+            self.noise.append(opts.plate_noise_n * noise)
             units = tuple("m" if c.startswith("COP") else "N*m" if c[0] in "MT" else "N" for c in d.channels)
             self.outs.append(_Out(d.stream_name, "force", rate, tuple(d.channels), units, int(d.block)))
         self.labels = marker_labels(self.world)
