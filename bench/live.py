@@ -15,7 +15,10 @@ Prints the machine and command, then per stage the latency p50 / p99 / max over 
   ``processing`` figure, from its health frames: the median of the per-second p50, the largest
   per-second p99 and max);
 - ``walker dynamics``: every ``dynamics/torques`` frame's latency, publication minus the receipt of the
-  newest input sample it used (its ``meta.latency_s``: the issue's "dynamics-service latency");
+  newest input sample it used (its ``meta.latency_s``: the issue's "dynamics-service latency"); then the
+  same split into frames computed with every input fresh and frames with a held input (``stale``: a
+  sample that waited ``--max-wait-s`` for a lagging input, whose latency is at least that wait), and
+  over the run after its first 10 s (start-up: the plate service zeroes for 2 s before it publishes);
 - ``world -> torques``: the world's publication of an encoder block to the publication of the torques
   frame that holds its last sample (both on the host monotonic clock);
 
@@ -60,7 +63,7 @@ def run(ctx: Any, args: Sequence[str]) -> int:
         ctx.tick()
         return ctx.stopping
 
-    pub.run(float("inf"), stop)
+    pub.run(1e9, stop)      # seconds: until stopped (an infinite duration overflows its integer deadline)
     return 0
 
 
@@ -73,8 +76,9 @@ def lab(tmp: Path) -> Path:
     text += ('\n[[processes]]\nname = "extra"\nmodule = "bench.live"\nbind = "tcp://127.0.0.1:5699"\n'
              'restart = "on-failure"\n')
     ports = sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text)))
-    for old, new in zip(ports, free_tcp_ports(len(ports))):
-        text = text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+    new = dict(zip(ports, map(str, free_tcp_ports(len(ports)))))
+    # one pass: replacing port by port could rewrite a port another replacement just wrote
+    text = re.sub(r"127\.0\.0\.1:(\d+)\b", lambda m: f"127.0.0.1:{new[m.group(1)]}", text)
     text = text.replace("/tmp/walklab-sim/world-mcu", str(tmp / "pty" / "mcu"))
     path = tmp / "lab.toml"
     path.write_text(text)
@@ -134,6 +138,7 @@ def analyse(path: Path) -> dict[str, Any]:
     from daq.sessions import read, session_parts
 
     hop, torques, e2e = [], [], []
+    stale, t_torques = [], []           # per torques frame: computed with a held input; its publication [ns]
     proc50, proc99, procmax = [], [], []
     seqs: dict[str, list[int]] = {}
     enc_pub: dict[int, int] = {}      # t of an encoder block's last sample -> its t_pub
@@ -146,6 +151,8 @@ def analyse(path: Path) -> dict[str, Any]:
             enc_pub[f.t + round((f.samples - 1) * 1e9 / f.rate_hz)] = f.t_pub
         elif f.stream == "dynamics/torques":
             torques.append(f.meta["latency_s"])
+            stale.append(bool(np.asarray(f.data)[:, list(f.channels).index("stale")].any()))
+            t_torques.append(f.t_pub)
             end = f.t + round((f.samples - 1) * 1e9 / f.rate_hz)
             if end in enc_pub:
                 e2e.append((f.t_pub - enc_pub[end]) * 1e-9)
@@ -162,7 +169,7 @@ def analyse(path: Path) -> dict[str, Any]:
             if len(v) > 1 and np.any(np.diff(np.asarray(v)) > 1)}
     dropped = {f"{h} <- {s}": int(v.get("dropped", 0)) for h, d in health.items() for s, v in d.items()
                if isinstance(v, dict) and v.get("dropped")}
-    return dict(hop=hop, torques=torques, e2e=e2e, proc=(proc50, proc99, procmax), gaps=gaps, dropped=dropped,
+    return dict(hop=hop, torques=torques, stale=np.array(stale, dtype=bool), t_torques=np.array(t_torques), e2e=e2e, proc=(proc50, proc99, procmax), gaps=gaps, dropped=dropped,
                 frames={s: len(v) for s, v in seqs.items()})
 
 
@@ -206,6 +213,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  plate service (processing)       p50 {np.median(p50) * 1e3:8.3f}  p99 {max(p99) * 1e3:8.3f}  "
               f"max {max(pmax) * 1e3:9.3f} ms  (median of per-second p50, largest per-second p99 and max)")
     print(f"  walker dynamics (newest input -> publication)  {pct(r['torques'])}")
+    lat, st = np.asarray(r["torques"]), r["stale"]
+    if lat.size:
+        steady = (r["t_torques"] - r["t_torques"][0]) > 10e9
+        print(f"    frames with every input fresh                {pct(lat[~st])}")
+        print(f"    frames with a held input (stale: waited --max-wait-s or an input KEEP_S ahead): "
+              f"{st.sum()} of {st.size} ({100 * st.mean():.2f} %), {pct(lat[st])}")
+        print(f"    after the first 10 s                         {pct(lat[steady])}")
     print(f"  world encoder block -> torques published       {pct(r['e2e'])}")
     print("\ndrops")
     print(f"  seq gaps in the recording: {r['gaps'] or 'none'}")
