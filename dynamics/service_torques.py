@@ -90,6 +90,8 @@ MAX_CYCLE_S = 60.0
 #: How far [ns] a frame's stamps may run ahead of its receipt, against the stream's least lead, before
 #: it is a clock fault (the plate service's default --clock-slack-s).
 CLOCK_SLACK_NS = 250_000_000
+#: Columns of an encoder's (angle, velocity, acceleration) in a `WalkerService._run` state row, per shaft.
+_ENC_COLS = ([3, 8, 10], [4, 9, 11])
 
 
 @dataclass(frozen=True)
@@ -209,10 +211,12 @@ class _Cycles:
         """Append samples (t s, angle rad, power W; finite); returns (index into the added samples of the
         one that completed it, [net, positive, absolute, period]) per completed revolution."""
         n0 = self.t.size
-        rev = np.floor(np.append(self.s[-1:], s) / (2.0 * np.pi))
+        lo, hi = float(s.min()), float(s.max())
+        if n0:
+            lo, hi = min(lo, float(self.s[-1])), max(hi, float(self.s[-1]))
         self.t, self.s, self.p = np.append(self.t, t), np.append(self.s, s), np.append(self.p, p)
         out: list[tuple[int, np.ndarray]] = []
-        if not np.any(rev != rev[0]):          # no crossing in these samples
+        if math.floor(lo / (2.0 * math.pi)) == math.floor(hi / (2.0 * math.pi)):    # no crossing in these samples
             if not self.started or self.t.size > self.limit:
                 self.started = False
                 self.t, self.s, self.p = self.t[-1:], self.s[-1:], self.p[-1:]
@@ -435,31 +439,38 @@ class WalkerService:
             i.trim(self.done)
 
     def _run(self, t: np.ndarray, stamps: list[tuple[int, int | None]]) -> None:
-        n = t.size
+        n, L = t.size, self.world.n_legs
         (enc_l, k0, r0), (enc_r, k1, r1) = self.enc[0].at(t), self.enc[1].at(t)
         chassis, k2, r2 = self.markers.at(t)
         recv, known = [r0, r1, r2], k0 & k1 & k2
-        wrench = np.full((n, len(self.plates), 6), np.nan)
+        wrench = np.empty((n, len(self.plates), 6))
         for k, p in enumerate(self.plates):
             wrench[:, k], kp, r = p.at(t)
             recv.append(r)
             known &= kp
-        q = np.column_stack([chassis[:, 0], chassis[:, 1], chassis[:, 2], enc_l[:, 0], enc_r[:, 0]])
-        u = np.column_stack([chassis[:, 3], chassis[:, 4], chassis[:, 5], enc_l[:, 1], enc_r[:, 1]])
-        sdd = np.column_stack([enc_l[:, 2], enc_r[:, 2]])
-        ok = np.all(np.isfinite(q), axis=1) & np.all(np.isfinite(u), axis=1) & np.all(np.isfinite(sdd), axis=1)
-        L = self.world.n_legs
-        torques = np.full((n, len(TORQUE_CHANNELS)), np.nan)
-        zmp = np.full((n, len(ZMP_CHANNELS)), np.nan)
-        feet = np.full((n, L, 5), np.nan)
-        if ok.any():
-            r = walker_inverse(self.model, q[ok], u[ok], sdd[ok], wrench[ok], self.settings.contact_n,
-                               self.settings.min_fz_n)
-            omega = u[ok][:, 3:5]
-            torques[ok, :8] = np.column_stack([r.tau, r.load, omega, r.tau * omega])
-            zmp[ok] = np.column_stack([r.zmp[:, :2], r.margin, r.support, r.zmp_valid])
-            feet[ok] = np.stack([r.foot[..., 0], r.foot[..., 2], r.force[..., 0], r.force[..., 2], r.measured],
-                                axis=-1)
+        # one row per sample: q = (X, Z, φ, s_L, s_R), u = its rates, then (s̈_L, s̈_R)
+        x = np.empty((n, 12))
+        x[:, 0:3], x[:, 5:8] = chassis[:, :3], chassis[:, 3:]
+        x[:, _ENC_COLS[0]], x[:, _ENC_COLS[1]] = enc_l, enc_r
+        ok = np.isfinite(x).all(axis=1)
+        every = bool(ok.all())
+        torques = np.empty((n, len(TORQUE_CHANNELS))) if every else np.full((n, len(TORQUE_CHANNELS)), np.nan)
+        zmp = np.empty((n, len(ZMP_CHANNELS))) if every else np.full((n, len(ZMP_CHANNELS)), np.nan)
+        feet = np.empty((n, L, 5)) if every else np.full((n, L, 5), np.nan)
+        if every or ok.any():
+            xs = x if every else x[ok]
+            r = walker_inverse(self.model, xs[:, :5], xs[:, 5:10], xs[:, 10:], wrench if every else wrench[ok],
+                               self.settings.contact_n, self.settings.min_fz_n)
+            omega = xs[:, 8:10]
+            rows = torques if every else np.empty((xs.shape[0], len(TORQUE_CHANNELS)))
+            rows[:, 0:2], rows[:, 2:4], rows[:, 4:6], rows[:, 6:8] = r.tau, r.load, omega, r.tau * omega
+            z = zmp if every else np.empty((xs.shape[0], len(ZMP_CHANNELS)))
+            z[:, 0:2], z[:, 2], z[:, 3], z[:, 4] = r.zmp[:, :2], r.margin, r.support, r.zmp_valid
+            f = feet if every else np.empty((xs.shape[0], L, 5))
+            f[..., 0], f[..., 1], f[..., 2], f[..., 3], f[..., 4] = (r.foot[..., 0], r.foot[..., 2], r.force[..., 0],
+                                                                     r.force[..., 2], r.measured)
+            if not every:
+                torques[ok], zmp[ok], feet[ok] = rows, z, f
         torques[:, 8] = ~known      # an input held past its newest sample, or no longer held: stale
         th0, td0 = stamps[0]
         common = dict(rate_hz=self.ref_rate, t=int(t[0]), t_host=th0, t_device=td0)
@@ -471,14 +482,18 @@ class WalkerService:
         self.publish(CONTACT, feet.reshape(n, -1), kind="contact", channels=self.contact_channels,
                      units=self.contact_units, meta=meta, **common)
         self.latencies.append(latency)
-        self._energy(t, stamps, q, torques, ok)
+        self._energy(t, stamps, x[:, 3:5], torques[:, 6:8], ok, every)
 
-    def _energy(self, t: np.ndarray, stamps: list, q: np.ndarray, torques: np.ndarray, ok: np.ndarray) -> None:
+    def _energy(self, t: np.ndarray, stamps: list, angle: np.ndarray, power: np.ndarray, ok: np.ndarray,
+                every: bool) -> None:
+        """Feed each shaft's angle (N, 2) rad and power (N, 2) W of the computed samples to its revolutions."""
+        idx = np.arange(t.size) if every else np.flatnonzero(ok)
+        if not idx.size:
+            return
+        ts = t * 1e-9 if every else t[idx] * 1e-9
         for j, cyc in enumerate(self.cycles):
-            idx = np.flatnonzero(ok)
-            if not idx.size:
-                continue
-            for k, row in cyc.add(t[idx] * 1e-9, q[idx, 3 + j], torques[idx, 6 + j]):
+            done = cyc.add(ts, angle[:, j] if every else angle[idx, j], power[:, j] if every else power[idx, j])
+            for k, row in done:
                 i = int(idx[min(k, idx.size - 1)])
                 th, td = stamps[i]
                 self.publish(ENERGY, row[None], kind="energy", rate_hz=0.0, channels=ENERGY_CHANNELS,
