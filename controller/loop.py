@@ -9,22 +9,46 @@ Each cycle, in the shape of ros2_control's read -> update -> write:
    safety event, never a wait.
 2. **update** (`Controller.update`, pure computation): safety checks of the measured state; the
    phase estimate (the nominal's clock, `controller.synergies.track.Tracker`); the reference from
-   the nominal (or the transition); feed-forward + PD, tau = tau_ff + kp (q_ref - q) + kd (q'_ref - q');
-   safety shaping (torque and setpoint slew, torque limits, latched stops).
-3. **write**: a torque COMMAND to the MCU (every motor idle while stopped); nothing in shadow mode,
-   which computes and publishes everything but commands nothing (for replay).
+   the nominal (or the transition); its setpoint slew-limited (`Safety.setpoint`), then feed-forward +
+   PD on that setpoint, tau = tau_ff + kp (q_ref - q) + kd (q'_ref - q'); safety shaping (torque slew,
+   torque limits, latched stops).
+3. **write**: a torque COMMAND to the MCU (every motor idle while stopped).
 
 Scheduling: absolute deadlines t_k = t_0 + k T (no drift), sleep until ``spin_us`` before the
 deadline, then spin on the clock; jitter = wake time - deadline; an overrun is a cycle whose work
 ended after the next deadline (the loop then skips to the next future deadline, counting the
 missed ones). Published: ``controller/state`` (one row per cycle in blocks: walking, jitter (s),
-then phase, q_ref, q, tau per actuator; t_host = the wake time of the block's first cycle), ``controller/events`` (safety events, operator requests and refusals,
-kind "event", cause and detail in the header meta), and health (``health/NAME``): ``loop/jitter``
+then phase, q_ref, q, tau per actuator; t_host = t = the wake time of the block's first cycle), ``controller/events`` (safety events, operator requests and refusals,
+link events; kind "event", cause and detail in the header meta; a request's meta also holds its
+``speed`` and ``turn``), and health (``health/NAME``): ``loop/jitter``
 latency p50 / p99 / max (s) per second, counters ``loop/cycles``, ``loop/overruns``, ``loop/missed``,
-``safety/CAUSE``, ``operator/rejected``; the health state is running, stale or latched. The MCU watchdog is the last line: the link feeds it only
+``safety/CAUSE`` (every event's cause, and ``safety/setpoint_slew`` / ``safety/clipped`` per cycle
+the setpoint slew or the torque limits acted), ``operator/rejected``; the health state is running, stale, latched or disconnected.
+The MCU watchdog is the last line: the link feeds it only
 while this loop calls it, so a stalled loop stops the motors within ``watchdog_ms``.
 
-Planar/robot conventions: actuator coordinates in rad (cranks + forward), torques in N m.
+The serial link (`McuIo`): its counters are in the health frame as ``link/COUNTER`` totals (the
+names of `firmware_bridge.link.LinkStats`, as the encoder daemon reports them: lost_frames,
+gap_events, crc_failures, rejected, disconnects, reconnects, ...), and what happens to it is an event
+on ``controller/events``: ``link_errors`` (frames lost or rejected since the last such event; at most
+one a second), ``link_lost`` (the port went away: the measurements go stale, the torque is off, and
+the link reopens the port by itself), ``link_back`` (the port is back: a new session, CAPS checked,
+CONFIG and RESET sent again — the MCU's watchdog tripped while nobody fed it — or ESTOP again if this
+loop is latched), ``link_refused`` (the device now on the port cannot be set up: named, retried every
+0.5 s). Setting up a new session blocks the loop for up to about 1.5 s (the cycles are counted as
+overruns); it is stale meanwhile, so no torque is commanded.
+
+**Shadow mode** (``--shadow``, for `walklab replay --shadow`): the MCU is never opened and nothing is
+commanded; the measured state comes from the bus, the robot's encoder streams ``encoder/<actuator>``
+(channels ``angle`` rad and ``velocity`` rad/s, as `daq.encoder` and the simulated world publish them).
+The cycles follow the data's clock, not the host's: cycle k runs at lab time t_k = t_first + k T (t_first
+the first encoder sample's time) once every actuator's stream covers t_k — or once the newest sample of
+any actuator is more than ``stale_s`` ahead (the lagging one is then stale) —, with each actuator's
+newest sample at or before t_k, and a measurement's age the data time since it; operator frames take
+effect at the first cycle at or after their ``t``. So a replay at any speed computes the same cycles.
+The ``jitter`` column is NaN (there is no deadline).
+
+Planar/robot conventions: actuator coordinates in rad (cranks + forward), torques in N m; times in ns.
 """
 from __future__ import annotations
 
@@ -118,8 +142,9 @@ class Controller:
                 self.tracker.align(q)
                 self._aligned = True
             ref = self.tracker.step(self.dt)
-            tau = ref.tau + self.kp * (ref.q - q) + self.kd * (ref.qd - qd)
-            dec = self.safety.shape(now_ns, tau, ref.q, events)
+            q_ref = self.safety.setpoint(ref.q)  # slew-limited first: the PD term acts on what may move
+            tau = ref.tau + self.kp * (q_ref - q) + self.kd * (ref.qd - qd)
+            dec = self.safety.shape(now_ns, tau, q_ref, events)
         else:
             self._aligned = False  # a stop or stale data: re-align when walking resumes
             dec = self.safety.shape(now_ns, np.zeros(n), None, events)
@@ -198,32 +223,99 @@ class Scheduler:
         return late
 
 
+#: LinkStats counters reported as ``link/COUNTER`` totals (daq/encoder.py reports the same names).
+LINK_COUNTERS = ("lost_frames", "gap_events", "disconnects", "reconnects", "open_failures", "timeouts", "retries",
+                 "tx_failed", "queue_overflow")
+
+
 class McuIo:
-    """The robot side of the loop: the MCU link, STATE -> Measured, torque COMMANDs, e-stop."""
+    """The robot side of the loop: the MCU link, STATE -> Measured, torque COMMANDs, e-stop, and the
+    link's sessions, counters and events (module doc)."""
+
+    REPORT_NS = 100_000_000    # link counters into health every 0.1 s
+    ERRORS_NS = 1_000_000_000  # at most one link_errors event a second
+    RETRY_NS = 500_000_000     # a refused session set-up is retried after this
 
     def __init__(self, port: str, baud: int, watchdog_ms: int, n_motors: int) -> None:
         from firmware_bridge import protocol as P
         from firmware_bridge.link import Link
-        from firmware_bridge.telemetry import StateUnwrapper
 
         self.P = P
+        self.port, self.watchdog_ms, self.n = port, watchdog_ms, n_motors
         self.link = Link(port, baudrate=baud, liveness_s=max(0.05, watchdog_ms / 2000))
         self.link.open()
-        caps = self.link.wait_caps(5.0)
-        if caps.n_motors != n_motors:
-            raise ValueError(f"{port}: the MCU has {caps.n_motors} motors, the robot config {n_motors}")
-        self.unwrap = StateUnwrapper(caps.cpr)
-        self.link.request(P.Config(watchdog_ms=watchdog_ms, stream_hz=0))
-        self.link.request(P.Reset())
         self.latest: Measured | None = None
+        self.session(5.0, latched=False)
+        st = self.link.stats
+        self.disconnects = st.disconnects   # at the current session's set-up
+        self.up = True                      # a session is set up on the port now open
+        self.retry_at = 0
+        self.reported: dict[str, int] = {}
+        self.errors = (st.lost_frames, sum(st.rejected.values()))  # at the last link_errors event
+        self.next_report = self.next_errors = 0
+
+    def session(self, timeout_s: float, latched: bool) -> None:
+        """Set up the device now on the port: its CAPS (as many motors as the robot), CONFIG (watchdog),
+        then RESET, or ESTOP if the loop is latched. Raises LinkError, NackError or ValueError."""
+        from firmware_bridge.telemetry import StateUnwrapper
+
+        P = self.P
+        caps = self.link.wait_caps(timeout_s)
+        if caps.n_motors != self.n:
+            raise ValueError(f"{self.port}: the MCU has {caps.n_motors} motors, the robot config {self.n}")
+        self.unwrap = StateUnwrapper(caps.cpr)
+        self.link.request(P.Config(watchdog_ms=self.watchdog_ms, stream_hz=0))
+        self.link.request(P.Estop(reason=1) if latched else P.Reset())
 
     def read(self) -> Measured | None:
         for f in self.link.drain():
-            if isinstance(f.msg, self.P.State):
+            if isinstance(f.msg, self.P.State) and self.up:
                 s = self.unwrap(f)
                 self.latest = Measured(time.monotonic_ns(), s.theta.copy(), s.omega.copy())
         self.link.alive()
         return self.latest
+
+    def poll(self, now: int, health, latched: bool) -> list[Event]:
+        """The link's state this cycle (module doc): events to publish; counters into `health`."""
+        from firmware_bridge.link import LinkError, NackError
+
+        events = []
+        if self.up and not self.link.connected.is_set():
+            self.up = False
+            events.append(Event(now, "link_lost", f"{self.port}: the MCU's port went away; torque off, reopening"))
+        if now >= self.next_report:
+            self.next_report = now + self.REPORT_NS
+            st = self.link.stats
+            if self.up and st.disconnects != self.disconnects:  # gone and back between two looks
+                self.up = False
+                events.append(Event(now, "link_lost", f"{self.port}: the MCU's port went away and came back"))
+            for key in LINK_COUNTERS:
+                self._total(health, f"link/{key}", getattr(st, key))
+            rejected = sum(st.rejected.values())
+            self._total(health, "link/crc_failures", sum(st.crc_failures.values()))
+            self._total(health, "link/rejected", rejected)
+            if (st.lost_frames, rejected) != self.errors and now >= self.next_errors:
+                lost, bad = st.lost_frames - self.errors[0], rejected - self.errors[1]
+                events.append(Event(now, "link_errors", f"{self.port}: {lost} frame(s) lost, {bad} rejected "
+                                                        f"({', '.join(f'{k} {v}' for k, v in st.rejected.items())} "
+                                                        f"in all)"))
+                self.errors, self.next_errors = (st.lost_frames, rejected), now + self.ERRORS_NS
+            if not self.up and self.link.connected.is_set() and now >= self.retry_at:
+                try:
+                    self.session(1.0, latched)
+                except (LinkError, NackError, ValueError) as exc:
+                    self.retry_at = now + self.RETRY_NS
+                    events.append(Event(now, "link_refused", f"{exc}; retrying"))
+                else:
+                    self.up, self.disconnects = True, self.link.stats.disconnects
+                    events.append(Event(now, "link_back", f"{self.port}: reconnected, session set up again "
+                                                          f"({'ESTOP' if latched else 'RESET'} sent)"))
+        health.state = health.state if self.up else "disconnected"
+        return events
+
+    def _total(self, health, subject: str, total: int) -> None:
+        health.count(subject, total - self.reported.get(subject, 0))
+        self.reported[subject] = total
 
     def write(self, dec: Decision) -> None:
         P = self.P
@@ -243,6 +335,60 @@ class McuIo:
         self.link.close()
 
 
+class BusState:
+    """Shadow mode's measured state (module doc): the actuators' encoder samples by lab time [ns],
+    angle [rad] and velocity [rad/s]; `cycles` yields the data-clocked cycles they cover."""
+
+    KEEP_NS = 1_000_000_000  # samples kept behind the current cycle (a stale actuator's newest is kept too)
+
+    def __init__(self, actuators: Sequence[str], period_ns: int, stale_s: float) -> None:
+        self.index = {f"encoder/{a}": j for j, a in enumerate(actuators)}
+        n = len(actuators)
+        self.t = [np.empty(0, np.int64) for _ in range(n)]
+        self.qq = [np.empty((0, 2)) for _ in range(n)]  # (angle, velocity) per sample
+        self.period = int(period_ns)
+        self.stale_ns = round(stale_s * 1e9)
+        self.next: int | None = None
+
+    def feed(self, frame) -> None:
+        """Take one encoder frame (ValueError if it lacks the angle or velocity channel)."""
+        j = self.index[frame.stream]
+        ch = list(frame.channels)
+        if "angle" not in ch or "velocity" not in ch:
+            raise ValueError(f"{frame.stream}: channels {ch}: expected 'angle' and 'velocity'")
+        t = frame.sample_times()
+        if self.t[j].size and t[0] <= self.t[j][-1]:  # a repeat or a frame back in time: not a newer state
+            keep = t > self.t[j][-1]
+            t, rows = t[keep], frame.data[keep]
+        else:
+            rows = frame.data
+        self.t[j] = np.concatenate([self.t[j], t])
+        self.qq[j] = np.concatenate([self.qq[j], rows[:, [ch.index("angle"), ch.index("velocity")]]])
+        if self.next is None and t.size:
+            self.next = int(t[0])
+
+    def cycles(self):
+        """Yield (t_k [ns], Measured or None) for every cycle the samples now cover (class doc)."""
+        newest = [int(t[-1]) for t in self.t if t.size]
+        if self.next is None or not newest:
+            return
+        cover = max(min(newest) if len(newest) == len(self.t) else -(2 ** 62), max(newest) - self.stale_ns)
+        while self.next <= cover:
+            d = self.next
+            k = [int(np.searchsorted(t, d, side="right")) - 1 for t in self.t]
+            meas = None
+            if min(k) >= 0:
+                meas = Measured(min(int(t[i]) for t, i in zip(self.t, k)),
+                                np.array([q[i, 0] for q, i in zip(self.qq, k)]),
+                                np.array([q[i, 1] for q, i in zip(self.qq, k)]))
+            self.next = d + self.period
+            yield d, meas
+        for j, t in enumerate(self.t):  # forget what no later cycle can use
+            drop = max(0, int(np.searchsorted(t, self.next - self.KEEP_NS)) - 1)
+            if drop:
+                self.t[j], self.qq[j] = t[drop:], self.qq[j][drop:]
+
+
 def _connect(ctx, mcu, n_motors: int) -> McuIo | None:
     """Open the MCU, retrying every 0.2 s while it is absent (a USB device plugged in late; health
     state "connecting"); None if asked to stop meanwhile."""
@@ -259,9 +405,49 @@ def _connect(ctx, mcu, n_motors: int) -> McuIo | None:
     return None
 
 
-def _publish_event(ctx, ev: Event) -> None:
+def _publish_event(ctx, ev: Event, t: int | None = None, **meta) -> None:
     ctx.publisher.publish(EVENT_STREAM, np.array([[1.0 if ev.latched else 0.0]]), kind="event", rate_hz=0.0,
-                          channels=["latched"], units=["1"], meta={"cause": ev.cause, "detail": ev.detail})
+                          channels=["latched"], units=["1"], t_host=t, t=t,
+                          meta={"cause": ev.cause, "detail": ev.detail, **meta})
+
+
+class _States:
+    """``controller/state`` rows gathered into blocks of `block` cycles (module doc)."""
+
+    def __init__(self, ctx, actuators: Sequence[str], block: int, rate: float) -> None:
+        A = len(actuators)
+        self.ctx, self.A, self.rate = ctx, A, rate
+        self.rows = np.zeros((block, 2 + 4 * A))
+        self.k, self.t = 0, 0
+        self.channels = ["walking", "jitter"] + [f"{a}/{c}" for a in actuators for c in ("phase", "q_ref", "q", "tau")]
+        self.units = ["1", "s"] + ["cycles", "rad", "rad", "N*m"] * A
+
+    def add(self, t: int, jitter_s: float, out: Output, meas: Measured | None) -> None:
+        r, A = out.reference, self.A
+        q = meas.q if meas is not None else np.full(A, np.nan)
+        if self.k == 0:
+            self.t = t  # the block's t_host and t: the time of its first cycle
+        row = self.rows[self.k]
+        row[0], row[1] = float(out.walking), jitter_s
+        for j in range(A):
+            row[2 + 4 * j:6 + 4 * j] = (r.phase[j] if r else np.nan, r.q[j] if r else np.nan, q[j],
+                                        out.decision.tau[j])
+        self.k += 1
+        if self.k == self.rows.shape[0]:
+            self.ctx.publisher.publish(STATE_STREAM, self.rows.copy(), kind="controller", rate_hz=self.rate,
+                                       channels=self.channels, units=self.units, t_host=self.t, t=self.t)
+            self.k = 0
+
+
+def _events(ctx, out: Output, io: McuIo | None, t: int | None = None) -> None:
+    """Publish and count the cycle's safety events; a latching one latches the MCU too (live mode)."""
+    for name in out.decision.shaped:
+        ctx.health.count(f"safety/{name}")
+    for ev in out.decision.events:
+        _publish_event(ctx, ev, t)
+        ctx.health.count(f"safety/{ev.cause}")
+        if ev.latched and io is not None:
+            io.estop()  # the MCU latches too: a fault stops the motors even if this loop dies
 
 
 def run(ctx, args: Sequence[str]) -> int:
@@ -282,6 +468,10 @@ def run(ctx, args: Sequence[str]) -> int:
     if tuple(mcu.motors) != cfg.actuators:
         raise ValueError(f"{ctx.lab.source}: devices.{mcu.name}.motors = {list(mcu.motors)}: expected the robot's "
                          f"actuators {list(cfg.actuators)} ({cfg.source})")
+    if o.speed:
+        ctl.command(Request(o.speed, o.turn))
+    if o.shadow:
+        return _run_shadow(ctx, o, cfg, ctl, rate)
     io = _connect(ctx, mcu, len(cfg.actuators))
     if io is None:
         return 0
@@ -289,14 +479,9 @@ def run(ctx, args: Sequence[str]) -> int:
 
     ops = [ctx.subscriber([REQUEST_STREAM, ESTOP_STREAM], expect=()),
            subscriber_for(ctx.lab, [o.operator], [REQUEST_STREAM, ESTOP_STREAM], expect=())]
-    if o.speed:
-        ctl.command(Request(o.speed, o.turn))
     sched = Scheduler(round(1e9 / rate), round(o.spin_us * 1e3), sleep=lambda d: ctx.sleep_until(d))
     A = len(cfg.actuators)
-    rows = np.zeros((o.block, 2 + 4 * A))
-    k, t_block = 0, 0
-    channels = ["walking", "jitter"] + [f"{a}/{c}" for a in cfg.actuators for c in ("phase", "q_ref", "q", "tau")]
-    units = ["1", "s"] + ["cycles", "rad", "rad", "N*m"] * A
+    states = _States(ctx, cfg.actuators, o.block, rate)
     h = ctx.health
     try:
         while not ctx.stopping:
@@ -308,62 +493,92 @@ def run(ctx, args: Sequence[str]) -> int:
                 while (f := sub.recv(timeout_s=0)) is not None:
                     _operator(ctx, ctl, io, f, now)
             out = ctl.update(now, meas)
-            if not o.shadow:
-                io.write(out.decision)
-            for ev in out.decision.events:
-                _publish_event(ctx, ev)
-                h.count(f"safety/{ev.cause}")
-                if ev.latched and not o.shadow:
-                    io.estop()  # the MCU latches too: a fault stops the motors even if this loop dies
-            r = out.reference
-            q = meas.q if meas is not None else np.full(A, np.nan)
-            if k == 0:
-                t_block = now  # the block's t_host: the wake time of its first cycle
-            rows[k, 0], rows[k, 1] = float(out.walking), jitter * 1e-9
-            for j in range(A):
-                rows[k, 2 + 4 * j:6 + 4 * j] = (r.phase[j] if r else np.nan, r.q[j] if r else np.nan, q[j],
-                                                out.decision.tau[j])
-            k += 1
-            if k == o.block:
-                ctx.publisher.publish(STATE_STREAM, rows.copy(), kind="controller", rate_hz=rate,
-                                      channels=channels, units=units, t_host=t_block)
-                k = 0
+            io.write(out.decision)
+            _events(ctx, out, io)
+            states.add(now, jitter * 1e-9, out, meas)
             h.state = "latched" if ctl.safety.latched else ("stale" if ctl.safety.stale else "running")
+            for ev in io.poll(now, h, ctl.safety.latched is not None):
+                _publish_event(ctx, ev)
             missed = sched.done()
             if missed:
                 h.count("loop/overruns")
                 h.count("loop/missed", missed)
     finally:
-        if not o.shadow:
-            try:
-                io.write(Decision(False, np.zeros(A), None))
-            except OSError:
-                pass
+        try:
+            io.write(Decision(False, np.zeros(A), None))
+        except OSError:
+            pass
         io.close()
         ops[1].close()
     return 0
 
 
-def _operator(ctx, ctl: Controller, io: McuIo, frame, now: int) -> None:
-    """Apply one operator frame: a request (speed, turn) or an e-stop latch/reset."""
+def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, rate: float) -> int:
+    """Shadow mode (module doc): encoder streams in, cycles on the data's clock, nothing commanded."""
+    from controller.proc import subscriber_for
+
+    state = BusState(cfg.actuators, round(1e9 / rate), cfg.limits.stale_s)
+    sub = ctx.subscriber([*state.index, REQUEST_STREAM, ESTOP_STREAM], expect=())
+    operator = subscriber_for(ctx.lab, [o.operator], [REQUEST_STREAM, ESTOP_STREAM], expect=())
+    states = _States(ctx, cfg.actuators, o.block, rate)
+    pending: list = []  # operator frames, applied at the first cycle at or after their t
+    h = ctx.health
+    try:
+        while not ctx.stopping:
+            ctx.tick()
+            f = sub.recv(timeout_s=0.05)
+            while (g := operator.recv(timeout_s=0)) is not None:
+                pending.append(g)
+            if f is None:
+                continue
+            if f.stream in (REQUEST_STREAM, ESTOP_STREAM):
+                pending.append(f)
+                continue
+            try:
+                state.feed(f)
+            except ValueError as exc:
+                h.count("encoder/rejected")
+                log.warning("%s", exc)
+                continue
+            for t, meas in state.cycles():
+                h.count("loop/cycles")
+                due = [g for g in pending if g.t is None or g.t <= t]
+                for g in due:
+                    pending.remove(g)
+                    _operator(ctx, ctl, None, g, t)
+                out = ctl.update(t, meas)
+                _events(ctx, out, None, t)
+                states.add(t, math.nan, out, meas)
+                h.state = "latched" if ctl.safety.latched else ("stale" if ctl.safety.stale else "running")
+    finally:
+        operator.close()
+    return 0
+
+
+def _operator(ctx, ctl: Controller, io: McuIo | None, frame, now: int) -> None:
+    """Apply one operator frame: a request (speed, turn) or an e-stop latch/reset (the MCU's too, unless
+    `io` is None: shadow mode). Events are stamped `now`."""
     try:
         if frame.stream == ESTOP_STREAM:
             latch = bool(frame.data[-1, 0])
             if latch:
                 ev = ctl.safety.estop(now, str(frame.meta.get("source", "bus")) if frame.meta else "bus")
-                io.estop()
+                if io is not None:
+                    io.estop()
             else:
-                io.reset()
+                if io is not None:
+                    io.reset()
                 ev = ctl.safety.reset(now)
-            _publish_event(ctx, ev)
+            _publish_event(ctx, ev, now)
         elif frame.stream == REQUEST_STREAM:
             names = list(frame.channels)
             row = frame.data[-1]
             req = Request(float(row[names.index("speed")]), float(row[names.index("turn")]) if "turn" in names else 0.0)
             nom = ctl.command(req)
             _publish_event(ctx, Event(now, "request", f"speed {req.speed} m/s, turn {req.turn} rad/s -> "
-                                                     f"{nom.name if nom else 'stop'}"))
+                                                     f"{nom.name if nom else 'stop'}"), now,
+                           speed=req.speed, turn=req.turn)
     except (ValueError, LookupError, OSError) as exc:
         log.warning("operator frame on %s refused: %s", frame.stream, exc)
         ctx.health.count("operator/rejected")
-        _publish_event(ctx, Event(now, "rejected", f"{frame.stream}: {exc}"))
+        _publish_event(ctx, Event(now, "rejected", f"{frame.stream}: {exc}"), now)
