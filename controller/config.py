@@ -126,6 +126,9 @@ class Process:
     max_restarts: int = field(default=0, metadata=_doc(
         "give up after this many restarts (0 = never give up)", min=0))
     enabled: bool = field(default=True, metadata=_doc("false = listed but not started"))
+    remote: bool = field(default=False, metadata=_doc(
+        "true = runs on another machine (``walklab forward NAME`` there): ``walklab run`` does not start it "
+        "but subscribes to it at ``connect`` like any other process"))
     liveness_s: float = field(default=5.0, metadata=_doc(
         "the supervisor restarts the process when its health frames (``health/NAME``) stop for this "
         "long, s (0 = never; else at least 2: the frames come once a second, give or take)", min=0.0))
@@ -136,6 +139,11 @@ class Process:
     def endpoint(self) -> str:
         """Where subscribers connect to reach this process."""
         return self.connect or self.bind
+
+    @property
+    def started_here(self) -> bool:
+        """True if this machine's supervisor starts the process (enabled and not remote)."""
+        return self.enabled and not self.remote
 
 
 @dataclass(frozen=True)
@@ -271,7 +279,7 @@ class Lab:
         lines.append(f"  supervisor: {self.supervisor.bind}")
         for p in self.processes:
             extra = f" devices {', '.join(p.devices)}" if p.devices else ""
-            off = "" if p.enabled else " (disabled)"
+            off = " (disabled)" if not p.enabled else " (remote: walklab forward)" if p.remote else ""
             lines.append(f"  process {p.name}: module {p.module} on {p.bind}, "
                          f"restart {p.restart}{extra}{off}")
         for name, d in self.devices.items():
@@ -492,9 +500,10 @@ def _cross_checks(lab: Lab, ctx: _Ctx) -> None:
         if 0 < p.liveness_s < 2.0:
             raise ctx.error(f"{key}.liveness_s", "expected 0 (no liveness check) or at least 2 s: health frames "
                             "come once a second, so a shorter limit restarts healthy processes", p.liveness_s)
-        if p.enabled and p.bind in binds:
+        if p.started_here and p.bind in binds:
             raise ctx.error(f"{key}.bind", f"endpoint already bound by {binds[p.bind]}", p.bind)
-        binds[p.bind] = f"{key}.bind"
+        if not p.remote:  # a remote process binds on its own machine
+            binds[p.bind] = f"{key}.bind"
         for j, d in enumerate(p.devices):
             if d not in lab.devices:
                 close = difflib.get_close_matches(d, list(lab.devices), n=1)

@@ -101,7 +101,7 @@ class Supervisor:
     def __init__(self, lab: Lab, *, events: EventSink | None = None,
                  now: Callable[[], float] = time.monotonic, stderr: IO[str] | None = None) -> None:
         self.lab = lab
-        self.children = [Child(p) for p in lab.processes if p.enabled]
+        self.children = [Child(p) for p in lab.processes if p.started_here]
         self._events = events or (lambda event, fields, at: None)
         self._now = now
         self._stderr = stderr or sys.stderr
