@@ -35,7 +35,10 @@ from scipy.spatial.transform import Rotation
 
 from .markers import MarkerError, rigid_fit, unwrap_finite
 from .model import Model
+from .kinematics import tree_state
 from .plate_id import PlateLoad, plate_inverse_dynamics
+from .rnea import Wrench, rnea
+from .zmp import com_of_state
 from .smoothing import differentiate
 
 
@@ -264,6 +267,36 @@ def _coordinate_finite(model: Model, q: np.ndarray, v: np.ndarray, a: np.ndarray
     return fin
 
 
+def _filled(model: Model, q, v, a) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(fin (N, nv) bool, q, v, a) with the coordinates that are not finite set to the neutral
+    posture and zero rates (the dynamics kernels take finite input; the result is masked after)."""
+    q, v, a = (np.asarray(x, float) for x in (q, v, a))
+    fin = _coordinate_finite(model, q, v, a)
+    neutral = np.broadcast_to(model.neutral(), q.shape)
+    qf = q.copy()
+    for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
+        bad = ~fin[:, iv:iv + seg.joint.nv].all(axis=1)
+        qf[bad, iq:iq + seg.joint.nq] = neutral[bad, iq:iq + seg.joint.nq]
+    return fin, qf, np.where(fin, v, 0.0), np.where(fin, a, 0.0)
+
+
+def _masked(model: Model, fin: np.ndarray, known: np.ndarray, feet: tuple[str, ...], tau_bu, tau_td,
+            residual_force, residual_moment, plate_below, indeterminate) -> MarkerKinetics:
+    """MarkerKinetics with each torque kept where computable (module doc step 4): bottom-up τ_k
+    where the coordinates moving the segments below joint k are finite and every foot below it has
+    a known load; top-down and the residual where everything is."""
+    sup = model.supports[:, model.dof_segment] > 0                        # (nseg, nv): coordinate j moves segment i
+    need = (sup.T.astype(float) @ sup.astype(float)) > 0                   # (nv, nv): τ_k needs coordinate j
+    below = model.supports[[model.index[f] for f in feet]][:, model.dof_segment].T > 0   # (nv, F)
+    ok_bu = ~(need[None] & ~fin[:, None, :]).any(axis=2) & ~(below[None] & ~known[:, None, :]).any(axis=2)
+    ok_all = (fin.all(axis=1) & known.all(axis=1))[:, None]
+    nan = np.nan
+    return MarkerKinetics(
+        tau_bottom_up=np.where(ok_bu, tau_bu, nan), tau_top_down=np.where(ok_all, tau_td, nan),
+        residual_force=np.where(ok_all, residual_force, nan), residual_moment=np.where(ok_all, residual_moment, nan),
+        plate_below=plate_below, indeterminate=indeterminate, foot_known=known, feet=tuple(feet))
+
+
 def marker_inverse_dynamics(model: Model, q, v, a, plates: list[PlateLoad], feet: tuple[str, ...],
                             swing=None, height_tol: float = 0.15, edge_tol: float = 0.03) -> MarkerKinetics:
     """Bottom-up and top-down joint torques of q, v, a (N, nq/nv; NaN where not measured) with the
@@ -271,22 +304,13 @@ def marker_inverse_dynamics(model: Model, q, v, a, plates: list[PlateLoad], feet
     (module doc step 4). feet: foot segment names (their contact points decide the plate
     assignment, ``plate_id.assign_plates``); swing (N, F) bool or None: the foot is known to be in
     swing (unloaded); height_tol, edge_tol m as in assign_plates (marker-driven feet: generous)."""
-    q, v, a = (np.asarray(x, float) for x in (q, v, a))
-    fin = _coordinate_finite(model, q, v, a)
-    sup = model.supports[:, model.dof_segment] > 0                        # (nseg, nv): coordinate j moves segment i
-    need = (sup.T.astype(float) @ sup.astype(float)) > 0                   # (nv, nv): τ_k needs coordinate j
-    neutral = np.broadcast_to(model.neutral(), q.shape)
-    qf = q.copy()
-    for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
-        bad = ~fin[:, iv:iv + seg.joint.nv].all(axis=1)
-        qf[bad, iq:iq + seg.joint.nq] = neutral[bad, iq:iq + seg.joint.nq]
+    fin, qf, vf, af = _filled(model, q, v, a)
     loads = []
     for pl in plates:
         ok = np.all(np.isfinite(pl.force), axis=1) & np.all(np.isfinite(pl.moment), axis=1)
         loads.append(PlateLoad(np.where(ok[:, None], pl.force, 0.0), np.where(ok[:, None], pl.moment, 0.0),
                                pl.corners, pl.loaded & ok, pl.name))
-    res = plate_inverse_dynamics(model, qf, np.where(fin, v, 0.0), np.where(fin, a, 0.0), loads, list(feet),
-                                 height_tol, edge_tol)
+    res = plate_inverse_dynamics(model, qf, vf, af, loads, list(feet), height_tol, edge_tol)
     asg = res.assignment
     bad_foot = asg.straddling | (asg.shared[:, :, None] & asg.on_plate).any(axis=1)
     loaded = np.stack([pl.loaded for pl in loads], axis=1)                 # (N, P)
@@ -295,13 +319,36 @@ def marker_inverse_dynamics(model: Model, q, v, a, plates: list[PlateLoad], feet
     known = (assigned & ~bad_foot) | (asg.on_plate & ~loaded[:, :, None]).any(axis=1) & ~assigned
     if swing is not None:
         known |= np.asarray(swing, bool) & ~assigned
+    return _masked(model, fin, known, tuple(feet), res.tau_bottom_up, res.tau_top_down, res.residual_force,
+                   res.residual_moment, res.plate_below, res.indeterminate)
+
+
+def foot_inverse_dynamics(model: Model, q, v, a, wrenches, feet: tuple[str, ...]) -> MarkerKinetics:
+    """Bottom-up and top-down joint torques of q, v, a (N, nq/nv; NaN where not measured) with the
+    ground reaction measured per foot (an OpenSim GRF file: no plate assignment needed). wrenches
+    (N, F, 6): force N and moment about the lab origin N·m ON foot f (lab frame), NaN where not
+    measured (that foot's load unknown); feet (F,) segment names.
+
+    Bottom-up τ = rnea with the foot wrenches as external wrenches (``rnea.rnea``); the residual
+    r = W − w_req = −(the base rows of that rnea, turned to the lab frame about the origin);
+    top-down τ_k = τ_bu,k + S_kᵀ r for joints with a loaded foot below them (bottom-up − top-down =
+    −S_kᵀ r, ``plate_id``), = τ_bu,k for the others (no foot wrench below: both are the free ends')."""
+    fin, qf, vf, af = _filled(model, q, v, a)
+    w = np.asarray(wrenches, float)
+    if w.shape != (len(qf), len(feet), 6):
+        raise MarkerError(f"wrenches must be (N, {len(feet)}, 6) for {len(qf)} frames, got {w.shape}")
+    known = np.all(np.isfinite(w), axis=2)
+    w = np.where(known[..., None], w, 0.0)
+    tau_bu = rnea(model, qf, vf, af, [Wrench(f, w[:, i, :3], np.zeros(3), w[:, i, 3:]) for i, f in enumerate(feet)])
+    st = tree_state(model, qf)
+    R0, p0 = st.rotation[:, 0], st.position[:, 0]
+    f0 = np.einsum("nij,nj->ni", R0, tau_bu[:, :3])                       # w_req − W, lab frame
+    r = -np.concatenate([f0, np.einsum("nij,nj->ni", R0, tau_bu[:, 3:6]) + np.cross(p0, f0)], axis=1)
     below = model.supports[[model.index[f] for f in feet]][:, model.dof_segment].T > 0   # (nv, F)
-    ok_bu = ~(need[None] & ~fin[:, None, :]).any(axis=2) & ~(below[None] & ~known[:, None, :]).any(axis=2)
-    ok_all = fin.all(axis=1) & known.all(axis=1)
-    nan = np.nan
-    return MarkerKinetics(
-        tau_bottom_up=np.where(ok_bu, res.tau_bottom_up, nan),
-        tau_top_down=np.where(ok_all[:, None], res.tau_top_down, nan),
-        residual_force=np.where(ok_all[:, None], res.residual_force, nan),
-        residual_moment=np.where(ok_all[:, None], res.residual_moment, nan),
-        plate_below=res.plate_below, indeterminate=res.indeterminate, foot_known=known, feet=tuple(feet))
+    loaded = np.abs(w[:, :, 2]) > 0
+    plate_below = (loaded[:, None, :] & below[None]).any(axis=2)
+    plate_above = (loaded[:, None, :] & ~below[None]).any(axis=2)
+    tau_td = np.where(plate_below, tau_bu + np.einsum("nkj,nj->nk", st.S, r), tau_bu)
+    c = com_of_state(model, st)
+    return _masked(model, fin, known, tuple(feet), tau_bu, tau_td, r[:, :3], r[:, 3:] - np.cross(c, r[:, :3]),
+                   plate_below, plate_below & plate_above)

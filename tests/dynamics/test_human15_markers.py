@@ -260,3 +260,69 @@ def test_torques_are_kept_only_where_computable(model, mset):
     left_leg = model.supports[model.index["foot_l"]][model.dof_segment] > 0
     left_leg[:6] = False
     assert np.isnan(nobody.tau_bottom_up[:, left_leg]).all() and np.isfinite(nobody.tau_bottom_up[:, right_leg]).all()
+
+
+def test_per_foot_wrenches_obey_the_momentum_law(model):
+    """foot_inverse_dynamics (ground reactions given per foot, an OpenSim GRF file): the required
+    ground wrench split between the feet (60-40 % varying in time), taken from Pinocchio's
+    centroidal momentum rate (f = ḣ_lin − M g⃗, moment about the CoM = ḣ_ang). Exact: residual 0,
+    bottom-up = top-down = Pinocchio's rnea under the same foot wrenches. With 5, −3, 20 N more on
+    the left foot: the residual is that force (and −c × ΔF about the CoM), bottom-up still equals
+    Pinocchio's rnea under the wrenches applied."""
+    import pinocchio as pin
+
+    from dynamics.human15_markers import foot_inverse_dynamics
+
+    q, v, a = trajectory(model, n=40)
+    pm = to_pinocchio(model)
+    pd = pm.createData()
+    n = len(q)
+    g = np.array([0.0, 0.0, -9.81])
+    f_req, n_req, com = np.zeros((n, 3)), np.zeros((n, 3)), np.zeros((n, 3))
+    for k in range(n):
+        dh = pin.computeCentroidalMomentumTimeVariation(pm, pd, q[k], v[k], a[k])
+        com[k] = pd.com[0]
+        f_req[k] = dh.linear - model.total_mass * g
+        n_req[k] = dh.angular + np.cross(com[k], f_req[k])  # about the lab origin
+    share = 0.6 + 0.2 * np.sin(np.arange(n) / 7)[:, None]
+    feet = ("foot_r", "foot_l")
+    for extra in (np.zeros(3), np.array([5.0, -3.0, 20.0])):
+        w = np.zeros((n, 2, 6))
+        w[:, 0] = share * np.hstack([f_req, n_req])
+        w[:, 1] = (1 - share) * np.hstack([f_req, n_req])
+        w[:, 1, :3] += extra
+        kin = foot_inverse_dynamics(model, q, v, a, w, feet)
+        scale = np.abs(f_req).max()
+        np.testing.assert_allclose(kin.residual_force, np.broadcast_to(extra, (n, 3)), atol=1e-8 * scale)
+        np.testing.assert_allclose(kin.residual_moment, -np.cross(com, extra), atol=1e-8 * scale)
+        tau = np.zeros((n, model.nv))
+        for k in range(n):
+            pin.forwardKinematics(pm, pd, q[k])
+            fext = [pin.Force.Zero() for _ in range(pm.njoints)]
+            for i, f in enumerate(feet):
+                jid = pm.getJointId(model.segment(f).joint_name)
+                fext[jid] = pd.oMi[jid].actInv(pin.Force(w[k, i, :3], w[k, i, 3:]))
+            tau[k] = pin.rnea(pm, pd, q[k], v[k], a[k], fext)
+        peak = np.abs(tau[:, 6:]).max()
+        np.testing.assert_allclose(kin.tau_bottom_up[:, 6:], tau[:, 6:], atol=1e-9 * peak)
+        if not extra.any():
+            np.testing.assert_allclose(kin.tau_top_down[:, 6:], tau[:, 6:], atol=1e-9 * peak)
+    # top-down of the right leg: its foot carries what the motion requires beyond the left foot's
+    # measured load (ΔF included), so its joints see w_req − W_left on the right foot
+    td = np.zeros((n, model.nv))
+    for k in range(n):
+        pin.forwardKinematics(pm, pd, q[k])
+        fext = [pin.Force.Zero() for _ in range(pm.njoints)]
+        for f, wk in (("foot_r", np.hstack([f_req[k], n_req[k]]) - w[k, 1]), ("foot_l", w[k, 1])):
+            jid = pm.getJointId(model.segment(f).joint_name)
+            fext[jid] = pd.oMi[jid].actInv(pin.Force(wk[:3], wk[3:]))
+        td[k] = pin.rnea(pm, pd, q[k], v[k], a[k], fext)
+    right_leg = [model.idx_v[model.index[s]] for s in ("thigh_r", "shank_r", "foot_r")]
+    np.testing.assert_allclose(kin.tau_top_down[:, right_leg], td[:, right_leg], atol=1e-9 * peak)
+    assert kin.foot_known.all()
+    w[5, 1] = np.nan  # the left foot's load unknown in frame 5: its leg's bottom-up torques are NaN there
+    kin = foot_inverse_dynamics(model, q, v, a, w, feet)
+    left = model.idx_v[model.index["shank_l"]]
+    right = model.idx_v[model.index["shank_r"]]
+    assert np.isnan(kin.tau_bottom_up[5, left]) and np.isfinite(kin.tau_bottom_up[5, right])
+    assert np.isnan(kin.residual_force[5]).all() and np.isfinite(kin.residual_force[4]).all()
