@@ -12,9 +12,13 @@ comes out is what may reach the motors. Rules, in order (docs/controller.md, Saf
    a crank turns freely): a breach latches a fault.
 4. **ZMP stability margin** (biped / exoskeleton): margin below ``limits.min_margin`` raises
    ``zmp_margin`` and asks the controller for its stop nominal (`Decision.stop_requested`).
-5. **Command shaping**: the position setpoint moves at most ``slew x dt`` per cycle, the torque at
-   most ``torque_slew x dt`` per cycle and never beyond +-``torque`` (counted as ``clipped`` events).
-   The torque leaving a stop ramps from zero at the torque slew, never jumps.
+5. **Command shaping**: the position setpoint moves at most ``slew x dt`` per cycle (`setpoint`,
+   applied before the PD term is computed from it, so the torque follows the limited setpoint), the
+   torque at most ``torque_slew x dt`` per cycle and never beyond +-``torque`` (`shape`). A cycle
+   where either limit acted names it in `Decision.shaped` (``setpoint_slew``, ``clipped``; the loop
+   counts them as health counters ``safety/setpoint_slew`` and ``safety/clipped``). The torque
+   leaving a stop ramps from zero at the torque slew, never jumps; the setpoint restarts where the
+   reference is.
 
 Events are returned with the decision (the loop publishes each on ``controller/events`` with its
 cause); the MCU watchdog stays the last line (a stalled loop stops feeding it).
@@ -41,13 +45,15 @@ class Event:
 @dataclass(frozen=True)
 class Decision:
     """What may reach the motors this cycle: enabled (False = torque off), tau (A,) N m, q_ref (A,)
-    rad (slew-limited setpoint), events, stop_requested (switch to the stop nominal)."""
+    rad (slew-limited setpoint), events, stop_requested (switch to the stop nominal), shaped (the
+    shaping limits that acted this cycle: "setpoint_slew", "clipped")."""
 
     enabled: bool
     tau: np.ndarray
     q_ref: np.ndarray | None
     events: tuple[Event, ...] = ()
     stop_requested: bool = False
+    shaped: tuple[str, ...] = ()
 
 
 @dataclass
@@ -61,6 +67,7 @@ class Safety:
     tau: np.ndarray = field(default=None)
     q_ref: np.ndarray | None = None
     counts: dict = field(default_factory=dict)
+    slewed: bool = False  # `setpoint` limited the setpoint this cycle (reported by the next `shape`)
 
     def __post_init__(self) -> None:
         n = len(self.limits.torque)
@@ -120,10 +127,27 @@ class Safety:
             events.append(self._count(Event(t_ns, "zmp_margin", f"stability margin {margin:.4g} m < {self.limits.min_margin:.4g} m: stop nominal")))
         return events
 
+    def setpoint(self, q_ref) -> np.ndarray:
+        """Rule 5's setpoint slew: the reference q_ref (A,) rad moved at most ``slew x dt`` from the
+        previous cycle's setpoint (the first after a stop is taken as it is); the PD term is computed
+        from what this returns, then `shape` is called with the torque and this setpoint."""
+        q = np.asarray(q_ref, dtype=float)
+        if self.q_ref is not None:
+            lim = np.clip(q, self.q_ref - self._slew, self.q_ref + self._slew)
+            self.slewed = bool(np.any(lim != q))
+            if self.slewed:
+                self.counts["setpoint_slew"] = self.counts.get("setpoint_slew", 0) + 1
+            q = lim
+        self.q_ref = q
+        return q.copy()
+
     def shape(self, t_ns: int, tau, q_ref=None, events: list[Event] | None = None) -> Decision:
-        """Rules 1, 2 and 5: the torque (A,) N m and setpoint (A,) rad that may be commanded."""
+        """Rules 1, 2 and 5: the torque (A,) N m that may be commanded, computed from the setpoint
+        q_ref (A,) rad that `setpoint` returned this cycle (None: no setpoint, e.g. a stop ramp)."""
         events = list(events or [])
         stop = any(e.cause == "zmp_margin" for e in events)
+        shaped = ("setpoint_slew",) if self.slewed and q_ref is not None else ()
+        self.slewed = False
         if self.latched is not None or self.stale:
             self.tau = np.zeros_like(self.tau)
             self.q_ref = None
@@ -132,18 +156,15 @@ class Safety:
         if not np.all(np.isfinite(want)):
             self.latched = self._count(Event(t_ns, "invalid_command", "non-finite torque command", True))
             self.tau = np.zeros_like(self.tau)
+            self.q_ref = None
             return Decision(False, self.tau.copy(), None, tuple(events) + (self.latched,), stop)
         out = np.clip(want, self.tau - self._tslew, self.tau + self._tslew)
         out = np.clip(out, -self._tmax, self._tmax)
         if np.any(out != want):
             self.counts["clipped"] = self.counts.get("clipped", 0) + 1
+            shaped += ("clipped",)
         self.tau = out
-        if q_ref is not None:
-            q_ref = np.asarray(q_ref, dtype=float)
-            if self.q_ref is not None:
-                lim = np.clip(q_ref, self.q_ref - self._slew, self.q_ref + self._slew)
-                if np.any(lim != q_ref):
-                    self.counts["setpoint_slew"] = self.counts.get("setpoint_slew", 0) + 1
-                q_ref = lim
-            self.q_ref = q_ref
-        return Decision(True, out.copy(), None if q_ref is None else q_ref.copy(), tuple(events), stop)
+        if q_ref is None:
+            self.q_ref = None  # no setpoint this cycle: the next one starts where its reference is
+        return Decision(True, out.copy(), None if q_ref is None else np.array(q_ref, dtype=float), tuple(events),
+                        stop, shaped)

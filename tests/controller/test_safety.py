@@ -1,9 +1,12 @@
 """Safety rules of the loop (controller.safety) and the update step's stops (controller.loop.Controller).
 
 Truths: the configured limits themselves (every command the safety lets out must satisfy them, whatever
-goes in: property tests), and the latch semantics (a latched stop stays until reset, in the same cycle).
+goes in: property tests), the latch semantics (a latched stop stays until reset, in the same cycle), and
+the control law tau = tau_ff + kp (q_ref - q) + kd (q'_ref - q') recomputed from the gains on the setpoint
+the update step commands.
 """
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
@@ -31,7 +34,8 @@ def test_commands_stay_within_every_limit_under_random_references(steps):
     for ta, tb, qa, qb, va, vb, stale in steps:
         t += 2_000_000
         ev = s.check(t, 1.0 if stale else 0.0, np.zeros(2), np.array([va, vb]))
-        d = s.shape(t, np.array([ta, tb]), np.array([qa, qb]), ev)
+        q_ref = s.setpoint(np.array([qa, qb])) if not s.stale and s.latched is None else None  # as the loop
+        d = s.shape(t, np.array([ta, tb]), q_ref, ev)
         assert np.all(np.abs(d.tau) <= np.asarray(LIMITS.torque))
         if d.enabled:  # torque moves at the slew limit (from zero after a stop); a stop cuts it at once
             assert np.all(np.abs(d.tau - prev_tau) <= np.asarray(LIMITS.torque_slew) * DT + 1e-12)
@@ -90,3 +94,54 @@ def test_non_finite_command_latches():
     fresh(s, 0)
     d = s.shape(0, np.array([np.nan, 0.0]))
     assert not d.enabled and s.latched.cause == "invalid_command"
+
+
+@functools.cache
+def nominal():
+    """A crank programme of the shipped walker at 0.2 m/s (shaft speed 2π/4.46 s ≈ 1.41 rad/s)."""
+    from controller.synergies.jansen import synergy_of
+    from dynamics.contact import NormalLaw
+    from dynamics.synthesis.crank import SpeedProfile, crank_programme, load_walker
+
+    law = NormalLaw("hunt_crossley_constant", 2e4, damping=10.0)
+    contact = {"kind": "hunt_crossley_constant", "stiffness": 2e4, "damping": 10.0}
+    return synergy_of(crank_programme(load_walker(), 0.2, 0.0, SpeedProfile(), law, 360), "v0.2", contact)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(1.5, 12.0), st.lists(st.tuples(st.floats(-0.5, 0.5), st.floats(-0.5, 0.5), st.floats(-2, 2),
+                                                st.floats(-2, 2), st.one_of(st.just(0.0), st.floats(-0.3, 0.3))),
+                                      min_size=30, max_size=30))
+def test_update_commands_the_pd_of_the_slew_limited_setpoint(slew, states):
+    # a step reference (the tracker's clock jumped: at cycle 5 by a quarter cycle, π/2 rad of crank, and at
+    # random cycles by up to ±0.3 cycle; the nominal's own 1.41 rad/s stays below the slew limit, which
+    # the tracker requires): the setpoint the update step reports moves at most slew x dt a cycle, and the
+    # torque is the control law of that setpoint, not of the reference (torque limits wide open here, so
+    # only the setpoint slew shapes the command)
+    from controller.loop import Controller, Measured
+    from controller.synergies.select import Request
+
+    nom = nominal()
+    cfg = load_robot("jansen")
+    lim = dataclasses.replace(cfg.limits, slew=(slew, slew), torque=(1e6, 1e6), torque_slew=(1e9, 1e9),
+                              velocity=(10.0, 10.0), min_margin=-1.0)
+    ctl = Controller(dataclasses.replace(cfg, limits=lim), [nom], dt=DT)
+    ctl.command(Request(0.2))
+    q0 = nom.reference(np.zeros(2))[0]
+    prev, slewed = None, 0
+    for k, (da, db, va, vb, jump) in enumerate(states):
+        t = k * 2_000_000
+        q, qd = q0 + np.array([da, db]) + 1.41 * k * DT, np.array([va, vb])
+        if ctl.tracker.phase is not None and k:
+            ctl.tracker.phase = ctl.tracker.phase + (0.25 if k == 5 else jump)
+        out = ctl.update(t, Measured(t, q, qd))
+        d, r = out.decision, out.reference
+        assert d.enabled and r is not None
+        law = r.tau + np.asarray(cfg.kp) * (d.q_ref - q) + np.asarray(cfg.kd) * (r.qd - qd)
+        np.testing.assert_allclose(d.tau, law, rtol=1e-12, atol=1e-12)
+        if prev is not None:
+            assert np.all(np.abs(d.q_ref - prev) <= slew * DT + 1e-12)
+        slewed += "setpoint_slew" in d.shaped
+        prev = d.q_ref
+    assert slewed >= 1  # the limit acted on the step
+    assert ctl.safety.counts["setpoint_slew"] == slewed
