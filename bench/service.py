@@ -17,6 +17,13 @@ subprocesses on loopback tcp, as `walklab run` starts them; this script subscrib
 - in-process: `GrfService.feed` alone (no sockets, no decoding), median µs per input frame.
 
     python bench/service.py [--duration 5] [--plates 2,4]
+    python bench/service.py --walker REC.mcap [--seconds 20]
+
+``--walker``: the walker dynamics (`dynamics.service_torques.WalkerService` of configs/sim.toml) in
+process on a recording's input frames (encoders, chassis markers, plate wrenches, as `walklab bench
+live --record` or `walklab run --record` keep them), fed one frame at a time in recorded order as its
+process does: CPU time (thread clock) per feed that computed samples (p50/p99), per feed that did not,
+and per output sample, on the compiled kernels and on the numpy path (``WALKLAB_JIT=0``), in one run.
 """
 from __future__ import annotations
 
@@ -179,11 +186,76 @@ def in_process(n_plates: int, n_blocks: int = 2000) -> float:
     return float(np.median(runs))
 
 
+def walker_frames(path: Path, seconds: float) -> list[Frame]:
+    """The walker dynamics' input frames of the first `seconds` of a recording's encoder samples."""
+    from daq.sessions import read, session_parts
+
+    keep = ("encoder/left_shaft", "encoder/right_shaft", "markers/walker", "dynamics/grf/FP1", "dynamics/grf/FP2")
+    out: list[Frame] = []
+    t0 = None
+    for f in read(session_parts(path)):
+        if f.stream in keep:
+            t0 = f.t if t0 is None else t0
+            if f.t - t0 > seconds * 1e9:
+                break
+            out.append(f)
+    if not any(f.stream == keep[0] for f in out):
+        raise ValueError(f"{path}: no {keep[0]} frames (not a recording of the simulated walker lab)")
+    return out
+
+
+def walker(path: Path, seconds: float) -> None:
+    """In-process walker dynamics on a recording (module doc)."""
+    import configs
+    from dynamics import forceplate as fp
+    from dynamics import kernels
+    from dynamics.contact import Friction, NormalLaw
+    from dynamics.plants.jansen_world import jansen_world
+    from dynamics.service_torques import Settings as WalkerSettings, WalkerService, _parser
+
+    lab = load(configs.path("sim.toml"))
+    o = _parser().parse_args([])
+    world = jansen_world(o.model, law=NormalLaw("hunt_crossley_constant", o.stiffness, damping=o.damping),
+                         friction=Friction(o.mu, kind="tanh", v_s=o.slip_velocity))
+    plates = [(n, fp.Plate(type=d.type, corners=d.corners, origin=d.origin, cal_matrix=d.cal_matrix, name=n))
+              for n, d in lab.devices.items() if d.kind == "forceplate"]
+    frames = walker_frames(path, seconds)
+    print(f"walker dynamics in process: {len(frames)} input frames of {path.name} ({seconds:g} s), one per feed")
+    for jit in (True, False):
+        with kernels.use_jit(jit):
+            for _ in range(2):          # the second pass is measured (kernels loaded, caches warm)
+                samples = [0]
+
+                def publish(stream, data, **kw):
+                    if stream == "dynamics/torques":
+                        samples[0] += len(data)
+
+                svc = WalkerService(world, plates, ("encoder/left_shaft", "encoder/right_shaft"), "markers/walker",
+                                    WalkerSettings(), publish)
+                computed, idle = [], []
+                for f in frames:
+                    n0 = len(svc.latencies)
+                    c0 = time.thread_time_ns()
+                    svc.feed((f,))
+                    (computed if len(svc.latencies) > n0 else idle).append(time.thread_time_ns() - c0)
+            a, b = np.array(computed) * 1e-3, np.array(idle) * 1e-3
+            print(f"  {'compiled' if jit else 'numpy   '}: feeds that computed p50 {np.median(a):7.1f}  p99 "
+                  f"{np.percentile(a, 99):7.1f} us (n = {a.size}); other feeds p50 {np.median(b):6.1f} us; "
+                  f"{(a.sum() + b.sum()) / max(samples[0], 1):6.1f} us CPU per output sample")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=5.0, help="seconds measured per plate count")
     ap.add_argument("--plates", default="2,4", help="comma-separated plate counts")
+    ap.add_argument("--walker", metavar="REC", help="the walker dynamics in process on this recording instead")
+    ap.add_argument("--seconds", type=float, default=20.0, help="with --walker: seconds of the recording fed")
     args = ap.parse_args()
+    if args.walker:
+        print(f"machine: {machine(f'numpy {np.__version__}')}")
+        print(f"command: python bench/service.py --walker {args.walker} --seconds {args.seconds:g}")
+        walker(Path(args.walker), args.seconds)
+        return
     print(f"machine: {machine(f'numpy {np.__version__}', f'libzmq {zmq.zmq_version()}')}")
     print(f"command: python bench/service.py --duration {args.duration} --plates {args.plates}")
     counts = [int(x) for x in args.plates.split(",")]
