@@ -182,6 +182,15 @@ class ClockSync:
             y_min = min(y_min, sy / s0)
         return ClockEstimate(self._y0 + y_min, 0.0, self._t0, self._bins)
 
+    def lab_rate_hz(self, nominal_hz: float) -> float:
+        """The device's sample rate on the host (lab) clock [Hz]: ``nominal_hz / (1 + drift)``.
+
+        Samples ``1 / nominal_hz`` apart on the device clock are ``(1 + drift) / nominal_hz`` apart
+        on the host clock (``d t_host / d t_device = 1 + drift``). Before the first update: nominal.
+        """
+        est = self.estimate()
+        return nominal_hz if est is None else nominal_hz / (1.0 + est.drift)
+
     def to_lab(self, t_device: int | np.ndarray) -> int | np.ndarray:
         """Host-clock times [ns] of device stamps ``t_device`` [ns] (int, or int64 array of any shape)."""
         est = self.estimate()

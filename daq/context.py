@@ -35,7 +35,11 @@ is at ``t_device + i·1e9/rate_hz`` (sample counts, not clock reads); the frame'
 (one fit per stream and session: a reconnected device may have rebooted its clock). A device
 clock that goes back or jumps (`ClockSync`'s reset rules) re-anchors the stream's fit on that
 block, so ``t`` stays on the host clock whatever the device stamps (``t_device`` is published as
-received); each is counted and logged. Health (``health/NAME``): state ``connecting`` / ``running`` /
+received); each is counted, logged and published as a ``clock_reset`` event on ``events/NAME``
+(`ProcessContext.event`: stream, reason, t_device, t_host). Within a block, sample i is at
+``t + i·1e9/rate_lab_hz`` on the lab clock, ``rate_lab_hz`` = nominal rate / (1 + estimated
+drift) (`ClockSync.lab_rate_hz`), published in the frame's ``meta`` and used by
+`daq.frames.Frame.sample_times`. Health (``health/NAME``): state ``connecting`` / ``running`` /
 ``disconnected``; counters ``device/open_failures``, ``device/sessions``, ``device/lost``
 (losses of a connected device), ``STREAM/samples`` and ``STREAM/clock_resets`` per stream.
 docs/daemons.md shows a whole daemon.
@@ -143,6 +147,13 @@ class ProcessContext:
             self.stop.wait(min(remaining, _SLICE_NS) * 1e-9)
         return False
 
+    def event(self, name: str, severity: str = "info", **fields: Any) -> None:
+        """Publish an event on ``events/NAME`` (this process's name): no samples, ``meta`` =
+        ``{"event": name, "severity": severity, **fields}`` (recorded like any frame; `walklab
+        sessions info` lists it, and clock events among the clock faults)."""
+        self.publisher.publish(f"events/{self.name}", np.zeros((1, 0)), kind="event", rate_hz=0.0, channels=(),
+                               units=(), meta={"event": name, "severity": severity, **fields})
+
     # -- devices ----------------------------------------------------------------------------
 
     def device(self, kind: str) -> Device:
@@ -222,16 +233,18 @@ class _Stamper:
     bin_s: float
     clocks: dict[str, ClockSync] = field(default_factory=dict)
 
-    def stamp(self, b: Block) -> tuple[int, int, str | None]:
-        """(t_host, t) of sample 0 of `b` [ns] (module doc), and why the device clock was reset
-        at this block (None: it was not)."""
+    def stamp(self, b: Block) -> tuple[int, int, float, str | None]:
+        """(t_host, t) of sample 0 of `b` [ns] (module doc), the block's sample rate on the lab
+        clock [Hz] (`ClockSync.lab_rate_hz`; 0 for an irregular stream), and why the device clock
+        was reset at this block (None: it was not)."""
         n = b.data.shape[0] if b.data.ndim == 2 else 1
         span = round((n - 1) * 1e9 / b.rate_hz) if b.rate_hz > 0 else 0
         clock = self.clocks.setdefault(b.stream, ClockSync(bin_s=self.bin_s))
         resets = clock.resets
         clock.update(int(b.t_device) + span, int(b.t_recv))  # the last sample arrived at t_recv
         why = clock.last_reset if clock.resets > resets else None
-        return int(b.t_recv) - span, int(clock.to_lab(int(b.t_device))), why
+        rate = clock.lab_rate_hz(b.rate_hz) if b.rate_hz > 0 else 0.0
+        return int(b.t_recv) - span, int(clock.to_lab(int(b.t_device))), rate, why
 
 
 def serve(ctx: ProcessContext, source: Source, *, retry_s: float = 0.5, read_timeout_s: float = 0.05,
@@ -273,14 +286,19 @@ def serve(ctx: ProcessContext, source: Source, *, retry_s: float = 0.5, read_tim
                 connected = False
                 continue
             for b in blocks:
-                t_host, t, reset = stamper.stamp(b)
+                t_host, t, lab_rate, reset = stamper.stamp(b)
                 if reset is not None:
                     ctx.health.count(f"{b.stream}/clock_resets")
                     log.warning("%s: %s (block at t_device %d ns): clock fit re-anchored", b.stream, reset,
                                 b.t_device)
+                    ctx.event("clock_reset", "warning", stream=b.stream, reason=reset, t_device=int(b.t_device),
+                              t_host=t_host)
+                meta = b.meta
+                if lab_rate > 0:
+                    meta = {**(meta or {}), "rate_lab_hz": lab_rate}
                 ctx.publisher.publish(b.stream, b.data, kind=b.kind, rate_hz=b.rate_hz, channels=b.channels,
                                       units=b.units, t_device=int(b.t_device), t_host=t_host, t=t,
-                                      extra=b.extra, meta=b.meta)
+                                      extra=b.extra, meta=meta)
                 ctx.health.count(f"{b.stream}/samples", b.data.shape[0] if b.data.ndim == 2 else 1)
             ctx.tick()
     finally:

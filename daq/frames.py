@@ -18,7 +18,8 @@ Clock domains (all integer nanoseconds, all stamps refer to the block's *first* 
 synchronisation (equal to ``t_host`` when no correction is known); ``t_pub`` the host monotonic time
 at which the frame was handed to ZeroMQ (for latency measurement). Sample ``i`` of a block is at
 ``t + round(i * 1e9 / rate_hz)`` (sample counts, not wall-clock arithmetic, define times within a
-block); ``rate_hz`` is 0 for irregular streams (events, health).
+block), or ``t + round(i * 1e9 / meta["rate_lab_hz"])`` when a daemon's clock fit gives the device's
+rate on the lab clock (`Frame.sample_times`); ``rate_hz`` is 0 for irregular streams (events, health).
 
 No pickle, ever: decoding accepts only the numeric dtypes of ``DTYPES`` and validates the whole
 header and every byte count before allocating anything; every violation is a `FrameError` naming
@@ -110,8 +111,11 @@ class Frame:
     def sample_times(self, clock: str = "t") -> np.ndarray:
         """Times of every sample of the block [ns], shape (samples,), int64.
 
-        ``times[i] = T + round(i * 1e9 / rate_hz)`` with ``T`` the frame stamp named by ``clock``
-        (``"t"``, ``"t_host"`` or ``"t_device"``). Raises FrameError for irregular streams
+        ``times[i] = T + round(i * 1e9 / rate)`` with ``T`` the frame stamp named by ``clock``
+        (``"t"``, ``"t_host"`` or ``"t_device"``) and ``rate`` = ``rate_hz``, except on the lab
+        clock (``"t"``) of a frame whose ``meta["rate_lab_hz"]`` gives the device's rate as the
+        clock fit estimates it on the lab clock (`daq.context.serve`): a device clock 100 ppm off
+        moves the last sample of a 1 s block by 100 us. Raises FrameError for irregular streams
         (``rate_hz == 0``) with more than one sample, or a missing device clock.
         """
         if clock not in ("t", "t_host", "t_device"):
@@ -122,7 +126,12 @@ class Frame:
         n = self.samples
         if n > 1 and self.rate_hz <= 0:
             raise FrameError(f"sample_times: stream {self.stream!r} is irregular (rate_hz=0)")
-        period = 1e9 / self.rate_hz if n > 1 else 0.0
+        rate = self.rate_hz
+        if clock == "t":
+            lab_rate = self.meta.get("rate_lab_hz")
+            if type(lab_rate) is float and math.isfinite(lab_rate) and lab_rate > 0:
+                rate = lab_rate
+        period = 1e9 / rate if n > 1 else 0.0
         return t0 + np.rint(np.arange(n) * period).astype(np.int64)
 
 

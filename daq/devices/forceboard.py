@@ -56,11 +56,9 @@ class ForceBoard:
         self.t0_ns: int | None = None  # device time of the first row held
         self.prev_us: int | None = None  # unwrapped µs of the last sample
         self.lost_at: int | None = None  # host time the board went away
-        self.events = f"events/{ctx.name}"
 
     def _event(self, name: str, **fields: Any) -> None:
-        self.ctx.publisher.publish(self.events, np.zeros((1, 0)), kind="event", rate_hz=0.0, channels=(), units=(),
-                                   meta={"event": name, "device": self.device.name, **fields})
+        self.ctx.event(name, "warning" if name == "device_lost" else "info", device=self.device.name, **fields)
 
     def open(self) -> None:
         link = Link(self.device.source, baudrate=self.baud, heartbeat_hz=0, reconnect=False)

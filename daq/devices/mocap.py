@@ -122,7 +122,6 @@ class MocapSource:
         self.device = device
         self.silence_ns = round(silence_s * 1e9)
         self.stream = f"markers/{device.name}"
-        self.events = f"events/{ctx.name}"
         self.sock: zmq.Socket | None = None
         self.epoch: int | None = None
         self.labels: tuple[str, ...] = ()
@@ -163,9 +162,7 @@ class MocapSource:
         if type(rate) in (int, float) and rate > 0:
             self.rate = float(rate)
         self.next_frame = None
-        self.ctx.publisher.publish(self.events, np.zeros((1, 0)), kind="event", rate_hz=0.0, channels=(), units=(),
-                                   meta={"event": "marker_epoch", "device": self.device.name, "epoch": epoch,
-                                         "labels": list(labels)})
+        self.ctx.event("marker_epoch", device=self.device.name, epoch=epoch, labels=list(labels))
 
     def _frames(self, doc: dict, t_recv: int) -> Block | None:
         if doc.get("epoch") != self.epoch or not self.labels:

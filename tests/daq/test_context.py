@@ -296,15 +296,23 @@ def test_a_device_clock_reset_restarts_the_fit_and_t_stays_on_the_host_clock(tmp
     stamps = [10 * ms * j for j in range(250)] + [10 * ms * j for j in range(50)]
     stamps += [stamps[-1] + 10_000 * ms] + [stamps[-1] + 10 * ms * (j + 2) for j in range(19)]
     ctx = context(tmp_path)
-    sub = Subscriber([ctx.publisher.endpoint], ["test/clock"])
+    sub = Subscriber([ctx.publisher.endpoint], ["test/clock", "events/*"])
     try:
         assert ctx.publisher.wait_for_subscribers(1, timeout_s=20.0) and sub.wait_connected(timeout_s=20.0)
         assert serve(ctx, Scripted(ctx, stamps)) == 0
-        frames = [f for f in iter(lambda: sub.recv(timeout_s=2.0), None)]
+        received = [f for f in iter(lambda: sub.recv(timeout_s=2.0), None)]
         counts = dict(ctx.health._counts)
     finally:
         sub.close()
         ctx.close()
+    frames = [f for f in received if f.stream == "test/clock"]
+    events = [f for f in received if f.stream == "events/plates"]
+    # each reset is an event, published just before the block it re-anchors on (the script's three)
+    assert [(e.kind, e.meta["event"], e.meta["severity"], e.meta["stream"]) for e in events] == \
+        [("event", "clock_reset", "warning", "test/clock")] * 3
+    assert [e.meta["t_device"] for e in events] == [stamps[250], stamps[300], stamps[301]]
+    assert [received.index(e) + 1 for e in events] == [received.index(frames[j]) for j in (250, 300, 301)]
+    assert "went back" in events[0].meta["reason"] and "ahead" in events[1].meta["reason"]
     assert [int(f.data[0, 0]) for f in frames] == list(range(len(stamps)))  # every block, in order
     assert [f.t_device for f in frames] == stamps  # as the device stamped them
     # Never after its arrival: exactly while a fit is the least delay seen (its first two 1 s
@@ -321,3 +329,67 @@ def test_a_device_clock_reset_restarts_the_fit_and_t_stays_on_the_host_clock(tmp
         offsets = [f.t - f.t_device for f in frames[a:b + 1]]
         assert all(y <= x for x, y in zip(offsets, offsets[1:]))
     assert counts["test/clock/clock_resets"] == 3  # the reboot, the jump ahead, the jump back (each logged)
+
+
+class Drifting:
+    """A Source whose device clock runs ``drift`` fast against the host: 1 s blocks of a 1 kHz device,
+    sample k (device time k ms) taken at host time ``H0 + k ms * (1 + drift)`` and its block
+    arriving ``MIN_DELAY`` plus up to 10 us of jitter after its last sample. No waiting: the blocks
+    come as fast as serve asks; the stop is requested after the last."""
+
+    H0, MIN_DELAY, BLOCK = 5_000_000_000_000, 300_000, 1000
+
+    def __init__(self, ctx, drift: float, blocks: int):
+        self.ctx, self.drift, self.blocks, self.j = ctx, drift, blocks, 0
+        self.rng = np.random.default_rng(7)
+
+    def host(self, k: np.ndarray | int) -> np.ndarray:
+        """The true host time of sample k [ns]."""
+        return self.H0 + np.rint(np.asarray(k) * 1e6 * (1 + self.drift)).astype(np.int64)
+
+    def open(self) -> None:
+        pass
+
+    def read(self, timeout_s: float):
+        from daq.context import Block
+
+        if self.j == self.blocks:
+            self.ctx.request_stop()
+            return []
+        k0, self.j = self.j * self.BLOCK, self.j + 1
+        arrival = int(self.host(k0 + self.BLOCK - 1)) + self.MIN_DELAY + int(self.rng.integers(0, 10_000))
+        return [Block("test/drift", np.arange(k0, k0 + self.BLOCK, dtype=float)[:, None], t_device=k0 * 1_000_000,
+                      t_recv=arrival, kind="test", rate_hz=1000.0, channels=("k",), units=("1",))]
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("drift", [100e-6, -100e-6])
+def test_sample_times_within_a_block_follow_the_estimated_rate(tmp_path, drift):
+    """Truth: the analytic host time of every sample (plus the minimum delay, which no one-way method
+    separates from the offset). After 10 s every sample of a block is within 0.2 ms of it, and a
+    block's span is the true one within 5 us, where the nominal rate is off by 100 us."""
+    from daq.context import serve
+
+    ctx = context(tmp_path)
+    sub = Subscriber([ctx.publisher.endpoint], ["test/drift"])
+    source = Drifting(ctx, drift, blocks=20)
+    try:
+        assert ctx.publisher.wait_for_subscribers(1, timeout_s=20.0) and sub.wait_connected(timeout_s=20.0)
+        assert serve(ctx, source) == 0
+        frames = [f for f in iter(lambda: sub.recv(timeout_s=2.0), None)]
+    finally:
+        sub.close()
+        ctx.close()
+    assert len(frames) == 20
+    for f in frames[10:]:
+        k = f.data[:, 0].astype(np.int64)
+        truth = source.host(k) + source.MIN_DELAY
+        times = f.sample_times()
+        assert np.max(np.abs(times - truth)) < 200_000, f.seq
+        true_span, span = truth[-1] - truth[0], times[-1] - times[0]
+        assert abs(span - true_span) < 5_000, (f.seq, span - true_span)
+        nominal = f.sample_times("t_device") - f.t_device
+        assert abs(nominal[-1] - true_span) > 90_000  # what the nominal rate would give
+        assert f.meta["rate_lab_hz"] == pytest.approx(1000.0 / (1 + drift), rel=5e-6)
