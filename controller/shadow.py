@@ -1,34 +1,60 @@
-"""A recorded session re-analysed: its inputs replayed into the lab's own dynamics processes, their outputs recorded.
+"""A recorded session re-analysed: its inputs replayed into the lab's own analysis processes, their outputs recorded.
 
 ``walklab replay FILE --shadow`` (controller/commands/replay.py) runs this. The lab is the one the
 session was recorded with (its ``walklab/lab`` metadata record, or ``--config``), cut down to its
-analysis processes (`ANALYSIS`: the plate service and the walker's dynamics) on fresh loopback ports,
-plus a ``replay`` entry — this process's publisher, not started — that the processes subscribe to as
-to any publisher of the lab. The session's input streams (everything but what the analysis processes
-and the rest of the lab publish: `DERIVED`) go out with their recorded seq and stamps; the
-processes compute as they did live; their outputs are written to a new session file. The same code on
-the same inputs gives the same numbers (docs/cli.md, `walklab replay --shadow`).
+analysis processes (`ANALYSIS`: the plate service, the walker's dynamics and the control loop, the
+loop with ``--shadow``: it reads the replayed encoder streams and commands nothing) on fresh loopback
+ports, plus a ``replay`` entry — this process's publisher, not started — that the processes subscribe
+to as to any publisher of the lab (`shadow_lab`: the config is read with tomllib and written back
+as a table). The session's input streams (everything but what the analysis processes and the rest of
+the lab publish: `DERIVED`) go out with their recorded seq and stamps, and the operator's requests the
+loop recorded (``controller/events`` of cause ``request``) go out again as ``controller/request`` frames
+at their recorded time; the processes compute as they did live; their outputs are written to a new
+session file. The same code on the same inputs gives the same numbers (docs/cli.md, `walklab replay --shadow`).
 
-The control loop is not among them: it reads its robot's MCU, not the bus, so a replay has no state
-to give it.
+The data's clock, not the host's, decides what is stale in a replay:
+
+- the walker dynamics computes a sample once every input covers it, or with the laggards held once
+  an input holds more than its buffer (`dynamics.service_torques.KEEP_S`, lab time) — its live
+  ``--max-wait-s`` (host time: transport latency) is set to `NO_HOST_WAIT_S` in the shadow lab, since
+  nothing is late in transit in a replay;
+- as fast as possible (``speed=None``), the replay is paced by the analysis's progress in lab time:
+  a frame goes out only when every analysis output stream (`PROGRESS`) has reached within `LEAD_S`
+  of its time (less than `KEEP_S`, more than the plate service's zeroing record), so inputs never
+  run a buffer ahead of the wrenches computed from them, however slow the machine. An output that
+  does not advance for `STALL_S` (host time: an input missing from the recording) stops pacing until
+  it advances again.
+
+The control loop's shadow cycles follow the encoder samples' times (controller/loop.py), so its
+results do not depend on the replay's speed either.
 """
 from __future__ import annotations
 
-import re
 import signal
 import subprocess
 import threading
 import time
+import tomllib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 #: The modules of the processes a shadow replay runs.
-ANALYSIS = ("dynamics.service", "dynamics.service_torques")
+ANALYSIS = ("dynamics.service", "dynamics.service_torques", "controller.loop")
 #: Stream prefixes the lab computes or reports (not replayed: the analysis recomputes them).
 DERIVED = ("dynamics/", "events/", "health/", "controller/")
+#: The output stream whose lab time measures each analysis process's progress.
+PROGRESS = {"dynamics.service": "dynamics/grf", "dynamics.service_torques": "dynamics/torques",
+            "controller.loop": "controller/state"}
 #: How long the outputs must be quiet after the last input before the processes are stopped [s].
 QUIET_S = 1.5
+#: As fast as possible: how far [s of lab time] the inputs may run ahead of the slowest output.
+LEAD_S = 3.0
+#: An output that has not advanced for this long [s, host] while the replay waits for it no longer paces it.
+STALL_S = 10.0
+#: The walker dynamics' --max-wait-s in a shadow replay [s]: no host-time wait decides what is held.
+NO_HOST_WAIT_S = 3600.0
 
 
 class ShadowError(ValueError):
@@ -47,31 +73,111 @@ def lab_text(file: str | Path, config: str | Path | None) -> str:
     return toml
 
 
+def _set_arg(args: list[str], flag: str, value: str | None) -> list[str]:
+    """`args` with ``flag value`` (or the bare `flag` when value is None) set, replacing an existing one."""
+    out = list(args)
+    if flag in out:
+        k = out.index(flag)
+        if value is not None:
+            out[k + 1] = value
+        return out
+    return out + ([flag] if value is None else [flag, value])
+
+
 def shadow_lab(text: str, replay_bind: str, directory: Path) -> Path:
-    """The lab file for the shadow run: `text` with only its `ANALYSIS` processes, every loopback port
-    made a free one, and a ``replay`` process (not started) bound at `replay_bind`; written in
-    `directory`."""
+    """The lab file for the shadow run (module doc): `text` with only its `ANALYSIS` processes, the loop
+    in ``--shadow`` mode, the walker dynamics without a host-time wait, every endpoint (binds, the loop's
+    ``--operator``) on a free loopback port, and a ``replay`` process (not started) bound at
+    `replay_bind`; written in `directory`. ShadowError for text that is not TOML or has no analysis process."""
+    from controller.commands.model import toml_dumps
     from daq.ports import free_tcp_ports
 
-    blocks = re.split(r"(?m)^(?=\[)", text)
-    kept = []
-    for b in blocks:
-        if b.startswith("[[processes]]"):
-            m = re.search(r'(?m)^module\s*=\s*"([^"]+)"', b)
-            if not m or m.group(1) not in ANALYSIS:
-                continue
-        kept.append(b)
-    out = "".join(kept)
-    if not any(b.startswith("[[processes]]") for b in kept):
+    try:
+        lab = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ShadowError(f"the session's lab config is not TOML: {exc}") from None
+    procs = [dict(p) for p in lab.get("processes", []) if isinstance(p, dict) and p.get("module") in ANALYSIS]
+    if not procs:
         raise ShadowError(f"the lab has no analysis process ({', '.join(ANALYSIS)}) to run on the replay")
-    ports = sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", out)))
-    for old, new in zip(ports, free_tcp_ports(len(ports))):
-        out = out.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
-    out += f'\n[[processes]]\nname = "replay"\nmodule = "daq.replay"\nbind = "{replay_bind}"\n' \
-           f'args = ["--file", "(this process: walklab replay --shadow)"]\nrestart = "never"\n'
+    free = iter(free_tcp_ports(2 * len(procs) + 1))
+
+    def endpoint() -> str:
+        return f"tcp://127.0.0.1:{next(free)}"
+
+    for p in procs:
+        p["bind"] = endpoint()
+        p.pop("connect", None)
+        args = [str(a) for a in p.get("args", [])]
+        if p["module"] == "controller.loop":
+            args = _set_arg(_set_arg(args, "--shadow", None), "--operator", endpoint())
+        elif p["module"] == "dynamics.service_torques":
+            args = _set_arg(args, "--max-wait-s", repr(NO_HOST_WAIT_S))
+        p["args"] = args
+    lab["supervisor"] = {**lab.get("supervisor", {}), "bind": endpoint()}
+    lab["supervisor"].pop("connect", None)
+    lab["processes"] = procs + [{"name": "replay", "module": "daq.replay", "bind": replay_bind,
+                                 "args": ["--file", "(this process: walklab replay --shadow)"], "restart": "never"}]
     path = directory / "shadow_lab.toml"
-    path.write_text(out, encoding="utf-8")
+    path.write_text(toml_dumps(lab, ["the shadow replay's lab (controller/shadow.py)"]), encoding="utf-8")
     return path
+
+
+def requests(file: str | Path) -> list:
+    """The operator requests the session's control loops took (``controller/events`` of cause ``request``
+    with ``speed`` and ``turn`` in the meta) as ``controller/request`` frames at their recorded time."""
+    import numpy as np
+
+    from daq.frames import Frame
+    from daq.replay import frames
+
+    out = []
+    for f in frames(file, ["controller/events"]):
+        m = f.meta or {}
+        if m.get("cause") == "request" and "speed" in m:
+            out.append(Frame("controller/request", "command", len(out), None, f.t_host, f.t, 0.0, ("speed", "turn"),
+                             ("m/s", "rad/s"), np.array([[float(m["speed"]), float(m.get("turn", 0.0))]])))
+    return sorted(out, key=lambda f: f.t)
+
+
+def merged(inputs: Iterable, extra: list) -> Iterator:
+    """`inputs` in their order with each of `extra` (sorted by t) just before the first input after it."""
+    k = 0
+    for f in inputs:
+        while k < len(extra) and extra[k].t <= f.t:
+            yield extra[k]
+            k += 1
+        yield f
+    yield from extra[k:]
+
+
+def paced(inputs: Iterable, progress: dict[str, int], streams: list[str], poll: Callable[[], None],
+          should_stop: Callable[[], bool], lead_s: float = LEAD_S, stall_s: float = STALL_S) -> Iterator:
+    """`inputs`, each frame held back until every stream of `streams` has reached ``frame.t - lead_s`` in
+    `progress` (lab time of its newest sample, ns; updated by the caller's recorder) — module doc; a
+    stream that does not advance for `stall_s` while a frame waits no longer holds frames back, until it
+    advances. `poll` is called while waiting (the publisher's handshakes)."""
+    lead = round(lead_s * 1e9)
+    start: int | None = None
+    stalled: dict[str, int] = {}  # stream -> its progress when it stalled
+    for f in inputs:
+        if start is None:
+            start = f.t
+        since, seen = time.monotonic(), {s: progress.get(s, start) for s in streams}
+        while not should_stop():
+            now = {s: progress.get(s, start) for s in streams}
+            for s in [s for s in stalled if now[s] != stalled[s]]:
+                del stalled[s]  # it moves again
+            behind = [s for s in streams if s not in stalled and now[s] < f.t - lead]
+            if not behind:
+                break
+            if any(now[s] != seen[s] for s in behind):
+                since, seen = time.monotonic(), now
+            elif time.monotonic() - since > stall_s:
+                stalled.update({s: now[s] for s in behind})
+                continue
+            poll()
+            time.sleep(0.005)
+        yield f
 
 
 @dataclass
@@ -107,11 +213,13 @@ def run_shadow(file: str | Path, output: str | Path, *, config: str | Path | Non
         inputs = [s for s in streams if not s.startswith(DERIVED)]
         writer = SessionWriter(output, metadata={**lab_metadata(lab), "walklab/shadow": {"source": str(file)}})
         counts: dict[str, int] = {}
+        reached: dict[str, int] = {}  # PROGRESS stream -> lab time of its newest sample [ns]
+        paced_by = sorted({PROGRESS[p.module] for p in procs})
         last = [time.monotonic()]
         done = threading.Event()
 
         def record() -> None:
-            sub = subscriber_for(lab, [p.bind for p in procs], ["dynamics/*", "events/*", "health/*"])
+            sub = subscriber_for(lab, [p.bind for p in procs], ["dynamics/*", "events/*", "health/*", "controller/*"])
             try:
                 while not done.is_set():
                     f = sub.recv(timeout_s=0.05)
@@ -120,6 +228,8 @@ def run_shadow(file: str | Path, output: str | Path, *, config: str | Path | Non
                         counts[f.stream] = counts.get(f.stream, 0) + 1
                         if not f.stream.startswith("health/"):     # those come every second regardless
                             last[0] = time.monotonic()
+                        if f.stream in paced_by and f.samples:
+                            reached[f.stream] = max(reached.get(f.stream, f.t), int(f.sample_times()[-1]))
                     writer.poll()
             finally:
                 sub.close()
@@ -145,9 +255,12 @@ def run_shadow(file: str | Path, output: str | Path, *, config: str | Path | Non
                     if dead or time.monotonic() > deadline or should_stop():
                         raise ShadowError(f"shadow replay: {', '.join(dead) or 'the analysis processes'} did not "
                                           f"start (or subscribe within {start_timeout_s:.0f} s)")
-                n = replay(frames(file, inputs), pub, speed=speed, should_stop=should_stop,
+                source = merged(frames(file, inputs), requests(file))
+                if speed is None:
+                    source = paced(source, reached, paced_by, pub.poll_subscriptions, should_stop)
+                n = replay(source, pub, speed=speed, should_stop=should_stop,
                            progress=None if progress is None else (lambda k, f: progress(k)))
-                # the processes finish what is in flight (the torques wait up to --max-wait-s for the last samples)
+                # the processes finish what is in flight (the last samples an input never covers stay pending)
                 last[0] = time.monotonic()
                 while time.monotonic() - last[0] < QUIET_S and not should_stop():
                     pub.poll_subscriptions()

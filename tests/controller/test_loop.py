@@ -333,3 +333,81 @@ def test_a_stalled_loop_makes_the_mcu_cut_torque_within_its_watchdog(lab):
         assert mcu.watchdog_us == WATCHDOG_MS * 1000
     finally:
         os.kill(proc.pid, signal.SIGCONT)
+
+
+def test_shadow_loop_reads_the_encoder_streams_on_the_data_clock_and_never_touches_the_mcu(lab, tmp_path):
+    """``--shadow`` (a replay): the measured state is the bus's encoder stream, the cycles follow its sample
+    times (a data clock 1000 s from the host's: host-clock staleness would never let it walk), and the MCU
+    on the loop's port receives not one byte. Truth: the angles this test published, the MCU's counters."""
+    from daq.bus import Publisher
+
+    robot = lab["cfg"].parent / "robot.toml"
+    ports = free_tcp_ports(4)
+    port = tmp_path / "mcu"
+    cfg = tmp_path / "lab.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        [lab]
+        name = "shadow-test"
+        [supervisor]
+        bind = "tcp://127.0.0.1:{ports[0]}"
+        [[processes]]
+        name = "loop"
+        module = "controller.loop"
+        bind = "tcp://127.0.0.1:{ports[1]}"
+        devices = ["mcu"]
+        args = ["--robot", "{robot}", "--shadow", "--operator", "tcp://127.0.0.1:{ports[3]}"]
+        # not started: this test publishes the replayed streams there
+        [[processes]]
+        name = "replay"
+        module = "controller.healthmon"
+        bind = "tcp://127.0.0.1:{ports[2]}"
+        [devices.mcu]
+        kind = "mcu"
+        port = "{port}"
+        motors = ["crank"]
+        watchdog_ms = {WATCHDOG_MS}
+        """))
+    mcu = VirtualMCU(1, motor=MotorParams(), control_hz=1000, stream_hz=500)
+    mcu.start()
+    os.symlink(mcu.port, port)
+    bus = Bus(f"tcp://127.0.0.1:{ports[1]}")
+    args = load_lab(cfg).process("loop").args
+    proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "loop", *args],
+                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    T0, MS, OMEGA = 10**12, 1_000_000, 2.0   # data clock: 1000 s; a crank turning at 2 rad/s
+    try:
+        with Publisher(f"tcp://127.0.0.1:{ports[2]}") as pub:
+            assert pub.wait_for_subscribers(1, 60.0), "the shadow loop never subscribed"
+            assert bus.sub.wait_connected(30.0), "the loop's outputs never came"
+            for k in range(250):                      # 2.5 s of 10-sample blocks at 1 kHz, as fast as it goes
+                t = T0 + 10 * k * MS
+                if k == 50:                           # at 0.5 s: walk
+                    pub.publish("controller/request", np.array([[0.2, 0.0]]), kind="command", rate_hz=0.0,
+                                channels=["speed", "turn"], units=["m/s", "rad/s"], t_host=t, t=t)
+                ts = (t - T0 + np.arange(10) * MS) * 1e-9
+                pub.publish("encoder/crank", np.column_stack([OMEGA * ts, np.full(10, OMEGA), np.zeros(10)]),
+                            kind="encoder", rate_hz=1000.0, channels=["angle", "velocity", "current"],
+                            units=["rad", "rad/s", "A"], t_host=t, t=t)
+            until(lambda: sum(f.samples for f in bus.state) >= 1200, 60.0, "the shadow loop's cycles", bus.pump)
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        t = np.concatenate([f.sample_times() for f in bus.state])
+        rows = np.vstack([f.data for f in bus.state])
+        # one cycle every 2 ms of the data's clock from its first sample; q = the angle published at that time
+        assert np.array_equal(t, T0 + 2 * MS * np.arange(t.size))
+        np.testing.assert_array_equal(rows[:, 4], OMEGA * (t - T0) * 1e-9)
+        before, after = rows[t < T0 + 500 * MS], rows[t >= T0 + 500 * MS]
+        assert np.all(before[:, 0] == 0) and np.all(after[:, 0] == 1) and np.any(after[:, 5] != 0)
+        causes = [f.meta["cause"] for f in bus.events]
+        assert "request" in causes and "stale" not in causes, causes
+        # nothing reached the MCU: no HELLO, CONFIG, RESET or COMMAND
+        assert mcu.stats.rx_frames == 0 and not mcu.wd_armed
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        bus.sub.close()
+        mcu.close()
