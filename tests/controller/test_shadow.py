@@ -83,3 +83,61 @@ def test_shadow_replay_recomputes_the_live_results(tmp_path, robot):  # noqa: F8
     walking = st[:, sch.index("walking")] == 1
     assert not walking[t_s < asked[0]].any() and walking[t_s > asked[0] + 2_000_000].all()
     assert np.abs(st[walking, sch.index("left_shaft/tau")]).max() > 0
+
+
+LAB = '''
+[lab]
+name = "tricky"
+description = """two lines, the second like a table header:
+[[processes]]"""
+[supervisor]
+bind = "tcp://127.0.0.1:5600"
+[[processes]]
+name = 'dynamics'
+module = 'dynamics.service'   # single quotes, a comment
+bind = "tcp://127.0.0.1:5603"
+devices = ["FP1"]
+[[processes]]
+name = "world"
+module = "daq.devices.world_sim"
+bind = "tcp://127.0.0.1:5601"
+[[processes]]
+name = "loop"
+module = "controller.loop"
+bind = "tcp://127.0.0.1:5604"
+args = ["--robot", "jansen", "--operator", "tcp://127.0.0.1:5610"]
+[[processes]]
+name = "torques"
+module = "dynamics.service_torques"
+bind = "tcp://127.0.0.1:5605"
+devices = ["FP1"]
+args = ["--max-wait-s", "2.0", "--markers", "markers/walker"]
+[devices.FP1]
+kind = "forceplate"
+source = "sim"
+corners = [[0.6, -0.4, 0.0], [0.0, -0.4, 0.0], [0.0, 0.4, 0.0], [0.6, 0.4, 0.0]]
+'''
+
+
+def test_the_shadow_lab_is_the_config_as_a_table_with_only_the_analysis_on_free_ports(tmp_path):
+    """Truth: tomllib and controller.config.load reading the written lab; the text has what line-based
+    editing got wrong (single-quoted module names, a multi-line string holding a table header)."""
+    import tomllib
+
+    from controller.config import load
+    from controller.shadow import NO_HOST_WAIT_S, shadow_lab
+
+    path = shadow_lab(LAB, "tcp://127.0.0.1:59999", tmp_path)
+    table = tomllib.loads(path.read_text())
+    lab = load(path)
+    assert table["lab"]["description"] == "two lines, the second like a table header:\n[[processes]]"
+    procs = {p.name: p for p in lab.processes}
+    assert list(procs) == ["dynamics", "loop", "torques", "replay"]
+    assert procs["replay"].bind == "tcp://127.0.0.1:59999"
+    binds = [lab.supervisor.bind] + [p.bind for p in lab.processes]
+    assert len(set(binds)) == len(binds) and not {"5600", "5603", "5604", "5605"} & {b.rsplit(":", 1)[1] for b in binds}
+    loop = list(procs["loop"].args)
+    assert "--shadow" in loop and loop[loop.index("--operator") + 1] not in ("tcp://127.0.0.1:5610", *binds)
+    torques = list(procs["torques"].args)
+    assert float(torques[torques.index("--max-wait-s") + 1]) == NO_HOST_WAIT_S and torques.count("--max-wait-s") == 1
+    assert lab.devices["FP1"].corners == ((0.6, -0.4, 0.0), (0.0, -0.4, 0.0), (0.0, 0.4, 0.0), (0.6, 0.4, 0.0))
