@@ -270,3 +270,30 @@ def test_a_shaft_that_stops_mid_revolution_keeps_a_bounded_buffer_and_restarts_i
         out += cyc.add(t3[i:i + 10], stop + w * (t3[i:i + 10] - t2[-1]), np.full(t3[i:i + 10].size, tau * w))
     assert len(out) >= 2      # the revolution across the stop is not reported; the next ones are, whole
     assert all(r[3] == pytest.approx(np.pi, rel=1e-6) for _, r in out[1:])
+
+
+def test_an_input_buffer_interpolates_as_np_interp_through_growth_and_trimming():
+    from dynamics.service_torques import KEEP_S, _Input
+
+    inp = _Input("encoder/x", 2, 1000.0)
+    rng = np.random.default_rng(3)
+    n = inp.keep * 3          # past the preallocated rows: the arrays grow, none is lost
+    t = T0 + np.cumsum(rng.integers(900_000, 1_100_000, n))
+    v = rng.normal(size=(n, 2))
+    for i in range(0, n, 7):
+        inp.add(t[i:i + 7], v[i:i + 7], int(t[min(i + 6, n - 1)]) + 5)
+    inp.add(t[n - 20:n - 10], v[n - 20:n - 10] + 1.0, 0)          # a repeated block: ignored
+    assert inp.full and inp.t.size == n and np.array_equal(inp.t, t) and np.array_equal(inp.v, v)
+    q = np.sort(rng.integers(t[0] - 10 ** 6, t[-1] + 10 ** 6, 500))
+    out, known, recv = inp.at(q)
+    for c in range(2):
+        expected = np.interp(q.astype(float), t.astype(float), v[:, c])
+        expected[q < t[0]] = np.nan
+        np.testing.assert_allclose(out[:, c], expected, rtol=0, atol=1e-12)
+    assert np.array_equal(known, (q >= t[0]) & (q <= t[-1]))
+    k = min(int(np.searchsorted(t, q[-1], side="left")), n - 1)       # the newest sample used
+    assert recv == int(t[min(k // 7 * 7 + 6, n - 1)]) + 5              # its frame's receipt
+    inp.trim(int(t[n // 2]))          # keeps the sample at or before it and at most KEEP_S of samples
+    assert inp.t[0] == t[max(n // 2, n - inp.keep)] and inp.t[-1] == t[-1] and inp.keep == int(KEEP_S * 1000)
+    out2, _, _ = inp.at(t[-50:])
+    np.testing.assert_array_equal(out2, v[-50:])
