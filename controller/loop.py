@@ -34,9 +34,19 @@ on ``controller/events``: ``link_errors`` (frames lost or rejected since the las
 one a second), ``link_lost`` (the port went away: the measurements go stale, the torque is off, and
 the link reopens the port by itself), ``link_back`` (the port is back: a new session, CAPS checked,
 CONFIG and RESET sent again — the MCU's watchdog tripped while nobody fed it — or ESTOP again if this
-loop is latched), ``link_refused`` (the device now on the port cannot be set up: named, retried every
+loop is latched, or nothing if the MCU's own e-stop is latched: the loop latches then), ``link_refused`` (the device now on the port cannot be set up: named, retried every
 0.5 s). Setting up a new session blocks the loop for up to about 1.5 s (the cycles are counted as
 overruns); it is stale meanwhile, so no torque is commanded.
+
+**The MCU's latches outlive the loop.** The loop is restarted by the supervisor when it fails; a new loop
+never clears what the MCU latched: when its first session finds the MCU's e-stop latched or its
+watchdog tripped (the loop before it crashed or was killed while commanding), it sends no RESET and
+latches itself (an ``estop`` event naming the MCU) — only `walklab estop --reset` clears both. An
+ESTOP the MCU does not acknowledge (a timeout, a NACK, the port gone) raises nothing: the loop stays
+latched, an ``mcu_estop_failed`` event says so, and the ESTOP is retried every 0.5 s. A loop asked to
+stop with nothing latched sends RESET after its last idle COMMAND, so the MCU's watchdog is disarmed
+and the next loop starts unlatched. A session that fails to set up closes its link (no reader or
+heartbeat thread is left on the port while `_connect` retries).
 
 **Shadow mode** (``--shadow``, for `walklab replay --shadow`): the MCU is never opened and nothing is
 commanded; the measured state comes from the bus, the robot's encoder streams ``encoder/<actuator>``
@@ -243,9 +253,16 @@ class McuIo:
         self.P = P
         self.port, self.watchdog_ms, self.n = port, watchdog_ms, n_motors
         self.link = Link(port, baudrate=baud, liveness_s=max(0.05, watchdog_ms / 2000))
-        self.link.open()
         self.latest: Measured | None = None
-        self.session(5.0, latched=False)
+        self.mcu_latch: str | None = None  # the MCU was found latched (`session`): the loop latches too
+        self.estop_pending = False          # an ESTOP the MCU has not acknowledged yet (`estop`)
+        self.notes: list[Event] = []        # events of `estop`, returned by the next `poll`
+        self.link.open()
+        try:
+            self.session(5.0, latched=False, first=True)
+        except BaseException:  # a refused or silent device: no reader or heartbeat thread left behind
+            self.link.close()
+            raise
         st = self.link.stats
         self.disconnects = st.disconnects   # at the current session's set-up
         self.up = True                      # a session is set up on the port now open
@@ -254,9 +271,13 @@ class McuIo:
         self.errors = (st.lost_frames, sum(st.rejected.values()))  # at the last link_errors event
         self.next_report = self.next_errors = 0
 
-    def session(self, timeout_s: float, latched: bool) -> None:
+    def session(self, timeout_s: float, latched: bool, first: bool = False) -> None:
         """Set up the device now on the port: its CAPS (as many motors as the robot), CONFIG (watchdog),
-        then RESET, or ESTOP if the loop is latched. Raises LinkError, NackError or ValueError."""
+        its latches (the first HEARTBEAT or STATE after), then ESTOP if the loop is latched, else RESET
+        — unless the MCU itself is latched: its e-stop, or at the loop's `first` session its tripped
+        watchdog (the controller before this one stopped feeding it: it crashed or was killed). Then
+        nothing is sent and `mcu_latch` says why; the loop latches too, and only an operator's reset
+        (`walklab estop --reset`) clears both. Raises LinkError, NackError or ValueError."""
         from firmware_bridge.telemetry import StateUnwrapper
 
         P = self.P
@@ -265,7 +286,30 @@ class McuIo:
             raise ValueError(f"{self.port}: the MCU has {caps.n_motors} motors, the robot config {self.n}")
         self.unwrap = StateUnwrapper(caps.cpr)
         self.link.request(P.Config(watchdog_ms=self.watchdog_ms, stream_hz=0))
-        self.link.request(P.Estop(reason=1) if latched else P.Reset())
+        status = self._status(timeout_s)
+        if latched:
+            self.link.request(P.Estop(reason=1))
+            self.estop_pending = False
+        elif status & P.STATUS_ESTOP or (first and status & P.STATUS_WATCHDOG):
+            why = "its e-stop latched" if status & P.STATUS_ESTOP else "its watchdog tripped: the last controller stopped"
+            self.mcu_latch = f"the MCU on {self.port} ({why})"
+        else:
+            self.link.request(P.Reset())
+
+    def _status(self, timeout_s: float) -> int:
+        """The MCU's STATUS_* latch bits from the first HEARTBEAT (status) or STATE (motor flags) received."""
+        from firmware_bridge.link import LinkTimeout
+
+        P = self.P
+        end = time.monotonic() + timeout_s
+        while (left := end - time.monotonic()) > 0 and (f := self.link.recv(left)) is not None:
+            if isinstance(f.msg, P.Heartbeat):
+                return f.msg.status
+            if isinstance(f.msg, P.State):
+                flags = [m.flags for m in f.msg.motors]
+                return (P.STATUS_ESTOP * any(x & P.FLAG_ESTOP for x in flags)) | \
+                    (P.STATUS_WATCHDOG * any(x & P.FLAG_WATCHDOG for x in flags))
+        raise LinkTimeout(f"{self.port}: no HEARTBEAT or STATE within {timeout_s:g} s: the MCU's latches are unknown")
 
     def read(self) -> Measured | None:
         for f in self.link.drain():
@@ -279,7 +323,10 @@ class McuIo:
         """The link's state this cycle (module doc): events to publish; counters into `health`."""
         from firmware_bridge.link import LinkError, NackError
 
-        events = []
+        events, self.notes = self.notes, []
+        if self.estop_pending and self.up and now >= self.retry_at:
+            self.retry_at = now + self.RETRY_NS
+            self.estop()
         if self.up and not self.link.connected.is_set():
             self.up = False
             events.append(Event(now, "link_lost", f"{self.port}: the MCU's port went away; torque off, reopening"))
@@ -308,8 +355,10 @@ class McuIo:
                     events.append(Event(now, "link_refused", f"{exc}; retrying"))
                 else:
                     self.up, self.disconnects = True, self.link.stats.disconnects
+                    sent = "ESTOP sent" if latched else "nothing sent: the MCU's e-stop is latched" \
+                        if self.mcu_latch else "RESET sent"
                     events.append(Event(now, "link_back", f"{self.port}: reconnected, session set up again "
-                                                          f"({'ESTOP' if latched else 'RESET'} sent)"))
+                                                          f"({sent})"))
         health.state = health.state if self.up else "disconnected"
         return events
 
@@ -326,9 +375,29 @@ class McuIo:
         self.link.send(cmd)
 
     def estop(self) -> None:
-        self.link.request(self.P.Estop(reason=1))
+        """Latch the MCU's e-stop. Unacknowledged (a link error: a timeout, a NACK, the port gone) it
+        stays pending, an ``mcu_estop_failed`` event says so, and `poll` retries it every RETRY_NS (a
+        new session sends it too) — never an exception out of the loop, which stays latched."""
+        from firmware_bridge.link import LinkError, NackError
+
+        try:
+            self.link.request(self.P.Estop(reason=1))
+        except (LinkError, NackError) as exc:
+            if not self.estop_pending:
+                self.notes.append(Event(time.monotonic_ns(), "mcu_estop_failed",
+                                        f"{exc}; the loop stays latched, ESTOP retried", True))
+            self.estop_pending = True
+        else:
+            self.estop_pending = False
 
     def reset(self) -> None:
+        """Clear the MCU's latches (RESET; LinkError or NackError if unacknowledged)."""
+        self.link.request(self.P.Reset())
+        self.estop_pending = False
+
+    def release(self) -> None:
+        """A clean stop of the loop: RESET after the last idle COMMAND, so the MCU's watchdog is
+        disarmed and does not trip (a trip would latch the next loop, as after a crash)."""
         self.link.request(self.P.Reset())
 
     def close(self) -> None:
@@ -483,12 +552,16 @@ def run(ctx, args: Sequence[str]) -> int:
     A = len(cfg.actuators)
     states = _States(ctx, cfg.actuators, o.block, rate)
     h = ctx.health
+    clean = False
     try:
         while not ctx.stopping:
             now, jitter = sched.wait()
             h.latency("loop/jitter", jitter * 1e-9)
             h.count("loop/cycles")
             meas = io.read()
+            if io.mcu_latch is not None:  # the MCU was latched when its session was set up: so is the loop
+                _publish_event(ctx, ctl.safety.estop(now, io.mcu_latch), now)
+                io.mcu_latch = None
             for sub in ops:
                 while (f := sub.recv(timeout_s=0)) is not None:
                     _operator(ctx, ctl, io, f, now)
@@ -503,10 +576,13 @@ def run(ctx, args: Sequence[str]) -> int:
             if missed:
                 h.count("loop/overruns")
                 h.count("loop/missed", missed)
+        clean = ctl.safety.latched is None  # asked to stop with nothing latched (not a crash)
     finally:
         try:
             io.write(Decision(False, np.zeros(A), None))
-        except OSError:
+            if clean:
+                io.release()
+        except (OSError, ValueError):
             pass
         io.close()
         ops[1].close()
