@@ -17,6 +17,7 @@ running dissipated energy) is a small dataclass passed in and returned.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -488,16 +489,19 @@ def contact_forces(
     return ContactForces(f_n, f_t, force, v_lat, law.v_min, energy, touch, lift, new_state)
 
 
+@functools.lru_cache(maxsize=64)
 def _law_codes(law: NormalLaw, friction: Friction | None) -> tuple[int, np.ndarray, int, np.ndarray]:
-    """The compiled kernel's law and friction codes and parameters (kernels/ground.py)."""
+    """The compiled kernel's law and friction codes and parameters (kernels/ground.py), built once
+    per (frozen) law pair: a live one-sample call must not rebuild them. Read-only arrays."""
     lcode = {"kelvin_voigt": G.KELVIN_VOIGT, "hertz": G.HERTZ, "hunt_crossley_constant": G.CONSTANT_DAMPING}.get(
         law.kind, G.RESTITUTION)
     lp = np.array([law.stiffness, law.exponent, law.damping, law.v_min, law.chi if law.uses_latch else 0.0])
-    if friction is None:
-        return lcode, lp, G.NO_FRICTION, np.zeros(6)
-    fcode = {"ramp": G.RAMP, "tanh": G.TANH, "stiction": G.STICTION}[friction.kind]
-    fp = np.array([friction.mu, friction.v0, friction.v1, friction.v_s,
-                   friction.mu if friction.mu_static is None else friction.mu_static, friction.mu_viscous])
+    fcode, fp = G.NO_FRICTION, np.zeros(6)
+    if friction is not None:
+        fcode = {"ramp": G.RAMP, "tanh": G.TANH, "stiction": G.STICTION}[friction.kind]
+        fp = np.array([friction.mu, friction.v0, friction.v1, friction.v_s,
+                       friction.mu if friction.mu_static is None else friction.mu_static, friction.mu_viscous])
+    lp.flags.writeable = fp.flags.writeable = False
     return lcode, lp, fcode, fp
 
 
