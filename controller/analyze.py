@@ -725,6 +725,8 @@ def _planar_trial(data: TrialData, res: TrialResult, options: Options, pm: pmk.P
         return
     c = pmk.planar_coordinates(pm, pts)
     res.scheme = (pts, pm.parent + 1, pm.joints)
+    if options.identify:
+        res.notes.append("--identify: implemented for the CGM only (its pelvis-residual criterion); not run")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for i, seg in enumerate(pm.segments):
