@@ -53,9 +53,12 @@ commanded; the measured state comes from the bus, the robot's encoder streams ``
 (channels ``angle`` rad and ``velocity`` rad/s, as `daq.encoder` and the simulated world publish them).
 The cycles follow the data's clock, not the host's: cycle k runs at lab time t_k = t_first + k T (t_first
 the first encoder sample's time) once every actuator's stream covers t_k — or once the newest sample of
-any actuator is more than ``stale_s`` ahead (the lagging one is then stale) —, with each actuator's
-newest sample at or before t_k, and a measurement's age the data time since it; operator frames take
-effect at the first cycle at or after their ``t``. So a replay at any speed computes the same cycles.
+any actuator is more than `BusState.HOLD_S` ahead (the lagging one is then stale: a stream that
+stopped) —, with each actuator's newest sample at or before t_k, and a measurement's age the data time
+since it; operator frames take effect at the first cycle at or after their ``t``. So a replay at any
+speed computes the same cycles. (The streams of two actuators do not arrive in step: a device daemon
+that fell behind publishes one motor's blocks of a batch before the other's — 330 ms apart in a
+recording of the simulated world on a loaded machine.)
 The ``jitter`` column is NaN (there is no deadline).
 
 Planar/robot conventions: actuator coordinates in rad (cranks + forward), torques in N m; times in ns.
@@ -408,15 +411,18 @@ class BusState:
     """Shadow mode's measured state (module doc): the actuators' encoder samples by lab time [ns],
     angle [rad] and velocity [rad/s]; `cycles` yields the data-clocked cycles they cover."""
 
+    #: How far [s of lab time] one actuator's stream may run ahead of another's before the cycles go on
+    #: without the laggard (as the walker dynamics' input buffer, dynamics.service_torques.KEEP_S).
+    HOLD_S = 4.0
     KEEP_NS = 1_000_000_000  # samples kept behind the current cycle (a stale actuator's newest is kept too)
 
-    def __init__(self, actuators: Sequence[str], period_ns: int, stale_s: float) -> None:
+    def __init__(self, actuators: Sequence[str], period_ns: int) -> None:
         self.index = {f"encoder/{a}": j for j, a in enumerate(actuators)}
         n = len(actuators)
         self.t = [np.empty(0, np.int64) for _ in range(n)]
         self.qq = [np.empty((0, 2)) for _ in range(n)]  # (angle, velocity) per sample
         self.period = int(period_ns)
-        self.stale_ns = round(stale_s * 1e9)
+        self.hold_ns = round(self.HOLD_S * 1e9)
         self.next: int | None = None
 
     def feed(self, frame) -> None:
@@ -441,7 +447,7 @@ class BusState:
         newest = [int(t[-1]) for t in self.t if t.size]
         if self.next is None or not newest:
             return
-        cover = max(min(newest) if len(newest) == len(self.t) else -(2 ** 62), max(newest) - self.stale_ns)
+        cover = max(min(newest) if len(newest) == len(self.t) else -(2 ** 62), max(newest) - self.hold_ns)
         while self.next <= cover:
             d = self.next
             k = [int(np.searchsorted(t, d, side="right")) - 1 for t in self.t]
@@ -593,7 +599,7 @@ def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, r
     """Shadow mode (module doc): encoder streams in, cycles on the data's clock, nothing commanded."""
     from controller.proc import subscriber_for
 
-    state = BusState(cfg.actuators, round(1e9 / rate), cfg.limits.stale_s)
+    state = BusState(cfg.actuators, round(1e9 / rate))
     sub = ctx.subscriber([*state.index, REQUEST_STREAM, ESTOP_STREAM], expect=())
     operator = subscriber_for(ctx.lab, [o.operator], [REQUEST_STREAM, ESTOP_STREAM], expect=())
     states = _States(ctx, cfg.actuators, o.block, rate)

@@ -411,3 +411,40 @@ def test_shadow_loop_reads_the_encoder_streams_on_the_data_clock_and_never_touch
             proc.communicate()
         bus.sub.close()
         mcu.close()
+
+
+def test_shadow_cycles_do_not_depend_on_how_the_actuators_streams_interleave():
+    """Two shafts' encoder streams delivered in step, or one 400 ms of blocks ahead of the other (a daemon
+    that fell behind sends one motor's blocks of a batch first): the same cycles, each measuring the
+    samples at its time. Truth: the angles the test put in the frames (q = w t per shaft)."""
+    from daq.frames import Frame
+    from controller.loop import BusState
+
+    MS, T0 = 1_000_000, 5 * 10**9
+    omega = {"left": 1.0, "right": -2.0}
+
+    def block(shaft: str, k: int) -> Frame:
+        t = T0 + 10 * k * MS
+        ts = (t - T0 + np.arange(10) * MS) * 1e-9
+        return Frame(f"encoder/{shaft}", "encoder", k, None, t, t, 1000.0, ("angle", "velocity", "current"),
+                     ("rad", "rad/s", "A"), np.column_stack([omega[shaft] * ts, np.full(10, omega[shaft]),
+                                                             np.zeros(10)]))
+
+    def cycles(order: list[Frame]) -> list[tuple[int, tuple]]:
+        st = BusState(("left", "right"), 2 * MS)
+        out = []
+        for f in order:
+            st.feed(f)
+            out += [(t, (m.t_ns, *m.q, *m.qd) if m else None) for t, m in st.cycles()]
+        return out
+
+    in_step = [block(s, k) for k in range(100) for s in ("left", "right")]
+    skewed = []
+    for b in range(0, 100, 40):  # batches of 40 blocks: every left block of the batch, then every right one
+        skewed += [block("left", k) for k in range(b, min(b + 40, 100))]
+        skewed += [block("right", k) for k in range(b, min(b + 40, 100))]
+    a, b = cycles(in_step), cycles(skewed)
+    assert a == b and len(a) >= 495
+    for t, m in a:
+        s = (t - T0) * 1e-9
+        assert m == (t, omega["left"] * s, omega["right"] * s, omega["left"], omega["right"])
