@@ -77,8 +77,9 @@ def load_script(path: str | Path) -> list[Command]:
 
 # ------------------------------------------------------------------------------------ the monitor
 
-#: Control-loop event causes that are not safety events: operator requests, data fresh again.
-NOT_SAFETY = ("request", "fresh")
+#: Control-loop event causes that are not safety events: operator requests, data fresh again, the MCU's
+#: link back, frames lost or rejected on it (the stale rule is what stops the motors when they matter).
+NOT_SAFETY = ("request", "fresh", "link_back", "link_errors")
 
 
 def lost_frames(health: dict[str, dict[str, dict[str, float]]]) -> dict[str, tuple[int, str]]:
