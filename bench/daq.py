@@ -13,7 +13,9 @@ as a percentage of one core. Scenarios:
   (2 plates, 1 kHz), `daq.devices.forceboard` (a virtual FORCE board on a pty, 1 kHz),
   `daq.devices.mocap` (40 markers at 200 Hz from a `MocapSender` in this process, 2-frame blocks).
 - ``replay``: the lab-load recording replayed with ``--fast`` (back-pressure) into a subscriber in
-  another process: speed = recorded duration / replay wall time.
+  another process: speed = recorded duration / replay wall time, and the CPU per frame of the
+  replay and of the consumer, beside the peer: the same file read by the ``mcap`` library's reader
+  with each message unpacked by msgpack (the least any replay does), in the same run.
 
     python bench/daq.py [--seconds 20] [--scenarios record,daemons,replay]
 """
@@ -200,22 +202,43 @@ print(n, sum(s.dropped for s in sub.stats().values()))
 """
 
 
+def raw_read(path: Path) -> tuple[int, float]:
+    """The peer: (messages, CPU s) of reading every message of ``path`` with the mcap library's reader
+    and unpacking it with msgpack (the least any replay of the file does)."""
+    import msgpack
+    from mcap.reader import make_reader
+
+    c0 = time.process_time()
+    with open(path, "rb") as fh:
+        n = sum(1 for _, _, m in make_reader(fh).iter_messages(log_time_order=False) if msgpack.unpackb(m.data))
+    return n, time.process_time() - c0
+
+
 def replay(path: Path) -> None:
+    import psutil
+
     from daq.bus import Publisher
     from daq.replay import frames, replay as run_replay, set_backpressure
 
     _, _, dur = file_losses(path)
+    n_raw, cpu_raw = raw_read(path)
     with Publisher("tcp://127.0.0.1:*", replay_s=0.0) as pub:  # as `walklab replay --fast`
         set_backpressure(pub)
         consumer = subprocess.Popen([sys.executable, "-c", CONSUMER.format(repo=str(REPO), endpoint=pub.endpoint)],
                                     stdout=subprocess.PIPE, text=True)
         assert pub.wait_for_subscribers(1, 60)
-        t0 = time.monotonic()
+        ps = psutil.Process(consumer.pid)
+        c_cons = sum(ps.cpu_times()[:2])
+        t0, c0 = time.monotonic(), time.process_time()
         n = run_replay(frames(path), pub, speed=None)
-        wall = time.monotonic() - t0
+        wall, cpu = time.monotonic() - t0, time.process_time() - c0
+        c_cons = sum(ps.cpu_times()[:2]) - c_cons  # the consumer is still draining: a lower bound
         out = consumer.communicate(timeout=120)[0].split()
     print(f"replay --fast: {n} frames of {dur:.1f} s in {wall:.2f} s = {dur / wall:.1f}x real time "
-          f"({n / wall:.0f} frames/s); consumer received {out[0]}, dropped {out[1]}", flush=True)
+          f"({n / wall:.0f} frames/s); consumer received {out[0]}, dropped {out[1]}; CPU per frame: "
+          f"replay {cpu / n * 1e6:.1f} us, consumer >= {c_cons / n * 1e6:.1f} us; peer, mcap reader + msgpack "
+          f"alone: {cpu_raw / n_raw * 1e6:.1f} us per message ({dur / cpu_raw:.0f}x real time on one core)",
+          flush=True)
 
 
 def main() -> None:
