@@ -413,16 +413,24 @@ class WalkerService:
         while ready < len(self.pending) and self.pending[ready] <= cover:
             ready += 1
         if ready < len(self.pending):
-            # the oldest waiting sample's receipt: past max_wait (or an input's buffer full), compute with
-            # the laggards held
+            # computed now with the laggards held: the waiting samples received more than --max-wait-s ago
+            # (a prefix: receipts grow with lab time), only those — the later ones may still get their
+            # inputs in time — or all of them while an input holds KEEP_S of samples
+            limit = now - self.settings.max_wait_s * 1e9
+            due = ready
             k = int(np.searchsorted(ref.t, self.pending[ready], side="left"))
-            if (k < ref.t.size and now - int(ref.recv[k]) > self.settings.max_wait_s * 1e9) or \
-                    any(i.full for i in self.inputs.values()):
+            if any(i.full for i in self.inputs.values()):
+                due = len(self.pending)
+            elif k < ref.t.size and ref.recv[k] < limit:
+                waiting = np.asarray(self.pending[ready:], dtype=np.int64)
+                k = np.minimum(np.searchsorted(ref.t, waiting, side="left"), ref.t.size - 1)
+                due = ready + max(int(np.searchsorted(ref.recv[k], limit, side="left")), 1)
+            if due > ready:
                 for i in others:
-                    behind = sum(1 for t in self.pending if i.newest is None or t > i.newest)
+                    behind = sum(1 for t in self.pending[:due] if i.newest is None or t > i.newest)
                     if behind:
                         self.count(f"{i.stream}:held_samples", behind)
-                ready = len(self.pending)
+                ready = due
         if not ready:
             return
         t_all = np.array(self.pending[:ready], dtype=np.int64)

@@ -297,3 +297,31 @@ def test_an_input_buffer_interpolates_as_np_interp_through_growth_and_trimming()
     assert inp.t[0] == t[max(n // 2, n - inp.keep)] and inp.t[-1] == t[-1] and inp.keep == int(KEEP_S * 1000)
     out2, _, _ = inp.at(t[-50:])
     np.testing.assert_array_equal(out2, v[-50:])
+
+
+def test_only_the_samples_that_waited_past_max_wait_are_computed_held():
+    # the plates' wrenches stall for 150 ms of the walk, then arrive together: of the encoder samples received
+    # during the stall, those the host clock says waited longer than --max-wait-s (0.1 s) are computed with
+    # the plates held (stale); the later ones wait for the plates and are computed from them
+    s = walk()
+    frames = frames_of(s)
+    end = lambda f: (f.t - T0) // 1_000_000 + f.samples - 1     # noqa: E731 - index of a frame's last sample
+    stalled = [f for f in frames if f.stream.startswith("dynamics/grf/") and 400 <= end(f) < 550]
+    rest = [f for f in frames if not any(f is g for g in stalled)]
+    at = next(i for i, f in enumerate(rest) if end(f) >= 550)
+    order = rest[:at] + stalled + rest[at:]
+    now = [0]
+    bus = Bus()
+    svc = WalkerService(world(), PLATES, ENCODERS, "markers/walker", Settings(max_wait_s=0.1), bus.publish,
+                        clock=lambda: now[0])
+    for f in order:
+        now[0] = T0 + end(f) * 1_000_000      # the host clock: the lab time of the newest sample received
+        svc.feed([f])
+    t, tq, ch = bus.series(TORQUES)
+    i = (t - T0) // 1_000_000
+    stale = col(tq, ch, "stale") > 0
+    # held: exactly the samples from the stall's first plate sample on whose receipt (their 10-sample encoder
+    # frame's, at its last sample) the clock outran by more than 0.1 s before the plates came
+    last = max(end(f) for f in rest[:at])
+    assert np.array_equal(np.flatnonzero(stale), np.flatnonzero((i >= 400) & (i // 10 * 10 + 9 + 100 < last)))
+    assert stale.sum() > 30 and (~stale & (i >= 450) & (i < 550)).sum() > 50
