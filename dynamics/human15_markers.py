@@ -165,7 +165,7 @@ def fit_segments(model: Model, mset: MarkerSet, markers: Mapping[str, np.ndarray
         c = by_child.get(seg)
         if c is not None:  # the proximal joint centre placed by the fitted parent, where < 3 markers are seen
             few = np.sum([np.all(np.isfinite(o), axis=1) for o in obs], axis=0) < 3
-            centre = np.einsum("nij,j->ni", rot[c.parent], s * c.centre) + tr[c.parent]
+            centre = np.einsum("nij,j->ni", rot[c.parent], c.centre) + tr[c.parent]  # the model's, in m
             ref.append(np.zeros(3))
             obs.append(np.where(few[:, None], centre, np.nan))
         fit = rigid_fit(np.array(ref), np.stack(obs, axis=1))

@@ -326,3 +326,20 @@ def test_per_foot_wrenches_obey_the_momentum_law(model):
     right = model.idx_v[model.index["shank_r"]]
     assert np.isnan(kin.tau_bottom_up[5, left]) and np.isfinite(kin.tau_bottom_up[5, right])
     assert np.isnan(kin.residual_force[5]).all() and np.isfinite(kin.residual_force[4]).all()
+
+
+def test_exact_markers_of_a_taller_subject_return_the_joint_trajectories(mset):
+    """human15 scaled to 1.90 m (dynamics.anthropometry): the set's positions scale by the thigh
+    ratio; the joint centres that complete the two-marker thigh and upper arm come from the scaled
+    model as they are (scaling them again put the hip 9 % of its offset too far out)."""
+    from dynamics.anthropometry import human15_table
+    from dynamics.human15_markers import scale
+    from dynamics.loader import model_from_dict
+
+    tall = model_from_dict(human15_table(85.0, 1.90), "human15")
+    s = scale(mset, tall)
+    assert s == pytest.approx(1.90 / 1.741, rel=1e-3)
+    q, _, _ = trajectory(tall, n=60)
+    big = type(mset)(mset.name, mset.model, {k: {m: s * p for m, p in t.items()} for k, t in mset.segments.items()})
+    qh = joint_coordinates(tall, mset, fit_segments(tall, mset, synthetic_markers(tall, big, q)))
+    np.testing.assert_allclose(qh[:, 7:], q[:, 7:], atol=1e-9)
