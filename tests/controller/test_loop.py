@@ -164,6 +164,7 @@ import os  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import json  # noqa: E402
 import textwrap  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -209,6 +210,40 @@ class Bus:
                 (self.events if f.stream == "controller/events" else self.state).append(f)
 
 
+def loop_lab(tmp: Path, robot: Path, args: list[str], extra: str = "") -> tuple[Path, str]:
+    """tmp/lab.toml: one loop process (`args`, plus --robot and a free --operator) on its one-motor MCU
+    device at tmp/mcu, and the TOML `extra`; returns (its path, the loop's endpoint)."""
+    sup, loop, operator = (f"tcp://127.0.0.1:{p}" for p in free_tcp_ports(3))
+    args = ["--robot", str(robot), *args, "--operator", operator]
+    cfg = tmp / "lab.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        [lab]
+        name = "loop-test"
+        [supervisor]
+        bind = "{sup}"
+        [[processes]]
+        name = "loop"
+        module = "controller.loop"
+        bind = "{loop}"
+        devices = ["mcu"]
+        args = {json.dumps(args)}
+        [devices.mcu]
+        kind = "mcu"
+        port = "{tmp / 'mcu'}"
+        motors = ["crank"]
+        watchdog_ms = {WATCHDOG_MS}
+        """) + textwrap.dedent(extra))
+    return cfg, loop
+
+
+def start_loop(cfg: Path) -> subprocess.Popen:
+    """The loop process of `cfg` as the supervisor starts it (controller.proc)."""
+    args = load_lab(cfg).process("loop").args
+    return subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "loop", *args],
+                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("loop")
@@ -239,34 +274,13 @@ def lab(tmp_path_factory):
 
     written, _ = library.build(_load(robot))
     assert len(written) == 2
-    ports = free_tcp_ports(3)
+    cfg, endpoint = loop_lab(tmp, robot, ["--speed", "0.2"])
     port = tmp / "mcu"
-    cfg = tmp / "lab.toml"
-    cfg.write_text(textwrap.dedent(f"""
-        [lab]
-        name = "loop-test"
-        [supervisor]
-        bind = "tcp://127.0.0.1:{ports[0]}"
-        [[processes]]
-        name = "loop"
-        module = "controller.loop"
-        bind = "tcp://127.0.0.1:{ports[1]}"
-        devices = ["mcu"]
-        args = ["--robot", "{robot}", "--speed", "0.2", "--operator", "tcp://127.0.0.1:{ports[2]}"]
-        [devices.mcu]
-        kind = "mcu"
-        port = "{port}"
-        motors = ["crank"]
-        watchdog_ms = {WATCHDOG_MS}
-        """))
     plant = crank_plant(read_crank_legs("jansen_walker"), ground_penetration=0.008, law=LAW)
     mcu = VirtualMCU(1, motor=MotorParams(), control_hz=1000, stream_hz=500, watchdog_ms=1000,
                      load=lambda t, th, om: motor_load(plant, th, om))
-    bus = Bus(f"tcp://127.0.0.1:{ports[1]}")
-    args = load_lab(cfg).process("loop").args
-    proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "loop", *args],
-                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    bus = Bus(endpoint)
+    proc = start_loop(cfg)
     try:
         # the loop waits for its MCU (a port that appears late, like a USB device plugged in)
         assert bus.sub.wait_connected(30.0), "the loop process did not come up"
@@ -341,43 +355,22 @@ def test_shadow_loop_reads_the_encoder_streams_on_the_data_clock_and_never_touch
     on the loop's port receives not one byte. Truth: the angles this test published, the MCU's counters."""
     from daq.bus import Publisher
 
-    robot = lab["cfg"].parent / "robot.toml"
-    ports = free_tcp_ports(4)
-    port = tmp_path / "mcu"
-    cfg = tmp_path / "lab.toml"
-    cfg.write_text(textwrap.dedent(f"""
-        [lab]
-        name = "shadow-test"
-        [supervisor]
-        bind = "tcp://127.0.0.1:{ports[0]}"
-        [[processes]]
-        name = "loop"
-        module = "controller.loop"
-        bind = "tcp://127.0.0.1:{ports[1]}"
-        devices = ["mcu"]
-        args = ["--robot", "{robot}", "--shadow", "--operator", "tcp://127.0.0.1:{ports[3]}"]
+    replay = f"tcp://127.0.0.1:{free_tcp_ports(1)[0]}"
+    cfg, endpoint = loop_lab(tmp_path, lab["cfg"].parent / "robot.toml", ["--shadow"], f"""
         # not started: this test publishes the replayed streams there
         [[processes]]
         name = "replay"
         module = "controller.healthmon"
-        bind = "tcp://127.0.0.1:{ports[2]}"
-        [devices.mcu]
-        kind = "mcu"
-        port = "{port}"
-        motors = ["crank"]
-        watchdog_ms = {WATCHDOG_MS}
-        """))
+        bind = "{replay}"
+        """)
     mcu = VirtualMCU(1, motor=MotorParams(), control_hz=1000, stream_hz=500)
     mcu.start()
-    os.symlink(mcu.port, port)
-    bus = Bus(f"tcp://127.0.0.1:{ports[1]}")
-    args = load_lab(cfg).process("loop").args
-    proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "loop", *args],
-                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    os.symlink(mcu.port, tmp_path / "mcu")
+    bus = Bus(endpoint)
+    proc = start_loop(cfg)
     T0, MS, OMEGA = 10**12, 1_000_000, 2.0   # data clock: 1000 s; a crank turning at 2 rad/s
     try:
-        with Publisher(f"tcp://127.0.0.1:{ports[2]}") as pub:
+        with Publisher(replay) as pub:
             assert pub.wait_for_subscribers(1, 60.0), "the shadow loop never subscribed"
             assert bus.sub.wait_connected(30.0), "the loop's outputs never came"
             for k in range(250):                      # 2.5 s of 10-sample blocks at 1 kHz, as fast as it goes
