@@ -65,7 +65,9 @@ class Options:
     or a planar model (configs/models/MODEL.toml, e.g. "zinkovsky_5_1": its joint-point markers,
     ``dynamics.planar_markers``); others are reported as not computed; reference: (marker A,
     marker B, length m, vertical) a reference segment of known length giving a planar model's axes
-    and scale (methods.md f.1; None: lab x forward, z up);
+    and scale (methods.md f.1; None: lab x forward, z up); static: a static trial (the subject
+    standing in the model's neutral posture) that places the marker set on the subject (human15,
+    ``h15.calibrate``);
     mass: kg overriding the file's; cutoff: Hz of the marker low-pass (0: none); figures: write
     PNGs and the HTML report; identify: search the marker cutoff and the leg segment masses that
     minimise the pelvis residual (``identify_cgm``) and report them; filter: "butterworth" (zero
@@ -80,6 +82,7 @@ class Options:
     filter: str = "butterworth"
     subject: tuple[tuple[str, float], ...] = ()
     reference: tuple[str, str, float, bool] | None = None
+    static: str | None = None
 
 
 @dataclass(frozen=True)
@@ -574,6 +577,8 @@ def _tree_model(data: TrialData, res: TrialResult, options: Options, mset: h15.M
         if model is None:
             from dynamics.loader import load_model
             model = load_model(options.model)
+        if options.static:
+            mset = _calibrated(model, mset, options, res.notes)
         fits = h15.fit_segments(model, mset, pig)
         for seg, gone in h15.missing_markers(mset, pig).items():
             fitted = np.isfinite(fits.residual[seg]).any()
@@ -782,6 +787,22 @@ def _planar_trial(data: TrialData, res: TrialResult, options: Options, pm: pmk.P
                          "their force is applied to no segment (it shows in SupportForce)")
 
 
+def _calibrated(model, mset: h15.MarkerSet, options: Options, notes: list[str]) -> h15.MarkerSet:
+    """The marker set placed on the subject by the static trial ``options.static`` (its markers
+    filled and filtered as the trial's); the set as it is, with a note, if that fails."""
+    try:
+        static = load_trial(options.static)
+        pig = _prepare_markers(static.markers, options.cutoff, [], options.filter, frozenset(mset.labels))
+        cal = h15.calibrate(model, mset, pig)
+    except (ValueError, OSError) as e:
+        notes.append(f"no calibration: static trial {options.static}: {e}")
+        return mset
+    seen = sum(k in pig and np.isfinite(pig[k]).any() for k in mset.labels)
+    notes.append(f"marker set calibrated on the static trial {Path(options.static).name} ({seen} of its "
+                 f"{len(mset.labels)} markers seen; the subject taken to stand in the model's neutral posture)")
+    return cal
+
+
 def _joint_centre_check(model, q: np.ndarray, fits: h15.SegmentFits, res: TrialResult, name: str) -> None:
     """The model placed by its joint coordinates (its own segment lengths, hinge knees) against the
     fitted segment origins: metric ``joint_centre_mismatch_m`` (median over fitted segments and
@@ -871,6 +892,8 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
     time = data.t0 + np.arange(n) / data.markers.rate
     res = TrialResult(name=data.name, time=time, notes=list(data.notes))
     mset = _marker_set(options.model, data.markers.labels) if options.model != "cgm" else None
+    if options.static and mset is None:
+        res.notes.append("--static: used by the models with a marker set (human15) only; ignored")
     planar, why_not = _planar_of(options, data) if options.model != "cgm" and mset is None else (None, "")
     used = USED_MARKERS | set(mset.labels) if mset is not None else USED_MARKERS
     if planar is not None:

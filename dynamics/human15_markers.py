@@ -173,6 +173,41 @@ def fit_segments(model: Model, mset: MarkerSet, markers: Mapping[str, np.ndarray
     return SegmentFits(rot, tr, res)
 
 
+def calibrate(model: Model, mset: MarkerSet, static: Mapping[str, np.ndarray]) -> MarkerSet:
+    """The marker set placed on this subject from a static trial (OpenSim's "marker placement";
+    Plug-in Gait's static offsets, for every segment): the subject stands in the model's neutral
+    posture (q = neutral: upright, joint angles 0). The root is fitted from its markers (median
+    over the static frames), the model placed at q = neutral on it (forward kinematics), and every
+    marker seen is moved to where it is in its segment's frame: p_seg = R_segᵀ (p − t_seg). Markers
+    not seen keep the set's (scaled) position. Returns a set for this model (reference_thigh = its
+    thigh, scale 1). static: label → (N, 3) m lab; MarkerError if the root is not fitted."""
+    from scipy.spatial.transform import Rotation
+
+    from .kinematics import forward_kinematics
+
+    med = {k: np.nanmedian(np.asarray(v, float), axis=0)[None] for k, v in static.items()
+           if k in mset.labels and np.isfinite(v).all(axis=1).any()}
+    root = model.segments[0].name
+    fits = fit_segments(model, MarkerSet(mset.name, mset.model, {root: mset.segments[root]}, mset.reference_thigh),
+                        med)
+    R, t = fits.rotation[root][0], fits.translation[root][0]
+    if not np.all(np.isfinite(R)):
+        raise MarkerError(f"static trial: the root segment {root!r} is not fitted (needs 3 of its markers "
+                          f"{', '.join(mset.segments[root])})")
+    q = model.neutral().astype(float)
+    q[:3], q[3:7] = t, Rotation.from_matrix(R).as_quat()
+    pose = forward_kinematics(model, q[None])
+    s = scale(mset, model)
+    segs = {}
+    for seg, table in mset.segments.items():
+        i = model.index[seg]
+        Rs, ts = pose.rotation[0, i], pose.translation[0, i]
+        segs[seg] = {m: (Rs.T @ (med[m][0] - ts) if m in med else s * p) for m, p in table.items()}
+    thigh = float(np.linalg.norm(model.segment("shank_l").joint.translation)) if "shank_l" in model.index \
+        else mset.reference_thigh * s
+    return MarkerSet(f"{mset.name} (calibrated)", mset.model, segs, thigh, dict(mset.opensim))
+
+
 def _vee(m: np.ndarray) -> np.ndarray:
     """(N, 3) axial vector of the skew part of m (N, 3, 3): vee((m − mᵀ)/2)."""
     return 0.5 * np.stack([m[:, 2, 1] - m[:, 1, 2], m[:, 0, 2] - m[:, 2, 0], m[:, 1, 0] - m[:, 0, 1]], axis=1)

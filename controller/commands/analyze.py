@@ -1,7 +1,7 @@
 """`walklab analyze`: joint angles, moments, powers, ZMP, events and a report from gait trials.
 
     walklab analyze INPUT... --out DIR [--model cgm|human15|MODEL] [--mass KG] [--cutoff HZ]
-                    [--filter butterworth|spline] [--subject NAME=VALUE ...] [--reference A,B,M[,vertical]] [--workers N]
+                    [--filter butterworth|spline] [--subject NAME=VALUE ...] [--reference A,B,M[,vertical]] [--static FILE] [--workers N]
                     [--dask ADDRESS] [--no-figures] [--identify]
 
 INPUT: C3D files, OpenSim TRC files (their GRF ``NAME_grf.mot`` or ``NAME.mot`` is read beside
@@ -41,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--filter", choices=("butterworth", "spline"), default="butterworth",
                    help="marker smoothing: zero-lag Butterworth at --cutoff (default) or the smoothing "
                         "spline with its parameter chosen by generalised cross-validation")
+    p.add_argument("--static", metavar="FILE",
+                   help="human15: a static trial (C3D or TRC, the subject standing in the model's neutral posture) "
+                        "that places the marker set's markers on the subject before the trials are fitted")
     p.add_argument("--workers", type=int, default=0, metavar="N",
                    help="parallel trial jobs (default one per core; 1 = in this process)")
     p.add_argument("--dask", metavar="ADDRESS", help="send the trial jobs to this Dask scheduler instead")
@@ -81,12 +84,14 @@ def _analyze(args: argparse.Namespace) -> int:
             raise ValueError(f"--reference {args.reference!r}: expected A,B,METRES[,vertical] (two marker names and "
                              "a length > 0), e.g. floor1,floor2,2.0")
         reference = (parts[0], parts[1], length, len(parts) == 4)
+    if args.static and not Path(args.static).is_file():
+        raise FileNotFoundError(f"--static {args.static}: no such file")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise NotADirectoryError(f"--out {args.out} exists and is not a folder")
     paths = analyze.expand_inputs(args.inputs)
     options = analyze.Options(model=args.model, mass=args.mass, cutoff=args.cutoff, figures=not args.no_figures,
                               identify=args.identify, filter=args.filter, subject=tuple(subject),
-                              reference=reference)
+                              reference=reference, static=args.static)
     errors = 0
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=False, disable=not sys.stderr.isatty()) as bar:

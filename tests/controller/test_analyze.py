@@ -697,3 +697,59 @@ def test_human15_kinetics_from_per_foot_ground_reactions():
             np.testing.assert_allclose(res.series[name + kind][inner, :ncoord], want, atol=2e-3 * scale)
     assert np.nanmax(np.abs(res.series["PelvisResidualForce"][inner])) < 0.01 * 9.81
     assert any("per-foot ground reactions" in s for s in res.notes)
+
+
+def test_human15_static_calibration_through_the_command(tmp_path, capsys):
+    """A subject whose thigh, shank, foot and arm markers sit up to 3 cm from the PiG set's
+    positions, a static trial (the model's neutral posture) and a walk, both as TRC files:
+    `walklab analyze WALK.trc --model human15 --static STATIC.trc` returns the walk's knee
+    angle (TRC digits: 1e-6 mm), without --static it is degrees off; a missing static file is
+    one error line."""
+    import tomllib
+
+    from scipy.spatial.transform import Rotation
+
+    import configs
+    from controller.cli import main
+    from dynamics import load_model
+    from dynamics.kinematics import forward_kinematics
+
+    model = load_model("human15")
+    table = tomllib.loads(configs.path("markersets/human15.toml").read_text())["segment"]
+    shared = {m for t in table.values() for m in t if sum(m in u for u in table.values()) > 1}
+    rng = np.random.default_rng(4)
+    moved = {seg: {m: np.add(p, 0 if seg == "pelvis" or m in shared else rng.uniform(-0.03, 0.03, 3))
+                   for m, p in t.items()} for seg, t in table.items()}
+
+    def markers(q):
+        pl = forward_kinematics(model, q)
+        out = {}
+        for seg, t in moved.items():
+            i = model.index[seg]
+            for m, p in t.items():
+                out.setdefault(m, np.einsum("nij,j->ni", pl.rotation[:, i], p) + pl.translation[:, i])
+        return analyze.c3d.Markers(tuple(out), np.stack(list(out.values()), axis=1), 100.0)
+
+    q0 = np.tile(model.neutral(), (50, 1))
+    q0[:, :3] = [0.5, 0.1, 0.9]
+    q0[:, 3:7] = Rotation.from_euler("z", -0.3).as_quat()
+    n = 150
+    t = np.arange(n) / 100.0
+    q = np.tile(model.neutral(), (n, 1))
+    q[:, 0], q[:, 2] = 0.8 * t, 0.9
+    q[:, 7:] = 0.15 * np.sin(2 * np.pi * 0.9 * t[:, None] + np.arange(model.nq - 7))
+    analyze.osim.write_trc(tmp_path / "static.trc", markers(q0))
+    analyze.osim.write_trc(tmp_path / "walk.trc", markers(q))
+    knee = model.idx_q[model.index["shank_r"]]
+    for extra, ok in (([], False), (["--static", str(tmp_path / "static.trc")], True)):
+        out = tmp_path / ("cal" if ok else "raw")
+        assert main(["analyze", str(tmp_path / "walk.trc"), "--out", str(out), "--model", "human15", "--cutoff", "0",
+                     "--workers", "1", "--no-figures", *extra]) == 0
+        res = np.load(out / "walk" / "results.npz")
+        err = np.abs(res["RKneeAngles"][:, 0] - np.degrees(q[:, knee]))
+        assert (err.max() < 1e-4) == ok, err.max()
+    capsys.readouterr()
+    assert main(["analyze", str(tmp_path / "walk.trc"), "--out", str(out), "--model", "human15",
+                 "--static", str(tmp_path / "nope.trc")]) == 2
+    err = capsys.readouterr().err
+    assert "walklab analyze: error: --static" in err and "no such file" in err
