@@ -1,0 +1,252 @@
+"""The control loop's latches against a crash, a restart and a link that drops its ESTOP (controller.loop,
+McuIo): real loop processes (`controller.proc`, as the supervisor starts them) on one VirtualMCU over a pty.
+
+Truths: the MCU's own latch state (`VirtualMCU.estop`, `wd_tripped`, the motor mode) — what a new loop may
+not clear by itself — and the process's exit status; threads of the link left running (a leak) counted by
+name in this process.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.config import load as load_lab
+from controller.synergies import library
+from controller.synergies.robot import load_robot
+from daq.bus import Subscriber
+from daq.ports import free_tcp_ports
+from dynamics.contact import NormalLaw
+from dynamics.linkage.model import read_crank_legs
+from dynamics.plants.crank import crank_plant, motor_load
+from dynamics.plants.motor import MotorParams
+from firmware_bridge import protocol as P
+from firmware_bridge.link import LinkError
+from firmware_bridge.virtual import VirtualMCU
+
+REPO = Path(__file__).resolve().parents[2]
+LAW = NormalLaw("hunt_crossley_constant", 2e4, damping=10.0)
+
+
+def until(pred, timeout_s: float, what: str, pump=None) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pump:
+            pump(0.05)
+        else:
+            time.sleep(0.01)
+        if pred():
+            return
+    pytest.fail(f"{what}: not within {timeout_s} s")
+
+
+class Loop:
+    """One loop process and its controller/state and controller/events frames."""
+
+    def __init__(self, rig: dict) -> None:
+        args = load_lab(rig["cfg"]).process("loop").args
+        self.sub = Subscriber([rig["endpoint"]], ["controller/state", "controller/events"])
+        self.proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(rig["cfg"]), "--name",
+                                      "loop", *args], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.state: list = []
+        self.events: list = []
+        assert self.sub.wait_connected(60.0), "the loop process did not come up"
+
+    def pump(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            f = self.sub.recv(timeout_s=0.02)
+            if f is not None:
+                (self.events if f.stream == "controller/events" else self.state).append(f)
+
+    def causes(self) -> list[str]:
+        return [f.meta.get("cause") for f in self.events]
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            _, err = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        self.sub.close()
+        self.stderr = err
+        return self.proc.returncode
+
+
+def walklab(*args):
+    return subprocess.run([sys.executable, "-m", "controller.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory):
+    """A one-crank robot and its library, a lab with the loop process, and its MCU (load: the walker's crank
+    plant, plus `push[0]` N m driving the crank forward when a test sets it)."""
+    tmp = tmp_path_factory.mktemp("latches")
+    robot = tmp / "robot.toml"
+    robot.write_text(textwrap.dedent("""
+        kind = "robot"
+        robot = "jansen"
+        model = "jansen_walker"
+        actuators = ["crank"]
+        [synergies]
+        library = "LIB"
+        speeds = [0.2]
+        turns = [0.0]
+        profiles = ["constant"]
+        samples = 256
+        [loop]
+        rate_hz = 500.0
+        kp = [2.0]
+        kd = [0.2]
+        [limits]
+        velocity = [8.0]
+        torque = [6.0]
+        slew = [10.0]
+        torque_slew = [300.0]
+        stale_s = 0.1
+        """).replace("LIB", str(tmp / "lib")))
+    written, _ = library.build(load_robot(robot))
+    assert len(written) == 1
+    ports = free_tcp_ports(3)
+    port = tmp / "mcu"
+    cfg = tmp / "lab.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        [lab]
+        name = "latch-test"
+        [supervisor]
+        bind = "tcp://127.0.0.1:{ports[0]}"
+        [[processes]]
+        name = "loop"
+        module = "controller.loop"
+        bind = "tcp://127.0.0.1:{ports[1]}"
+        devices = ["mcu"]
+        args = ["--robot", "{robot}", "--speed", "0.2", "--operator", "tcp://127.0.0.1:{ports[2]}"]
+        [devices.mcu]
+        kind = "mcu"
+        port = "{port}"
+        motors = ["crank"]
+        watchdog_ms = 200
+        """))
+    plant = crank_plant(read_crank_legs("jansen_walker"), ground_penetration=0.008, law=LAW)
+    push = [0.0]
+
+    def load(t, th, om):
+        J, tau = motor_load(plant, th, om)
+        return J, tau - push[0]
+
+    mcu = VirtualMCU(1, motor=MotorParams(), control_hz=1000, stream_hz=500, watchdog_ms=1000, load=load)
+    mcu.start()
+    os.symlink(mcu.port, port)
+    try:
+        yield {"cfg": cfg, "mcu": mcu, "endpoint": f"tcp://127.0.0.1:{ports[1]}", "port": port, "push": push}
+    finally:
+        mcu.close()
+
+
+def walking(mcu) -> bool:
+    return mcu.wd_armed and not mcu.wd_tripped and not mcu.estop and mcu.mode[0] == P.MODE_TORQUE
+
+
+def test_a_restarted_loop_keeps_what_the_mcu_latched_until_an_operator_reset(rig):
+    mcu, cfg = rig["mcu"], str(rig["cfg"])
+    # a loop walks, then dies mid-walk (killed: no clean stop): the MCU's watchdog trips
+    a = Loop(rig)
+    until(lambda: walking(mcu), 60.0, "the first loop walking", a.pump)
+    a.stop(signal.SIGKILL)
+    until(lambda: mcu.wd_tripped and mcu.mode[0] == P.MODE_IDLE, 10.0, "the MCU's watchdog")
+    # its successor (what the supervisor's restart does) finds the trip: latched, no RESET sent
+    b = Loop(rig)
+    until(lambda: "estop" in b.causes(), 60.0, "the new loop latching on the MCU's trip", b.pump)
+    ev = b.events[b.causes().index("estop")]
+    assert "watchdog tripped" in ev.meta["detail"] and ev.data[0, 0] == 1.0
+    until(lambda: len(b.state) > 20, 20.0, "controller/state frames", b.pump)
+    assert mcu.wd_tripped and mcu.mode[0] == P.MODE_IDLE
+    assert all(np.all(f.data[:, 5] == 0) for f in b.state)  # no torque commanded
+    # only the operator's reset clears it: then it walks
+    r = walklab("estop", cfg, "--reset", "--timeout", "20")
+    assert r.returncode == 0, r.stderr
+    until(lambda: walking(mcu), 20.0, "walking after the reset", b.pump)
+    # an e-stop, then the loop stopped while latched: the MCU stays latched, and so does the next loop
+    r = walklab("estop", cfg, "--timeout", "20")
+    assert r.returncode == 0, r.stderr
+    until(lambda: mcu.estop, 10.0, "the MCU's e-stop")
+    assert b.stop() == 0
+    c = Loop(rig)
+    until(lambda: "estop" in c.causes(), 60.0, "the next loop latching on the MCU's e-stop", c.pump)
+    assert "e-stop latched" in c.events[c.causes().index("estop")].meta["detail"]
+    until(lambda: len(c.state) > 20, 20.0, "controller/state frames", c.pump)
+    assert mcu.estop and mcu.mode[0] == P.MODE_IDLE
+    r = walklab("estop", cfg, "--reset", "--timeout", "20")
+    assert r.returncode == 0, r.stderr
+    until(lambda: walking(mcu), 20.0, "walking after the second reset", c.pump)
+    # a clean stop with nothing latched disarms the MCU's watchdog: the next loop walks without a reset
+    assert c.stop() == 0
+    time.sleep(0.5)  # longer than the watchdog's 200 ms: it would have tripped if still armed
+    assert not mcu.wd_tripped and not mcu.estop
+    d = Loop(rig)
+    try:
+        until(lambda: walking(mcu), 60.0, "the loop after a clean stop walking", d.pump)
+        assert "estop" not in d.causes()
+    finally:
+        assert d.stop() == 0
+
+
+def test_an_estop_the_mcu_does_not_acknowledge_leaves_the_loop_running_and_latched(rig):
+    # the host's frames stall for 2 s (lost before the firmware: no ACK) while the crank is driven past
+    # its 8 rad/s limit: the loop latches on the velocity, its ESTOP times out, and it must neither die
+    # (the supervisor's restart would be a new session) nor stop trying: the MCU latches once the stall ends
+    mcu = rig["mcu"]
+    e = Loop(rig)
+    try:
+        until(lambda: walking(mcu), 60.0, "the loop walking", e.pump)
+        mcu.set_faults(stall_at_s=0.0, stall_for_s=2.0)
+        rig["push"][0] = 3.0
+        until(lambda: "velocity_limit" in e.causes(), 30.0, "the velocity limit latching the loop", e.pump)
+        until(lambda: mcu.estop or e.proc.poll() is not None, 30.0, "the MCU's e-stop, retried after the stall",
+              e.pump)
+        assert e.proc.poll() is None, "the loop died on the unacknowledged ESTOP"
+        assert "mcu_estop_failed" in e.causes()
+        rig["push"][0] = 0.0
+        e.pump(1.0)
+        assert e.proc.poll() is None
+        assert all(np.all(f.data[:, 5] == 0) for f in e.state if f.t_host >= e.events[e.causes().index(
+            "velocity_limit")].t_pub)
+    finally:
+        rig["push"][0] = 0.0
+        code = e.stop()
+    assert code == 0, e.stderr[-2000:]
+
+
+def test_a_failed_session_set_up_leaves_no_link_threads():
+    # McuIo on a device it cannot use — the wrong motor count, or a port where nothing answers —
+    # raises, and the link's reader and heartbeat threads are gone (the loop retries every 0.2 s)
+    from controller.loop import McuIo
+
+    def link_threads():
+        return sorted(t.name for t in threading.enumerate() if t.name.startswith("link-"))
+
+    before = link_threads()
+    with VirtualMCU(3, watchdog_ms=1000) as mcu:
+        with pytest.raises(ValueError, match="the MCU has 3 motors, the robot config 1"):
+            McuIo(mcu.port, 1_000_000, 200, 1)
+    assert link_threads() == before
+    master, slave = os.openpty()  # a port with nothing behind it: no CAPS ever
+    try:
+        with pytest.raises(LinkError, match="no CAPS"):
+            McuIo(os.ttyname(slave), 1_000_000, 200, 1)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert link_threads() == before
