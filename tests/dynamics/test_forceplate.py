@@ -347,3 +347,43 @@ def test_raw_channels_refuse_what_they_cannot_invert():
         plate.raw_channels(np.zeros((1, 3)), np.zeros((1, 3)))
     with pytest.raises(fp.PlateError, match=r"shape \(N, 3\)"):
         fp.Plate(type=2, corners=corners, origin=np.zeros(3)).raw_channels(np.zeros((2, 3)), np.zeros((3, 3)))
+
+
+@pytest.mark.parametrize("plate_type", [1, 2, 3, 4])
+def test_compiled_process_equals_numpy_path(plate_type):
+    """forceplate.process on the compiled kernel against the numpy path, every output to 1e-10: loads
+    on and off the plate, an offset, a channel range (saturation), samples below threshold, a NaN
+    channel and a sample of 1.7e308 channels whose sums overflow (both invalid, all NaN), FPCOPPOLY for type 3."""
+    from dynamics import kernels
+
+    n = 60
+    rng = np.random.default_rng(30 + plate_type)
+    extra = {4: dict(cal_matrix=np.eye(6) + 0.02 * rng.standard_normal((6, 6))),
+             3: dict(cop_poly=1e-3 * rng.standard_normal(12))}.get(plate_type, {})
+    nch = fp.N_CHANNELS[plate_type]
+    plate = fp.Plate(type=plate_type, corners=corners_for(yaw_z_down(0.4), np.array([0.3, 0.1, 0.01]), 0.25, 0.2),
+                     origin=np.array([0.03, -0.02, -0.04]) if plate_type != 3 else np.array([0.2, 0.15, -0.03]),
+                     channel_range=np.tile([-900.0, 900.0], (nch, 1)), name="FPx", **extra)
+    raw = rng.normal(scale=40.0, size=(n, nch))
+    if plate_type == 1:
+        raw[:, 2] = rng.uniform(-50, 800, n)            # F_z (plate axes z down: a load is negative in the lab)
+        raw[:, 3:5] = rng.uniform(-0.2, 0.2, (n, 2))    # the COP channels, m
+    else:
+        raw[:, 2 if plate_type != 3 else 4:] += rng.uniform(-50, 300, (n, 1)) if plate_type != 3 else 0.0
+    raw[3, 0] = np.nan
+    raw[7] = 1.7e308
+    raw[11, 2] = 950.0                                  # beyond the range: saturated
+    offset = rng.normal(scale=2.0, size=nch)
+    out = {}
+    for jit in (True, False):
+        with kernels.use_jit(jit), warnings.catch_warnings():
+            warnings.simplefilter("error")              # neither path warns on NaN or overflow
+            out[jit] = fp.process(plate, raw, threshold=20.0, offset=offset)
+    a, b = out[True], out[False]
+    for name in ("force", "moment", "cop", "free_moment"):
+        x, y = getattr(a, name), getattr(b, name)
+        np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-10 * np.nanmax(np.abs(y)), err_msg=name)
+    np.testing.assert_array_equal(a.valid, b.valid)
+    np.testing.assert_array_equal(a.saturated, b.saturated)
+    assert a.valid.any() and not a.valid.all() and not a.valid[[3, 7]].any() and a.saturated[11]
+    assert np.isnan(a.force[[3, 7]]).all()
