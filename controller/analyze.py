@@ -588,24 +588,14 @@ def _tree_model(data: TrialData, res: TrialResult, options: Options, mset: h15.M
     except (ValueError, KeyError) as e:
         res.notes.append(f"no {options.model} kinematics: {e}")
         return
-    # a segment with no marker in the set, nor below it (the hands of the OpenSim set) rides on its
-    # parent at the neutral joint angles, as Plug-in Gait holds an unmarked hand: then the whole
-    # body's motion, the top-down moments and the root residual exist
-    marked = [model.index[k] for k in mset.segments if k in model.index]
-    for seg, iq in zip(model.segments, model.idx_q):
-        i = model.index[seg.name]
-        if seg.parent is not None and seg.joint.type == "revolute" and not model.supports[marked, i].any():
-            q[:, iq] = 0.0
-            if seg.mass > 0:
-                res.notes.append(f"{options.model} segment {seg.name}: no markers in the set: held at the neutral "
-                                 "joint angles on its parent")
+    for seg in _hold_unmarked(model, mset, q):
+        res.notes.append(f"{options.model} segment {seg}: no markers in the set: held at the neutral joint angles "
+                         "on its parent")
     res.notes.append(f"{options.model} marker set {mset.name!r} (configs/markersets/)")
     res.trc_markers = {mset.opensim.get(k, k): pig[k] for k in mset.labels if k in pig}
     if not np.isfinite(q[:, :7]).any():
         res.notes.append(f"no {options.model} kinematics: the root segment {model.segments[0].name} is never fitted")
         return
-    if options.identify:
-        res.notes.append("--identify: implemented for the CGM only (its pelvis-residual criterion); not run")
     rate = data.markers.rate
     v, a = h15.joint_rates(model, q, rate)
     _joint_centre_check(model, q, fits, res, options.model)
@@ -668,6 +658,8 @@ def _tree_model(data: TrialData, res: TrialResult, options: Options, mset: h15.M
                      "(positive drives the coordinate positive: adductor, internal rotator); …MomentTopDown in results.npz")
     res.series["PelvisResidualForce"] = kin.residual_force / mass
     res.series["PelvisResidualMoment"] = kin.residual_moment / mass
+    if options.identify:
+        res.metrics.update(identify_tree(data, res, model, mset, options))
     ok = np.all(np.isfinite(kin.residual_force), axis=1)
     if ok.sum() > 10:
         res.metrics["pelvis_residual_rms_pct_bw"] = float(
@@ -785,6 +777,77 @@ def _planar_trial(data: TrialData, res: TrialResult, options: Options, pm: pmk.P
     if unplaced:
         res.notes.append(f"{unplaced} loaded plate samples have their COP more than 0.15 m from every segment: "
                          "their force is applied to no segment (it shows in SupportForce)")
+
+
+def _hold_unmarked(model, mset: h15.MarkerSet, q: np.ndarray) -> list[str]:
+    """A segment with no marker in the set, nor below it (the hands of the OpenSim set), rides on
+    its parent at the neutral joint angles, as Plug-in Gait holds an unmarked hand: then the whole
+    body's motion, the top-down moments and the root residual exist. Sets those coordinates of q
+    (N, nq) to 0 in place; returns the names of such segments with a mass."""
+    marked = [model.index[k] for k in mset.segments if k in model.index]
+    held = []
+    for seg, iq in zip(model.segments, model.idx_q):
+        i = model.index[seg.name]
+        if seg.parent is not None and seg.joint.type == "revolute" and not model.supports[marked, i].any():
+            q[:, iq] = 0.0
+            if seg.mass > 0:
+                held.append(seg.name)
+    return held
+
+
+def _ground_force(data: TrialData, time: np.ndarray) -> np.ndarray:
+    """(N, 3) N: the total measured ground reaction on the body at the marker frames, lab frame
+    (plates, or a GRF file's feet); NaN outside the force record."""
+    total = np.zeros((len(time), 3))
+    if data.plates:
+        for p in data.plates:
+            total += p.force[_at_frames(data.analog_rate, data.t0, len(p.force), time)]
+        span = (data.t0, data.t0 + (len(data.plates[0].force) - 1) / data.analog_rate)
+    else:
+        for g in data.feet.grf.values():
+            total += g.force[_at_frames(data.feet.rate, data.feet.t0, len(g.force), time)]
+        span = (data.feet.t0, data.feet.t0 + (len(data.feet.grf["R"].force) - 1) / data.feet.rate)
+    total[(time < span[0] - 1e-9) | (time > span[1] + 1e-9)] = np.nan
+    return total
+
+
+def identify_tree(data: TrialData, res: TrialResult, model, mset: h15.MarkerSet, options: Options) -> dict[str, float]:
+    """Identification of methods.md h.3 for a tree model fitted to the whole body
+    (``dynamics.identify.identify``): the marker cutoff (2–15 Hz), then every segment mass within
+    ±5 % keeping the total, then the cutoff again, minimising the whole-body criterion
+    J = h Σ |Σ m_i (a_i − g) − F|² (N²·s): the segments' CoM accelerations (the fitted model, raw
+    filled markers filtered at the cutoff) against the measured ground reaction F. Returns the
+    chosen values and J before and after each stage, as metrics; the outputs keep --cutoff and the
+    model's masses."""
+    from dynamics.identify import identify
+    from dynamics.kinematics import forward_kinematics
+
+    raw = _prepare_markers(data.markers, 0.0, [], "butterworth", frozenset(mset.labels))
+    q = h15.joint_coordinates(model, mset, h15.fit_segments(model, mset, raw))
+    _hold_unmarked(model, mset, q)
+    ok = np.all(np.isfinite(q), axis=1)
+    if ok.sum() < 30:
+        res.notes.append("no identification: the whole body is fitted in fewer than 30 frames (the whole-body "
+                         "criterion needs every segment's CoM)")
+        return {}
+    pl = forward_kinematics(model, np.where(ok[:, None], q, model.neutral()))
+    heavy = [i for i, s in enumerate(model.segments) if s.mass > 0]
+    com = np.einsum("nsij,sj->nsi", pl.rotation[:, heavy], model.coms[heavy]) + pl.translation[:, heavy]
+    com[~ok] = np.nan
+    rate = data.markers.rate
+    c0 = options.cutoff if 2.0 <= options.cutoff <= min(15.0, 0.45 * rate) else 6.0
+    found = identify(com, rate, _ground_force(data, res.time), model.masses[heavy], cutoff0=c0,
+                     cutoffs=(2.0, min(15.0, 0.45 * rate)), m=4)
+    change = found.masses / model.masses[heavy] - 1
+    k = int(np.argmax(np.abs(change)))
+    res.notes.append(f"identification (whole-body CoM acceleration against the ground reaction): cutoff {c0:g} -> "
+                     f"{found.cutoff:.2f} Hz, segment masses within +-5 % (largest change "
+                     f"{model.segments[heavy[k]].name} {100 * change[k]:+.1f} %); J {found.j_start:.4g} -> "
+                     f"{found.j_smoothing:.4g} (cutoff) -> {found.j_final:.4g} N^2 s")
+    out = {"identified_cutoff_hz": found.cutoff, "identify_J_start_N2s": found.j_start,
+           "identify_J_cutoff_N2s": found.j_smoothing, "identify_J_final_N2s": found.j_final}
+    out.update({f"identified_{model.segments[i].name}_mass_kg": float(m) for i, m in zip(heavy, found.masses)})
+    return out
 
 
 def _calibrated(model, mset: h15.MarkerSet, options: Options, notes: list[str]) -> h15.MarkerSet:

@@ -49,8 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dask", metavar="ADDRESS", help="send the trial jobs to this Dask scheduler instead")
     p.add_argument("--no-figures", action="store_true", help="results and CSVs only (no PNG, no HTML)")
     p.add_argument("--identify", action="store_true",
-                   help="CGM trials with plates: search the marker cutoff and leg segment masses (+-5 %%) that "
-                        "minimise the pelvis residual, and report them with the criterion before and after")
+                   help="trials with plates or a GRF file: search the marker cutoff and the segment masses (+-5 %%, "
+                        "total kept) that minimise the pelvis residual (cgm) or the whole-body CoM criterion "
+                        "(human15), and report them with the criterion before and after")
     p.set_defaults(func=_analyze)
 
 
