@@ -8,6 +8,7 @@ name in this process.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import configs
 from controller.config import load as load_lab
 from controller.synergies import library
 from controller.synergies.robot import load_robot
@@ -95,28 +97,14 @@ def rig(tmp_path_factory):
     plant, plus `push[0]` N m driving the crank forward when a test sets it)."""
     tmp = tmp_path_factory.mktemp("latches")
     robot = tmp / "robot.toml"
-    robot.write_text(textwrap.dedent("""
-        kind = "robot"
-        robot = "jansen"
-        model = "jansen_walker"
-        actuators = ["crank"]
-        [synergies]
-        library = "LIB"
-        speeds = [0.2]
-        turns = [0.0]
-        profiles = ["constant"]
-        samples = 256
-        [loop]
-        rate_hz = 500.0
-        kp = [2.0]
-        kd = [0.2]
-        [limits]
-        velocity = [8.0]
-        torque = [6.0]
-        slew = [10.0]
-        torque_slew = [300.0]
-        stale_s = 0.1
-        """).replace("LIB", str(tmp / "lib")))
+    text = configs.path("jansen_single.toml").read_text()  # the shipped one-crank robot, one cheap nominal
+    lib = tmp / "lib"
+    for pattern, value in ((r"library = .*", f'library = "{lib}"'), (r"speeds = \[.*\]", "speeds = [0.2]"),
+                           (r"profiles = \[.*\]", 'profiles = ["constant"]'), (r"samples = \d+", "samples = 256"),
+                           (r"stale_s = \S+", "stale_s = 0.1")):
+        text, n = re.subn(pattern, value, text)
+        assert n == 1, pattern
+    robot.write_text(text)
     written, _ = library.build(load_robot(robot))
     assert len(written) == 1
     ports = free_tcp_ports(3)
