@@ -7,7 +7,9 @@ Trials:
             1 plate at 1 kHz: the largest shared file), the whole pipeline with figures and report;
   10 s      its markers tiled to 10 s (each copy moved on by the walked distance; no plates, so
             kinematics, events and metrics only), with figures;
-  N min     the same tiled to --minutes minutes, with and without figures.
+  N min     the same tiled to --minutes minutes, with and without figures;
+  subject01 subject01_walk1.trc (OpenSim, 41 markers, 151 frames at 60 Hz) with its GRF file,
+            --model human15 (OpenSim marker set, per-foot ground reactions), with figures.
 Stages (controller.analyze): load, markers (aliases, gap filling, 6 Hz filter), events, kinematics
 (CGM), kinetics, zmp+metrics, report (PNG figures + report.html). Medians of --repeat runs, one
 process (workers=1). Peer: ezc3d's own parse of the same file (the floor of the load stage).
@@ -45,9 +47,9 @@ def tiled(data: analyze.TrialData, seconds: float) -> analyze.TrialData:
                                name=f"tiled_{seconds:g}s")
 
 
-def run(data: analyze.TrialData, figures: bool, out: Path) -> dict[str, float]:
+def run(data: analyze.TrialData, figures: bool, out: Path, model: str = "cgm") -> dict[str, float]:
     t0 = time.perf_counter()
-    res = analyze.analyze_trial(data, analyze.Options(figures=figures))
+    res = analyze.analyze_trial(data, analyze.Options(model=model, figures=figures))
     analyze.write_results(res, out / data.name)
     t1 = time.perf_counter()
     if figures:
@@ -95,6 +97,9 @@ def main() -> None:
         table(f"tiled {args.minutes:g} min trial ({len(long.markers.positions)} frames), no figures",
               [run(long, False, out) for _ in range(max(1, args.repeat - 1))])
         table(f"tiled {args.minutes:g} min trial, figures", [run(long, True, out)])
+        trc = analyze.load_trial(SHARED / "subject01_walk1.trc")
+        table("subject01_walk1.trc, --model human15 (per-foot GRF kinetics), figures",
+              [run(trc, True, out, "human15") for _ in range(args.repeat)])
 
 
 if __name__ == "__main__":
