@@ -218,7 +218,7 @@ def replay(path: Path) -> None:
     import psutil
 
     from daq.bus import Publisher
-    from daq.replay import frames, replay as run_replay, set_backpressure
+    from daq.replay import replay as run_replay, set_backpressure, wire_frames
 
     _, _, dur = file_losses(path)
     n_raw, cpu_raw = raw_read(path)
@@ -230,7 +230,7 @@ def replay(path: Path) -> None:
         ps = psutil.Process(consumer.pid)
         c_cons = sum(ps.cpu_times()[:2])
         t0, c0 = time.monotonic(), time.process_time()
-        n = run_replay(frames(path), pub, speed=None)
+        n = run_replay(wire_frames(path), pub, speed=None)  # as `walklab replay --fast`
         wall, cpu = time.monotonic() - t0, time.process_time() - c0
         c_cons = sum(ps.cpu_times()[:2]) - c_cons  # the consumer is still draining: a lower bound
         out = consumer.communicate(timeout=120)[0].split()

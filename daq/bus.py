@@ -383,24 +383,36 @@ class Publisher:
 
         The next `publish` of that stream continues at ``frame.seq + 1``.
         """
+        self._check_subscriptions()
+        frame.t_pub = time.monotonic_ns()
+        self._send_encoded(frame.stream, frame.seq, frame.rate_hz, encode(frame), frame.t_pub)
+
+    def _check_subscriptions(self) -> None:
         if self._closed:
             raise BusError(f"publisher {self.endpoint!r} is closed")
         now = time.monotonic_ns()
         if now >= self._next_sub_check:  # at most every 5 ms: a recv attempt costs as much as a send
             self._next_sub_check = now + 5_000_000
             self.poll_subscriptions()
-        frame.t_pub = time.monotonic_ns()
-        parts = encode(frame)
+
+    def send_parts(self, stream: str, seq: int, rate_hz: float, parts: list[bytes | memoryview], t_pub: int) -> None:
+        """Send a frame already encoded (``parts`` as `daq.frames.encode` makes them, its header's
+        ``t_pub`` = ``t_pub``, ``stream``, ``seq`` and ``rate_hz`` its own): `send` without the
+        encoding, for replay's fast path (`daq.replay.WireFrame`)."""
+        self._check_subscriptions()
+        self._send_encoded(stream, seq, rate_hz, parts, t_pub)
+
+    def _send_encoded(self, stream: str, seq: int, rate_hz: float, parts: list[bytes | memoryview], t_pub: int) -> None:
         sock = self._sock
         last = len(parts) - 1
         for i, part in enumerate(parts):
             # int flags: pyzmq's send_multipart spends more time combining enum flags than sending;
             # zero-copy only pays off for large buffers (pyzmq copies small ones anyway)
             _send(sock, part, 0 if i == last else _SNDMORE, len(part) < _COPY_THRESHOLD, False)
-        self._seq[frame.stream] = frame.seq + 1
-        self.sent[frame.stream] = self.sent.get(frame.stream, 0) + 1
-        if self._retained is not None and frame.rate_hz > 0:
-            self._retain(frame.stream, parts, frame.t_pub)
+        self._seq[stream] = seq + 1
+        self.sent[stream] = self.sent.get(stream, 0) + 1
+        if self._retained is not None and rate_hz > 0:
+            self._retain(stream, parts, t_pub)
 
     def close(self) -> None:
         """Close the socket (queued frames get PUBLISHER_LINGER_MS to leave); idempotent."""

@@ -186,6 +186,15 @@ class MessageDecoder:
     def __init__(self) -> None:
         self._static: dict[Any, tuple[bytes, bytes, tuple]] = {}  # channel -> (prefix, map header, values)
 
+    def split(self, data: bytes, channel: Any) -> dict | None:
+        """The fields of a message that change from frame to frame (seq, t, t_host, t_device, t_pub,
+        t_recv, meta, buffers), unpacked but not checked, if its channel's static fields are known
+        and it starts with them; else None (`decode` it)."""
+        known = self._static.get(channel)
+        if known is not None and data.startswith(known[0]):
+            return _unpack(known[1] + data[len(known[0]):])
+        return None
+
     def decode(self, data: bytes, channel: Any) -> Frame:
         known = self._static.get(channel)
         if known is not None and data.startswith(known[0]):

@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
-from daq.frames import Frame
-from daq.sessions import SessionError, read, session_parts
+import msgpack
+
+from daq.frames import Frame, _check_dynamic, _dynamic_header, encode
+from daq.record import MessageDecoder
+from daq.sessions import SessionError, messages, read, session_parts
 
 if TYPE_CHECKING:
     from daq.context import ProcessContext
@@ -56,6 +60,87 @@ def frames(path: str | Path, streams: Sequence[str] = (), start_s: float | None 
     return read(paths, streams, start_ns=start_ns, end_ns=end_ns)
 
 
+@dataclass
+class WireFrame:
+    """A recorded frame ready for the bus without a `Frame` in between (replay's fast path).
+
+    ``prefix``: its header's bytes up to the fields that change per frame (as `daq.frames.encode`
+    packs them); ``dynamic``: those fields but ``t_pub`` (seq, t_device, t_host, t, meta), checked;
+    ``buffers``: the message parts after the header. `send` stamps ``t_pub`` and sends the same
+    bytes ``Publisher.send`` would send for the decoded frame (tests/daq/test_replay.py).
+    """
+
+    stream: str
+    seq: int
+    t: int
+    rate_hz: float
+    prefix: bytes
+    dynamic: dict[str, Any]
+    buffers: list[bytes]
+
+    def send(self, publisher: Any) -> None:
+        """Publish on ``publisher`` (a `daq.bus.Publisher`), stamped now."""
+        t_pub = time.monotonic_ns()
+        d = self.dynamic
+        # the key order of daq.frames._dynamic_header: the header is prefix + these pairs
+        header = self.prefix + msgpack.packb({"seq": d["seq"], "t_device": d["t_device"], "t_host": d["t_host"],
+                                              "t": d["t"], "t_pub": t_pub, "meta": d["meta"]})[1:]
+        publisher.send_parts(self.stream, self.seq, self.rate_hz, [self.stream.encode(), header, *self.buffers],
+                             t_pub)
+
+
+class WireEncoder:
+    """Recorded messages (`daq.record.pack_frame`) to `WireFrame`s (a lifetime object: one per replay).
+
+    A channel's first message of each buffer layout (names, dtypes, shapes) goes the long way
+    (`MessageDecoder.decode`, then `daq.frames.encode`, which validate everything) and teaches the
+    header prefix; the next ones are split (`MessageDecoder.split`), their byte counts and changing
+    fields checked (`daq.frames._check_dynamic`), and their buffers passed on as they are.
+    """
+
+    def __init__(self) -> None:
+        self.decoder = MessageDecoder()
+        self._layouts: dict[tuple, tuple[bytes, str, float, tuple[int, ...]]] = {}
+
+    def wire(self, data: bytes, channel: Any) -> WireFrame:
+        doc = self.decoder.split(data, channel)
+        if doc is not None:
+            try:
+                bufs = doc["buffers"]
+                key = (channel, *[(b["name"], b["dtype"], tuple(b["shape"])) for b in bufs])
+                known = self._layouts.get(key)
+            except (KeyError, TypeError):  # not a frame map: the long way names the problem
+                known = None
+            if known is not None:
+                prefix, stream, rate, sizes = known
+                datas = [b["data"] for b in bufs]
+                if [len(x) if type(x) is bytes else -1 for x in datas] == list(sizes):
+                    dynamic = {"seq": doc["seq"], "t_device": doc["t_device"], "t_host": doc["t_host"], "t": doc["t"],
+                               "t_pub": 0, "meta": doc["meta"]}
+                    _check_dynamic(dynamic)
+                    return WireFrame(stream, dynamic["seq"], dynamic["t"], rate, prefix, dynamic, datas)
+        frame = self.decoder.decode(data, channel)
+        frame.t_pub = 0
+        parts = encode(frame)
+        dynamic = _dynamic_header(frame)
+        prefix = bytes(parts[1][:len(parts[1]) - len(msgpack.packb(dynamic)) + 1])
+        buffers = [bytes(p) for p in parts[2:]]
+        arrays = [("data", frame.data), *frame.extra.items()]
+        self._layouts[(channel, *[(n, a.dtype.str, a.shape) for n, a in arrays])] = \
+            (prefix, frame.stream, frame.rate_hz, tuple(len(b) for b in buffers))
+        return WireFrame(frame.stream, frame.seq, frame.t, frame.rate_hz, prefix, dynamic, buffers)
+
+
+def wire_frames(path: str | Path, streams: Sequence[str] = (), start_s: float | None = None,
+                end_s: float | None = None) -> Iterator[WireFrame]:
+    """`frames` as `WireFrame`s: the same frames, in the same order, for `replay` with ``send=WireFrame.send``."""
+    paths = session_parts(path)
+    start_ns, end_ns = window(paths, start_s, end_s)
+    enc = WireEncoder()
+    for key, m in messages(paths, streams, start_ns=start_ns, end_ns=end_ns):
+        yield enc.wire(m.data, key)
+
+
 def set_backpressure(publisher: Any) -> None:
     """Make ``publisher`` (a `daq.bus.Publisher`) wait for a full subscriber queue instead of dropping."""
     import zmq
@@ -64,15 +149,16 @@ def set_backpressure(publisher: Any) -> None:
     publisher._sock.setsockopt(zmq.XPUB_NODROP, 1)
 
 
-def replay(source: Iterable[Frame], publisher: Any, *, speed: float | None = 1.0,
+def replay(source: Iterable[Frame] | Iterable[WireFrame], publisher: Any, *, speed: float | None = 1.0,
            should_stop: Callable[[], bool] = lambda: False,
-           progress: Callable[[int, Frame], None] | None = None,
+           progress: Callable[[int, Any], None] | None = None,
            clock: Callable[[], int] = time.monotonic_ns, sleep: Callable[[float], None] = time.sleep) -> int:
     """Publish ``source``'s frames with their recorded seq and stamps; returns the frames sent.
 
-    ``speed``: replay speed (1 real time); None: as fast as the subscribers keep up (call
-    `set_backpressure` on the publisher first, or frames beyond a subscriber's queue are dropped
-    for it). ``progress(n, frame)`` is called after every 500th frame.
+    ``source``: `Frame`s (`frames`), or `WireFrame`s (`wire_frames`: the same bytes on the bus,
+    about half the CPU per frame). ``speed``: replay speed (1 real time); None: as fast as the
+    subscribers keep up (call `set_backpressure` on the publisher first, or frames beyond a
+    subscriber's queue are dropped for it). ``progress(n, frame)`` is called after every 500th frame.
     """
     if speed is not None and not speed > 0:
         raise ValueError(f"replay speed must be > 0 (or None: as fast as possible), got {speed!r}")
@@ -93,7 +179,10 @@ def replay(source: Iterable[Frame], publisher: Any, *, speed: float | None = 1.0
                 sleep(min(remaining, 50_000_000) * 1e-9)
             if should_stop():
                 break
-        publisher.send(frame)
+        if type(frame) is WireFrame:
+            frame.send(publisher)
+        else:
+            publisher.send(frame)
         n += 1
         if progress is not None and n % 500 == 0:
             progress(n, frame)
@@ -120,7 +209,7 @@ def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     p.add_argument("--file", required=True, help="session file (.mcap)")
     add_options(p)
     opts = p.parse_args(list(args))
-    source = frames(opts.file, opts.stream, opts.start, opts.end)
+    source = wire_frames(opts.file, opts.stream, opts.start, opts.end)
     if opts.fast:
         set_backpressure(ctx.publisher)
     if opts.wait_subscribers:

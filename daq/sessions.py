@@ -252,24 +252,19 @@ def _chunk_records(chunk: Any) -> list[Any]:
     return out
 
 
-def read(paths: str | Path | Sequence[str | Path], streams: Sequence[str] = (), *,
-         start_ns: int | None = None, end_ns: int | None = None,
-         scans: list[Scan] | None = None) -> Iterator[Frame]:
-    """The frames of a session (its files in order), in file order.
-
-    ``streams``: names or ``prefix*`` patterns (empty: all). ``start_ns``/``end_ns``: keep frames with
-    ``start_ns <= t < end_ns`` (lab time of the frame's first sample). ``scans``: a list that gets
-    one `Scan` per file read. A message that is not a walklab frame raises FrameError.
-    """
+def messages(paths: str | Path | Sequence[str | Path], streams: Sequence[str] = (), *,
+             start_ns: int | None = None, end_ns: int | None = None,
+             scans: list[Scan] | None = None) -> Iterator[tuple[tuple[int, int], Any]]:
+    """The MCAP messages of a session's walklab frames (its files in order), in file order, each with
+    its channel's key (file index, channel id); selection and ``scans`` as `read`."""
     from mcap.records import Channel, Message
 
     if isinstance(paths, (str, Path)):
         paths = session_parts(paths)
-    for path in paths:
+    for k, path in enumerate(paths):
         scan = Scan(Path(path))
         if scans is not None:
             scans.append(scan)
-        decoder = MessageDecoder()
         topics: dict[int, str | None] = {}
         for rec in records(Path(path), scan):
             if isinstance(rec, Channel):
@@ -280,7 +275,21 @@ def read(paths: str | Path | Sequence[str | Path], streams: Sequence[str] = (), 
                     continue
                 if (start_ns is not None and rec.log_time < start_ns) or (end_ns is not None and rec.log_time >= end_ns):
                     continue
-                yield decoder.decode(rec.data, rec.channel_id)
+                yield (k, rec.channel_id), rec
+
+
+def read(paths: str | Path | Sequence[str | Path], streams: Sequence[str] = (), *,
+         start_ns: int | None = None, end_ns: int | None = None,
+         scans: list[Scan] | None = None) -> Iterator[Frame]:
+    """The frames of a session (its files in order), in file order.
+
+    ``streams``: names or ``prefix*`` patterns (empty: all). ``start_ns``/``end_ns``: keep frames with
+    ``start_ns <= t < end_ns`` (lab time of the frame's first sample). ``scans``: a list that gets
+    one `Scan` per file read. A message that is not a walklab frame raises FrameError.
+    """
+    decoder = MessageDecoder()
+    for key, m in messages(paths, streams, start_ns=start_ns, end_ns=end_ns, scans=scans):
+        yield decoder.decode(m.data, key)
 
 
 def scan(paths: str | Path | Sequence[str | Path]) -> list[Scan]:

@@ -32,7 +32,7 @@ def replay_handler(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from daq.bus import REPLAY_S, Publisher
-    from daq.replay import frames, replay, set_backpressure
+    from daq.replay import replay, set_backpressure, wire_frames
     from daq.sessions import scan
 
     if args.wait_subscribers < 0:
@@ -43,7 +43,7 @@ def replay_handler(args: argparse.Namespace) -> int:
         raise ValueError("--out and --config go with --shadow")
     total = None if (args.stream or args.start is not None or args.end is not None) else \
         sum(s.messages for s in scan(args.file))
-    source = frames(args.file, args.stream, args.start, args.end)
+    source = wire_frames(args.file, args.stream, args.start, args.end)
     stop = {"flag": False}
 
     def on_signal(signum: int, frame: Any) -> None:

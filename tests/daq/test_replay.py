@@ -7,10 +7,10 @@ import time
 from mcap.reader import make_reader
 
 from daq.bus import Publisher, Subscriber
-from daq.frames import Frame
+from daq.frames import Frame, encode
 from daq.labload import write_session
 from daq.record import unpack_message
-from daq.replay import frames, replay, set_backpressure
+from daq.replay import WireFrame, frames, replay, set_backpressure, wire_frames
 
 
 def key(f: Frame) -> tuple:
@@ -20,7 +20,7 @@ def key(f: Frame) -> tuple:
             tuple((k, v.dtype.str, v.shape, v.tobytes()) for k, v in f.extra.items()), repr(f.meta))
 
 
-def replay_into_slow_subscriber(path) -> tuple[list[tuple], dict]:
+def replay_into_slow_subscriber(path, source=frames) -> tuple[list[tuple], dict]:
     """Replay as fast as possible into a subscriber that reads slowly, over inproc (no kernel socket
     buffers to hide a loss) with queues of 20 frames on either side."""
     with Publisher(f"inproc://replay-{path.name}", sndhwm=20) as pub:
@@ -42,7 +42,7 @@ def replay_into_slow_subscriber(path) -> tuple[list[tuple], dict]:
         assert pub.wait_for_subscribers(1, 30)
         thread = threading.Thread(target=consume)
         thread.start()
-        n = replay(frames(path), pub, speed=None)
+        n = replay(source(path), pub, speed=None)
         sent.append(n)
         thread.join(150)
         stats = sub.stats()
@@ -57,7 +57,7 @@ def test_fast_replay_reproduces_the_recording_twice_identically_without_drops(tm
     first, stats = replay_into_slow_subscriber(path)
     assert all(st.dropped == 0 and st.gaps == 0 for st in stats.values())
     assert first == [key(f) for f in written]  # every frame, in order, exactly as recorded
-    second, _ = replay_into_slow_subscriber(path)
+    second, _ = replay_into_slow_subscriber(path, wire_frames)  # the fast path: the same frames
     assert second == first
 
 
@@ -108,3 +108,75 @@ def test_stream_selection_and_time_window(tmp_path):
                 and t0 + 500_000_000 <= m.log_time < t0 + 1_250_000_000]
     assert got == want and len(want) == round(0.75 * (2 * 200 + 200))
     assert {k[0] for k in got} == {"forceplate/FP1", "forceplate/FP2", "markers/mocap"}
+
+
+class Parts:
+    """A stand-in publisher that keeps what `WireFrame.send` hands over (no socket: bytes compared)."""
+
+    def __init__(self):
+        self.sent: list[tuple] = []
+
+    def send_parts(self, stream, seq, rate_hz, parts, t_pub):
+        self.sent.append((stream, seq, rate_hz, [bytes(p) for p in parts], t_pub))
+
+
+def test_wire_frames_are_the_bytes_of_the_encoded_frames(tmp_path):
+    """Truth: `daq.frames.encode` of each decoded frame, stamped with the same t_pub. The session mixes
+    layouts (a stream whose block size changes, extra buffers, NaN, an event with meta, a stream
+    without device clock) so that both the long and the short path are taken."""
+    import numpy as np
+
+    from daq.labload import frames as load_frames, lab_streams
+    from daq.record import SessionWriter, Settings, event_frame
+
+    path = tmp_path / "mixed.mcap"
+    w = SessionWriter(path, Settings(fsync=False))
+    for i, f in enumerate(load_frames(lab_streams(), 0.5)):
+        w.write(f)
+        if i % 50 == 0:
+            w.write(event_frame("mark", i // 50, f.t, "info", n=i, tag=b"x"))
+    odd = Frame("forceplate/FP9", "force", 0, None, 10**12, 10**12, 1000.0, ("Fz",), ("N",), np.ones((3, 1)))
+    for seq, n in enumerate((3, 3, 7, 3, 0)):
+        odd.seq, odd.data = seq, np.full((n, 1), float(seq))
+        w.write(odd)
+    w.close()
+    pub = Parts()
+    wires = list(wire_frames(path))
+    for wf in wires:
+        assert type(wf) is WireFrame
+        wf.send(pub)
+    decoded = list(frames(path))
+    assert len(decoded) == len(wires) == len(pub.sent) > 700
+    for f, (stream, seq, rate, parts, t_pub) in zip(decoded, pub.sent):
+        f.t_pub = t_pub
+        assert (stream, seq, rate) == (f.stream, f.seq, f.rate_hz)
+        assert parts == [bytes(p) for p in encode(f)]
+
+
+def test_walklab_replay_fast_publishes_every_recorded_frame(tmp_path):
+    """The command (the fast path, `wire_frames`) into a real subscriber in this process."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from daq.ports import free_tcp_ports
+
+    path = tmp_path / "s.mcap"
+    written = write_session(path, 1.0)
+    port, = free_tcp_ports(1)
+    endpoint = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen([sys.executable, "-m", "controller.cli", "replay", str(path), "--fast", "--quiet",
+                             "--bind", endpoint, "--wait-subscribers", "1"], cwd=Path(__file__).resolve().parents[2],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    got = []
+    with Subscriber(endpoint, rcvhwm=100) as sub:
+        try:
+            while len(got) < len(written):
+                f = sub.recv(timeout_s=60)
+                assert f is not None, f"{len(got)} of {len(written)} frames"
+                got.append(key(f))
+        finally:
+            out, err = proc.communicate(timeout=60)
+        assert all(st.dropped == 0 for st in sub.stats().values())
+    assert proc.returncode == 0, err
+    assert got == [key(f) for f in written] and f"{len(written)} frames published" in out
