@@ -164,13 +164,18 @@ def _path(rows, k):
     return out
 
 
+def moving(name, n):
+    """(rows, model, (φ, φ̇, φ̈, P, Ṗ, P̈), (R, com, acom), (q, v, a)) of a known motion."""
+    rows = table(name)
+    m = motion(rows, n=n)
+    phi, dphi, ddphi, P, dP, ddP = m
+    qva = tuple(np.concatenate(x, axis=1) for x in ((P, phi), (dP, dphi), (ddP, ddphi)))
+    return rows, planar_model(load_model(name)), m, kinematics(rows, *m), qva
+
+
 @pytest.mark.parametrize("name", ["zinkovsky_4_1", "zinkovsky_5_1"])
 def test_support_reaction_and_moment_are_the_rates_of_momentum(name):
-    rows = table(name)
-    pm = planar_model(load_model(name))
-    phi, dphi, ddphi, P, dP, ddP = motion(rows, n=200)
-    R, com, acom = kinematics(rows, phi, dphi, ddphi, P, dP, ddP)
-    q, v, a = (np.concatenate(x, axis=1) for x in ((P, phi), (dP, dphi), (ddP, ddphi)))
+    rows, pm, (phi, dphi, ddphi, P, dP, ddP), (R, com, acom), (q, v, a) = moving(name, 200)
     kin = planar_kinetics(pm, q, v, a)
     m = np.array([r["m"] for r in rows])
     need = acom + [0.0, G]
@@ -182,15 +187,11 @@ def test_support_reaction_and_moment_are_the_rates_of_momentum(name):
 
 
 def test_measured_external_force_moves_the_load_off_the_support():
-    """A force F at a point X off the line of the last segment (5 cm from its distal point): the support reaction drops by F, the
-    support moment by ((X − P) × F)_z, the joints on the path to X by ((X − R_j) × F)_z; the
-    others do not change. With the required reaction measured at the support, the residual is 0."""
-    name = "zinkovsky_4_1"
-    rows = table(name)
-    pm = planar_model(load_model(name))
-    phi, dphi, ddphi, P, dP, ddP = motion(rows, n=100)
-    R, _, _ = kinematics(rows, phi, dphi, ddphi, P, dP, ddP)
-    q, v, a = (np.concatenate(x, axis=1) for x in ((P, phi), (dP, dphi), (ddP, ddphi)))
+    """A force F at a point X off the line of the last segment (5 cm from its distal point): the
+    support reaction drops by F, the support moment by ((X − P) × F)_z, the joints on the path to X
+    by ((X − R_j) × F)_z; the others do not change. With the required reaction measured at the
+    support, the residual is 0."""
+    rows, pm, (phi, *_, P, _, _), (R, _, _), (q, v, a) = moving("zinkovsky_4_1", 100)
     free = planar_kinetics(pm, q, v, a)
     S = len(rows)
     F = np.column_stack([10 + np.arange(100) * 0.1, -30.0 * np.ones(100)])
