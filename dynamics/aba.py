@@ -169,6 +169,8 @@ def aba(model: Model, q, v, tau, f_ext: Sequence[Wrench] | None = None, data: wo
     if kernels.enabled():
         # shapes only: the kernel checks finiteness (kinematics.kernel_state)
         Q, V, T, batched = kernel_state(model, q, v, tau, a_name="tau")
+        if not batched:
+            Q, V, T = Q[None], V[None], T[None]
     if Q is not None and kernels.tree_compiled(Q.shape[0]):
         N = Q.shape[0]
         d = workspace.data(model, data)

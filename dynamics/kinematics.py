@@ -85,8 +85,8 @@ def check_state(model: Model, q, v=None, a=None, a_name: str = "a") -> tuple[lis
 
 
 def kernel_state(model: Model, q, v, a, a_name: str = "a") -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-    """q (nq), v, a (nv) (single or (N, ·)) as C-contiguous float64 (N, ·) arrays and whether they
-    were batched, for a compiled kernel that checks finiteness itself (its status −2 − s; then
+    """q (nq), v, a (nv) (single or (N, ·)) as C-contiguous float64 arrays of the same shapes and
+    whether they were batched, for a compiled kernel that checks finiteness itself (its status −2 − s; then
     `kernel_input_failed` names the argument). Only the shapes are checked here, in a few
     attribute look-ups; anything unusual goes through check_state and its clear errors."""
     Q = np.ascontiguousarray(q, dtype=np.float64)
@@ -95,10 +95,12 @@ def kernel_state(model: Model, q, v, a, a_name: str = "a") -> tuple[np.ndarray, 
     nv = model.nv
     if Q.ndim == 1:
         if Q.shape[0] == model.nq and V.shape == (nv,) and A.shape == (nv,):
-            return Q[None], V[None], A[None], False
+            return Q, V, A, False
     elif Q.ndim == 2 and Q.shape[1] == model.nq and V.shape == (Q.shape[0], nv) and A.shape == V.shape:
         return Q, V, A, True
     (q, v, a), batched = check_state(model, q, v, a, a_name)    # raises naming the argument
+    if not batched:
+        q, v, a = q[0], v[0], a[0]
     return contiguous(q), contiguous(v), contiguous(a), batched
 
 

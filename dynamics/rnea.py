@@ -174,13 +174,20 @@ def rnea(model: Model, q, v, a, f_ext: Sequence[Wrench] | None = None, data: wor
     if kernels.enabled():
         # the kernel checks finiteness (one pass over data it reads anyway); here only the shapes
         Q, V, A, batched = kernel_state(model, q, v, a)
-        N = Q.shape[0]
         d = workspace.data(model, data)
+        if not (batched or f_ext):    # the one-sample kernel, called without numba's type dispatch
+            tau = np.empty(model.nv)
+            status = kernels.entry("tree.rnea_one")(d.itab, d.ftab, d.rnea_work, Q, V, A, tau)
+            if status != -1:
+                kernel_input_failed(model, status, q, v, a)
+            return tau
+        if not batched:
+            Q, V, A = Q[None], V[None], A[None]
+        N = Q.shape[0]
         F = segment_wrenches(d, external_wrenches(model, f_ext, N, batched), N) if f_ext else d.no_ext
         tau = np.empty((N, model.nv))
-        # one sample: the entry point without numba's type dispatch (the arrays are exactly its
-        # signature's); a large batch: over the cores
-        kernel = (kernels.entry("tree.rnea") if N < PARALLEL_FROM else kernels.kernel("tree.rnea_parallel"))
+        # a large batch over the cores
+        kernel = kernels.entry("tree.rnea") if N < PARALLEL_FROM else kernels.kernel("tree.rnea_parallel")
         status = kernel(d.itab, d.ftab, d.gravity, Q, V, A, F, tau, d.no_cent)
         if status != -1:
             kernel_input_failed(model, status, q, v, a)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .kernels.tree import AXIS, COM, FTAB_WIDTH, INERTIA, ITAB_WIDTH, MASS, ROT, TRANS, Y6
+from .kernels.tree import AXIS, COM, FTAB_WIDTH, INERTIA, ITAB_WIDTH, MASS, ROT, TRANS, Y6, rnea_work_size
 from .model import JOINT_NQ_NV, Model
 from .spatial import parallel_axis
 
@@ -54,8 +54,10 @@ def _tables(model: Model) -> tuple[np.ndarray, np.ndarray]:
 class Data:
     """Workspace of `model` (see the module docstring). itab (nseg, 6) int64 and ftab (nseg, 64)
     float: the kernel tables; gravity (3,) m/s² (zero_gravity: zeros); no_ext (0, nseg, 6) and
-    no_cent (0, 15): the "no external wrenches" and "no centroidal output" arguments of the kernels; generated, unit_blocks, plate_id: caches of codegen.py,
-    joints.py and plate_id.py."""
+    no_cent (0, 15): the "no external wrenches" and "no centroidal output" arguments of the kernels;
+    rnea_work: gravity and the one-sample rnea kernel's scratch (a kernel holds the GIL: threads may
+    share it);
+    generated, unit_blocks, plate_id: caches of codegen.py, joints.py and plate_id.py."""
 
     model: Model
     itab: np.ndarray = field(init=False, repr=False)
@@ -64,6 +66,7 @@ class Data:
     no_ext: np.ndarray = field(init=False, repr=False)
     no_cent: np.ndarray = field(init=False, repr=False)
     zero_gravity: np.ndarray = field(init=False, repr=False)
+    rnea_work: np.ndarray = field(init=False, repr=False)
     generated: dict = field(init=False, repr=False, default_factory=dict)
     unit_blocks: list | None = field(init=False, repr=False, default=None)
     plate_id: dict = field(init=False, repr=False, default_factory=dict)
@@ -76,6 +79,8 @@ class Data:
         self.no_ext = np.zeros((0, len(self.model.segments), 6))
         self.no_cent = np.zeros((0, 15))
         self.zero_gravity = np.zeros(3)
+        self.rnea_work = np.empty(rnea_work_size(len(self.model.segments), self.model.nq))
+        self.rnea_work[:3] = self.gravity
 
 
 _DEFAULT: "weakref.WeakKeyDictionary[Model, Data]" = weakref.WeakKeyDictionary()

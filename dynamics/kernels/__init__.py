@@ -38,6 +38,7 @@ def _signatures() -> dict:
     return {
         "tree.rnea": i64(I2, F2, F1, F2, F2, F2, F3, O2, O2),
         "tree.rnea_parallel": i64(I2, F2, F1, F2, F2, F2, F3, O2, O2),
+        "tree.rnea_one": i64(I2, F2, _array(1, True), F1, F1, F1, _array(1, True)),
         "tree.crba": i64(I2, F2, F2, O3),
         "tree.aba": i64(I2, F2, F1, F2, F2, F2, F3, O2),
         "tree.kinematics": i64(I2, F2, F2, F2, F2, O4, O3, O3, O3, O3),

@@ -324,10 +324,29 @@ def external_in_body(Rw, pw, i, Fext, s):
             Rw[i, 1] * m0 + Rw[i, 4] * m1 + Rw[i, 7] * m2, Rw[i, 2] * m0 + Rw[i, 5] * m1 + Rw[i, 8] * m2)
 
 
+def rnea_work_size(nseg: int, nq: int) -> int:
+    """Floats of rnea_one's gw: gravity (3), then rnea_range's scratch W: R, RJ (9), t (3), M
+    (18), Rw (9), pw (3) per segment, the normalised q (nq) and the two momentum sums (12)."""
+    return 3 + 51 * nseg + nq + 12
+
+
 @njit(cache=True)
 def rnea(itab, ftab, g, Q, V, A, Fext, tau, cent):
     """rnea_range over every sample (see there); one thread."""
-    return rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, 0, Q.shape[0])
+    W = np.empty(51 * itab.shape[0] + Q.shape[1] + 12)
+    return rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, 0, Q.shape[0], W)
+
+
+@njit(cache=True)
+def rnea_one(itab, ftab, gw, q, v, a, tau):
+    """One sample without external wrenches: τ (nv) = rnea(q (nq), v, a (nv)), gravity gw[:3], the
+    scratch gw[3:] (rnea_work_size floats, e.g. the workspace's: a kernel holds the GIL, so one
+    serves every thread); −1 or a status as rnea's. Fewer and 1-D arguments than rnea, no
+    allocation: the one-sample call's unboxing and allocations are a large part of its time."""
+    n = itab.shape[0]
+    return rnea_range(itab, ftab, gw[:3], q.reshape((1, q.shape[0])), v.reshape((1, v.shape[0])),
+                      a.reshape((1, a.shape[0])), gw[:0].reshape((0, n, 6)), tau.reshape((1, tau.shape[0])),
+                      gw[:0].reshape((0, 15)), 0, 1, gw[3:])
 
 
 @njit(cache=True, parallel=True)
@@ -339,7 +358,8 @@ def rnea_parallel(itab, ftab, g, Q, V, A, Fext, tau, cent):
     nb = min(N, PARALLEL_BLOCKS)
     status = np.empty(nb, dtype=np.int64)
     for b in prange(nb):
-        status[b] = rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, b * N // nb, (b + 1) * N // nb)
+        W = np.empty(51 * itab.shape[0] + Q.shape[1] + 12)
+        status[b] = rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, b * N // nb, (b + 1) * N // nb, W)
     for b in range(nb):
         if status[b] != -1:
             return status[b]
@@ -347,8 +367,8 @@ def rnea_parallel(itab, ftab, g, Q, V, A, Fext, tau, cent):
 
 
 @njit(cache=True)
-def rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, s0, s1):
-    """Samples s0 ≤ s < s1 of: τ (N, nv) = rnea(q, v, a) with external forces Fext (N or 0, nseg, 6): the summed wrench
+def rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, s0, s1, W):
+    """Samples s0 ≤ s < s1 (scratch W: rnea_work_size floats) of: τ (N, nv) = rnea(q, v, a) with external forces Fext (N or 0, nseg, 6): the summed wrench
     on each segment, lab frame, about the lab origin; τ −= J_eᵀ w_e enters as f_i −= w_i in the
     body frame (Pinocchio's form). Per body: (R, t) = placement, v = X v_p + S q̇,
     a = X a_p + S q̈ + c_J + v × v_J, f = Y a + v ×* Y v (Y v = (m (v − c × ω), I_c ω + c × (Y v)_lin));
@@ -362,11 +382,11 @@ def rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, s0, s1):
     Q[s], V[s] or A[s] stops it with the status −2 − s (the Python side then names it)."""
     n = itab.shape[0]
     ext = Fext.shape[0] > 0
-    qn = np.empty(Q.shape[1])
-    R, RJs, t, M = np.empty((n, 9)), np.empty((n, 9)), np.empty((n, 3)), np.empty((n, 18))  # M: v 0:6, a 6:12, f 12:18
-    Rw, pw = np.empty((n, 9)), np.empty((n, 3))
+    R, RJs, t = W[:9 * n].reshape((n, 9)), W[9 * n:18 * n].reshape((n, 9)), W[18 * n:21 * n].reshape((n, 3))
+    M = W[21 * n:39 * n].reshape((n, 18))           # v 0:6, a 6:12, f 12:18
+    Rw, pw = W[39 * n:48 * n].reshape((n, 9)), W[48 * n:51 * n].reshape((n, 3))
+    qn, tot = W[51 * n:51 * n + Q.shape[1]], W[51 * n + Q.shape[1]:51 * n + Q.shape[1] + 12].reshape((2, 6))
     want_cent, want_tau = cent.shape[0] > 0, tau.shape[0] > 0
-    tot = np.empty((2, 6))
     mass = 0.0
     for i in range(n):
         mass += ftab[i, MASS]
@@ -382,8 +402,9 @@ def rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, s0, s1):
         for i in range(n):
             jt, p, iq, iv = itab[i, TYPE], itab[i, PARENT], itab[i, IQ], itab[i, IV]
             r = joint_rt(jt, ftab, i, qn, iq)
-            for k in range(9):
-                RJs[i, k] = r[k]
+            if jt == PLANAR:                      # the backward pass's projection needs RJ
+                for k in range(9):
+                    RJs[i, k] = r[k]
             set_placement(itab, ftab, i, r, R, t)
             R00, R01, R02, R10, R11, R12 = R[i, 0], R[i, 1], R[i, 2], R[i, 3], R[i, 4], R[i, 5]
             R20, R21, R22, t0, t1, t2 = R[i, 6], R[i, 7], R[i, 8], t[i, 0], t[i, 1], t[i, 2]
