@@ -6,7 +6,8 @@ Run: .venv/bin/python bench/dynamics.py [--samples 100000] [--calls 3000] [--mod
 (1) Batch: one dynamics.rnea call on N samples of the floating-base 15-segment human
     (configs/models/human15.toml) against a Python loop of pinocchio.rnea over the same samples on
     the same model; torques compared (max |Δτ|) and throughput ratio printed. Both walklab paths
-    run: the compiled kernels (default) and the numpy path (WALKLAB_JIT=0).
+    run: the compiled kernels (default; over the cores from rnea.PARALLEL_FROM samples, and again
+    on one thread) and the numpy path (WALKLAB_JIT=0).
 (2) Single sample: latency of dynamics.rnea(q, v, a) for one sample (p50/p99/max) on both paths,
     with pinocchio.rnea from Python as the reference.
 (3) Jansen table lookup rate: bench/linkage.py, run from here (batched and single-sample).
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # (1) batch throughput, both walklab paths and the Pinocchio loop in the same run
     paths = (("compiled", True), ("numpy path", False))
+    rnea_module = sys.modules["dynamics.rnea"]
     for _, jit in paths:
         with kernels.use_jit(jit):
             dynamics.rnea(model, q[:40], v[:40], a[:40])   # generate / load each path's kernel once
@@ -102,17 +104,25 @@ def main(argv: list[str] | None = None) -> int:
     # time other jobs held the cores)
     times: dict[str, list[tuple[float, float]]] = {"pinocchio.rnea loop": []}
     results = {}
+    parallel_from = rnea_module.PARALLEL_FROM
     for _ in range(args.repeats):
         for label, jit in paths:
             with kernels.use_jit(jit):
                 t0, c0 = time.perf_counter(), time.process_time()
                 results[label] = dynamics.rnea(model, q, v, a)
                 times.setdefault(f"dynamics.rnea {label}", []).append((time.perf_counter() - t0, time.process_time() - c0))
+        # the compiled kernel on one thread (the row above runs over the cores from PARALLEL_FROM samples)
+        rnea_module.PARALLEL_FROM = 1 << 62
+        t0, c0 = time.perf_counter(), time.process_time()
+        results["one thread"] = dynamics.rnea(model, q, v, a)
+        times.setdefault("dynamics.rnea compiled, 1 thread", []).append((time.perf_counter() - t0, time.process_time() - c0))
+        rnea_module.PARALLEL_FROM = parallel_from
         t0, c0 = time.perf_counter(), time.process_time()
         tau_pin = np.array([pin.rnea(pm, pd, q[k], v[k], a[k]) for k in range(N)])
         times["pinocchio.rnea loop"].append((time.perf_counter() - t0, time.process_time() - c0))
     t_pin, c_pin = (float(x) for x in np.median(times["pinocchio.rnea loop"], axis=0))
-    print(f"\n(1) batch inverse dynamics, N = {N} samples (median of {args.repeats}; wall, and CPU of this process)")
+    print(f"\n(1) batch inverse dynamics, N = {N} samples (median of {args.repeats}; wall, and CPU of this process, "
+          f"all its threads; 'compiled' runs over the cores from {parallel_from} samples)")
     for label, ts in times.items():
         t, c = (float(x) for x in np.median(ts, axis=0))
         print(f"    {label:<28} {t:8.3f} s   {N / t:12,.0f} samples/s   {t_pin / t:6.2f} x the Pinocchio loop   "
