@@ -284,6 +284,7 @@ class WalkerService:
         self.cycles = [_Cycles(), _Cycles()]
         self.done = -(2 ** 62)                                     # lab time of the last computed sample
         self.pending: list[int] = []                              # pending ref sample times (ns)
+        self.first_recv: int | None = None                         # receipt of the first ref sample (ns)
         self.latencies: list[float] = []
         self.rejected = 0
 
@@ -406,12 +407,23 @@ class WalkerService:
         if not self.pending:
             return
         others = [i for i in self.inputs.values() if i is not self.enc[0]]
-        cover = min((i.newest if i.newest is not None else -(2 ** 62)) for i in others)
         now = self.clock()
         ref = self.enc[0]
+        if self.first_recv is None:
+            self.first_recv = int(ref.recv[0])
+        # an input silent since the first reference sample for longer than --max-wait-s (a plate service
+        # still zeroing, a stream this lab does not have) is not waited for until it appears: waiting would
+        # only delay samples that are computed without it anyway
+        absent = now - self.first_recv > self.settings.max_wait_s * 1e9
+        awaited = [i for i in others if i.newest is not None or not absent]
+        cover = min((i.newest if i.newest is not None else -(2 ** 62)) for i in awaited) if awaited else 2 ** 62
         ready = 0
         while ready < len(self.pending) and self.pending[ready] <= cover:
             ready += 1
+        if ready and len(awaited) < len(others):
+            for i in others:
+                if i.newest is None:
+                    self.count(f"{i.stream}:held_samples", ready)
         if ready < len(self.pending):
             # computed now with the laggards held: the waiting samples received more than --max-wait-s ago
             # (a prefix: receipts grow with lab time), only those — the later ones may still get their

@@ -325,3 +325,30 @@ def test_only_the_samples_that_waited_past_max_wait_are_computed_held():
     last = max(end(f) for f in rest[:at])
     assert np.array_equal(np.flatnonzero(stale), np.flatnonzero((i >= 400) & (i // 10 * 10 + 9 + 100 < last)))
     assert stale.sum() > 30 and (~stale & (i >= 450) & (i < 550)).sum() > 50
+
+
+def test_an_input_silent_since_the_start_is_not_waited_for_after_max_wait():
+    # the plates' wrenches start 0.3 s after the encoders and markers (the plate service zeroes first): once
+    # --max-wait-s has passed since the first encoder sample, the samples are computed as their other inputs
+    # arrive, without the plates (stale), instead of each waiting --max-wait-s; from the plates' first sample on
+    # they are computed from them again
+    s = walk()
+    end = lambda f: (f.t - T0) // 1_000_000 + f.samples - 1     # noqa: E731 - index of a frame's last sample
+    frames = [f for f in frames_of(s) if not (f.stream.startswith("dynamics/grf/") and end(f) < 300)]
+    now = [0]
+    bus = Bus()
+    svc = WalkerService(world(), PLATES, ENCODERS, "markers/walker", Settings(max_wait_s=0.1), bus.publish,
+                        clock=lambda: now[0])
+    lat = []
+    for f in frames:
+        now[0] = T0 + end(f) * 1_000_000      # the host clock: the lab time of the newest sample received
+        svc.feed([f])
+    for d, kw in bus.frames[TORQUES]:
+        lat += [kw["meta"]["latency_s"]] * d.shape[0]
+    t, tq, ch = bus.series(TORQUES)
+    i, lat = (t - T0) // 1_000_000, np.array(lat)
+    stale = col(tq, ch, "stale") > 0
+    assert np.all(stale[i < 300]) and not np.any(stale[(i >= 305) & (i < i.max() - 20)])
+    # latency from the newest input used: at most a marker frame's wait, never --max-wait-s, once the wait is over
+    late = (i >= 150) & (i < 295)
+    assert late.sum() > 100 and lat[late].max() < 0.05
