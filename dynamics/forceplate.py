@@ -518,6 +518,9 @@ def combine(plates: Sequence[Plate], signals: Sequence[PlateSignals],
         if sig.force.shape != (n, 3) or sig.moment.shape != (n, 3):
             raise PlateError(f"plate {plate.name!r}: force and moment have shapes {sig.force.shape} "
                              f"and {sig.moment.shape}, expected ({n}, 3)")
+    if kernels.enabled():
+        w = np.concatenate([a for sig in signals for a in (sig.force, sig.moment)], axis=1, dtype=float)
+        return _combine_compiled(plates, w, threshold, pz)
     # Σ_k [F_k, M_k] @ _to_origin_k plate by plate (no (N, 6 K) interleaved copy: slower).
     total = np.zeros((n, 8))
     with np.errstate(over="ignore", invalid="ignore"):
@@ -539,11 +542,25 @@ def combine_wrenches(plates: Sequence[Plate], wrenches, threshold: float = DEFAU
     if not plates or w.ndim != 2 or w.shape[1] != 6 * len(plates):
         raise PlateError(f"wrenches must have shape (N, {6 * len(plates)}) for {len(plates)} "
                          f"plate(s), got {w.shape}")
+    if kernels.enabled():
+        return _combine_compiled(plates, w, threshold, pz)
     to_origin = plates[0]._to_origin if len(plates) == 1 else np.vstack([p._to_origin for p in plates])
     if _below(w, _SAFE_WRENCH):    # finite, and no overflow possible: the live path
         return _combined(plates, w @ to_origin, threshold, pz, finite=True)
     with np.errstate(over="ignore", invalid="ignore"):
         return _combined(plates, w @ to_origin, threshold, pz)
+
+
+def _combine_compiled(plates: Sequence[Plate], w: np.ndarray, threshold: float, pz: float | None) -> Combined:
+    """combine / combine_wrenches as one compiled loop (kernels/ground.py plate_combine) on the
+    plates' lab wrenches w (N, 6 K); the same equations and non-finite rule as `_combined`."""
+    if pz is None:
+        pz = sum(float(p.centre[2]) for p in plates) / len(plates)
+    n = w.shape[0]
+    out, valid = np.empty((n, 9)), np.empty(n, dtype=bool)
+    kernels.kernel("ground.plate_combine")(np.ascontiguousarray(w), np.array([p._kernel_consts for p in plates]),
+                                           float(threshold), float(pz), out, valid)
+    return Combined(force=out[:, 0:3], moment=out[:, 3:6], cop=out[:, 6:9], valid=valid)
 
 
 def _combined(plates: Sequence[Plate], total: np.ndarray, threshold: float, pz: float | None,

@@ -58,6 +58,7 @@ def _signatures() -> dict:
                                    _array(1, True), _array(1, True), _array(1, True), F1, F2, F3, F2, F2, I2, O3,
                                    _array(3, True, "boolean"), O2, O2, _array(1, True), _array(1, True, "int64"), O3,
                                    _array(3, True, "boolean"), O2, _array(2, True, "boolean")),
+        "ground.plate_combine": types.none(F2, F2, types.float64, types.float64, O2, _array(1, True, "boolean")),
         "ground.support_margin": i64(F3, _array(2, dtype="boolean"), F2, types.float64, _array(1, True),
                                      _array(1, True, "int64")),
         "world.jansen_contact": types.none(i64, F1, i64, F1, F3, _array(1, dtype="int64"), F1, F1, F1, F1, F1, F1,

@@ -511,6 +511,55 @@ def plate_process(raw, off, k, meta, threshold, out, valid, saturated):
             valid[s] = _plate_linear(raw[s], off, k, meta, threshold, w, out[s], 8)
 
 
+@njit(cache=True, inline="always")
+def _to_origin(fm, k, tot):
+    """tot (8,) += [F, M] @ the plate's [F, M] -> [F, n, −n_y, n_x] about the lab origin (forceplate.
+    combine: F k[F rows], then M k[M rows]); fm (6,) lab force and moment about the surface centre."""
+    for j in range(8):
+        tot[j] += fm[0] * k[PLATE_ORIGIN + j] + fm[1] * k[PLATE_ORIGIN + 8 + j] + fm[2] * k[PLATE_ORIGIN + 16 + j]
+        tot[j] += fm[3] * k[PLATE_ORIGIN + 24 + j] + fm[4] * k[PLATE_ORIGIN + 32 + j] + fm[5] * k[PLATE_ORIGIN + 40 + j]
+
+
+@njit(cache=True, inline="always")
+def _combined_cop(tot, threshold, pz):
+    """(valid, COP x, y) of the total [F, n, −n_y, n_x] (forceplate._combined): valid where F_z >
+    threshold, p = (p_z F_xy + (−n_y, n_x)) / F_z, NaN (no division) where not valid."""
+    ok = tot[2] > threshold
+    d = tot[2] if ok else np.nan
+    inv = math.copysign(np.inf, d) if d == 0.0 else 1.0 / d    # numpy's 1/±0 (a threshold below 0)
+    return ok, (pz * tot[0] + tot[6]) * inv, (pz * tot[1] + tot[7]) * inv
+
+
+@njit(cache=True)
+def plate_combine(w, k, threshold, pz, out, valid):
+    """forceplate.combine / combine_wrenches over N samples: w (N, 6 K) = [F_1, M_1, F_2, ...] lab
+    force and moment about each plate's surface centre, k (K, PLATE_WIDTH) the plates' constants;
+    out (N, 9) = total force, moment about the lab origin, COP on z = pz; valid (N,): F_z > threshold.
+    As forceplate._combined: when the F_z column sums to a non-finite value, every sample whose
+    total or COP is not finite is NaN and invalid."""
+    N, K = w.shape[0], k.shape[0]
+    tot = np.empty(8)
+    fz_sum = 0.0
+    for s in range(N):
+        for j in range(8):
+            tot[j] = 0.0
+        for p in range(K):
+            _to_origin(w[s, 6 * p:6 * p + 6], k[p], tot)
+        valid[s], out[s, 6], out[s, 7] = _combined_cop(tot, threshold, pz)
+        for j in range(6):
+            out[s, j] = tot[j]
+        fz_sum += tot[2]
+    if not math.isfinite(fz_sum):       # a NaN plate, or an overflow
+        for s in range(N):
+            chk = out[s, 0] + out[s, 1] + out[s, 2] + out[s, 3] + out[s, 4] + out[s, 5]
+            if not math.isfinite(chk + ((out[s, 6] + out[s, 7]) if valid[s] else 0.0)):
+                for j in range(8):
+                    out[s, j] = np.nan
+                valid[s] = False
+    for s in range(N):
+        out[s, 8] = pz if valid[s] else np.nan
+
+
 @njit(cache=True)
 def stage(lcode, lp, fcode, fp, plane, pos, vel, in_contact, v_latched, energy, last_delta, last_force,
           par, cent, raw, off, pk, pmeta, contact, flags, wrench, zmp, margin, n_vertices, plates, plate_flags,
@@ -582,14 +631,9 @@ def stage(lcode, lp, fcode, fp, plane, pos, vel, in_contact, v_latched, energy, 
         for p in range(P):
             plate_flags[s, p, 0], plate_flags[s, p, 1] = _plate_sample(raw[s, p], off[p], pk[p], pmeta[p], threshold,
                                                                        w, plates[s, p])
-            for j in range(8):
-                tot[j] += plates[s, p, 0] * pk[p, PLATE_ORIGIN + j] + plates[s, p, 1] * pk[p, PLATE_ORIGIN + 8 + j] \
-                    + plates[s, p, 2] * pk[p, PLATE_ORIGIN + 16 + j]
-                tot[j] += plates[s, p, 3] * pk[p, PLATE_ORIGIN + 24 + j] + plates[s, p, 4] * pk[p, PLATE_ORIGIN + 32 + j] \
-                    + plates[s, p, 5] * pk[p, PLATE_ORIGIN + 40 + j]
-        ok = P > 0 and tot[2] > threshold
-        inv = 1.0 / (tot[2] if ok else np.nan)
-        cx, cy = (pz * tot[0] + tot[6]) * inv, (pz * tot[1] + tot[7]) * inv
+            _to_origin(plates[s, p], pk[p], tot)
+        ok, cx, cy = _combined_cop(tot, threshold, pz)
+        ok = ok and P > 0
         if not math.isfinite(tot[2]):   # a NaN plate, or an overflow (forceplate._combined)
             chk = tot[0] + tot[1] + tot[2] + tot[3] + tot[4] + tot[5] + ((cx + cy) if ok else 0.0)
             if not math.isfinite(chk):

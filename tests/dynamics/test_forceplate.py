@@ -387,3 +387,36 @@ def test_compiled_process_equals_numpy_path(plate_type):
     np.testing.assert_array_equal(a.saturated, b.saturated)
     assert a.valid.any() and not a.valid.all() and not a.valid[[3, 7]].any() and a.saturated[11]
     assert np.isnan(a.force[[3, 7]]).all()
+
+
+def test_compiled_combine_equals_numpy_path():
+    """combine and combine_wrenches on the compiled kernel against the numpy path: three plates, a
+    plate below threshold, a NaN plate sample and an overflowing one (NaN, invalid on both paths),
+    the default and a given pz."""
+    from dynamics import kernels
+
+    n = 40
+    rng = np.random.default_rng(41)
+    plates = [fp.Plate(type=2, corners=corners_for(yaw_z_down(0.3 * k), np.array([0.6 * k, 0.1 * k, 0.01 * k]), 0.25, 0.2),
+                       origin=np.array([0.0, 0.0, -0.04]), name=f"FP{k + 1}") for k in range(3)]
+    sigs = []
+    for k, p in enumerate(plates):
+        force = np.column_stack([rng.normal(scale=30, size=(n, 2)), rng.uniform(-10, 500, n)])
+        sigs.append(fp.PlateSignals(force, rng.normal(scale=20, size=(n, 3)), np.zeros((n, 3)), np.zeros((n, 3)),
+                                    np.ones(n, bool), np.zeros(n, bool)))
+    sigs[1].force[4] = np.nan
+    sigs[0].force[9, 2] = sigs[2].force[9, 2] = 1.7e308         # their sum overflows
+    w = np.concatenate([np.hstack([s.force, s.moment]) for s in sigs], axis=1)
+    out = {}
+    for jit in (True, False):
+        with kernels.use_jit(jit), warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out[jit] = [fp.combine(plates, sigs), fp.combine(plates, sigs, threshold=50.0, pz=0.02),
+                        fp.combine_wrenches(plates, w), fp.combine_wrenches(plates[:1], w[:, :6], pz=0.0)]
+    for a, b in zip(out[True], out[False]):
+        for name in ("force", "moment", "cop"):
+            x, y = getattr(a, name), getattr(b, name)
+            np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-10 * np.nanmax(np.abs(y)), err_msg=name)
+        np.testing.assert_array_equal(a.valid, b.valid)
+    first = out[True][0]
+    assert not first.valid[[4, 9]].any() and np.isnan(first.force[[4, 9]]).all() and first.valid.sum() > n // 2
