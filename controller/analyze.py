@@ -850,6 +850,23 @@ def identify_tree(data: TrialData, res: TrialResult, model, mset: h15.MarkerSet,
     return out
 
 
+def _static_cgm(subject: cgm.CGMSubject, sides: tuple[str, ...], options: Options, notes: list[str]) -> cgm.CGMSubject:
+    """The CGM subject with the foot offsets StaticPlantFlex and StaticRotOff of the static trial
+    ``options.static`` (cgm.static_foot_offsets, over the file's); unchanged, with a note, if that fails."""
+    try:
+        static = load_trial(options.static)
+        pig = _prepare_markers(static.markers, options.cutoff, [], options.filter)
+        pf, ro = cgm.static_foot_offsets(pig, subject, sides)
+    except (ValueError, OSError) as e:
+        notes.append(f"no static foot offsets: static trial {options.static}: {e}")
+        return subject
+    notes.append(f"static trial {Path(options.static).name}: StaticPlantFlex "
+                 + ", ".join(f"{s} {np.degrees(pf[s]):.1f}" for s in sides) + " deg, StaticRotOff "
+                 + ", ".join(f"{s} {np.degrees(ro[s]):.1f}" for s in sides) + " deg (cgm.md §9), over the file's")
+    return dataclasses.replace(subject, static_plantflex={**subject.static_plantflex, **pf},
+                               static_rotoff={**subject.static_rotoff, **ro})
+
+
 def _calibrated(model, mset: h15.MarkerSet, options: Options, notes: list[str]) -> h15.MarkerSet:
     """The marker set placed on the subject by the static trial ``options.static`` (its markers
     filled and filtered as the trial's); the set as it is, with a note, if that fails."""
@@ -955,8 +972,8 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
     time = data.t0 + np.arange(n) / data.markers.rate
     res = TrialResult(name=data.name, time=time, notes=list(data.notes))
     mset = _marker_set(options.model, data.markers.labels) if options.model != "cgm" else None
-    if options.static and mset is None:
-        res.notes.append("--static: used by the models with a marker set (human15) only; ignored")
+    if options.static and mset is None and options.model != "cgm":
+        res.notes.append("--static: used by the CGM and the models with a marker set (human15) only; ignored")
     planar, why_not = _planar_of(options, data) if options.model != "cgm" and mset is None else (None, "")
     used = USED_MARKERS | set(mset.labels) if mset is not None else USED_MARKERS
     if planar is not None:
@@ -995,6 +1012,8 @@ def analyze_trial(data: TrialData, options: Options = Options(), clock: Callable
         try:
             sides = _cgm_sides(pig, res.notes)
             subject, res.subject_source = _subject(data, pig, options.mass, sides, options.subject)
+            if options.static:
+                subject = _static_cgm(subject, sides, options, res.notes)
             kin = cgm.kinematics(pig, subject, sides)
             res.series.update(kin.angles)
             _plausibility(kin.angles, res.notes)

@@ -321,6 +321,37 @@ def kinematics(markers: Mapping[str, np.ndarray], subject: CGMSubject,
     return CGMKinematics(centres=centres, frames=frames, angles=angles)
 
 
+def static_foot_offsets(markers: Mapping[str, np.ndarray], subject: CGMSubject, sides: tuple[str, ...] = SIDES,
+                        sole_delta: Mapping[str, float] | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    """StaticPlantFlex and StaticRotOff (rad) per side from a static trial (cgm.md §9, "Static
+    derivation"): the uncorrected foot of ``kinematics`` and the heel–toe foot Z_ht = unit(HEE −
+    TOE), X_ht = unit(Y_ut × Z_ht), Y_ht = Z_ht × X_ht (Y_ut the untorsioned tibia's Y);
+    R_uncorrᵀ R_ht = Ry(a) Rx(b) Rz(c) (YXZ), StaticPlantFlex = −a, StaticRotOff = −s·b (c
+    discarded), as the mean over the static frames. The corrected foot R_uncorr Ry(−StaticPlantFlex)
+    Rx(−s StaticRotOff) then has its Z along the heel–toe line. sole_delta (m, per side): the
+    foot-flat option, HEE_z = TOE_z + SoleDelta first (the foot axis then is level but for it).
+    markers (N, 3) m keyed by PiG label, with LHEE/RHEE; CGMError naming a missing marker."""
+    kin = kinematics(markers, subject, sides)
+    plantflex, rotoff = {}, {}
+    for side in sides:
+        if side + "HEE" not in markers or not np.isfinite(markers[side + "HEE"]).any():
+            raise CGMError(f"static trial: no {side}HEE marker (the heel–toe foot needs it)")
+        hee = np.array(markers[side + "HEE"], float)
+        toe = kin.centres[side + "TOE"]
+        if sole_delta is not None:
+            hee[:, 2] = toe[:, 2] + sole_delta[side]
+        z = _unit(hee - toe)
+        x = _unit(np.cross(kin.frames[side + "Tibia"][..., 1], z))
+        r_ht = _frame(x, np.cross(z, x), z)
+        a, b, _ = euler_yxz(np.swapaxes(kin.frames[side + "FootUncorrected"], -1, -2) @ r_ht)
+        ok = np.isfinite(a) & np.isfinite(b)
+        if not ok.any():
+            raise CGMError(f"static trial: the {side} foot is never computable (TOE, HEE, ANK, tibia markers)")
+        plantflex[side] = float(-np.mean(a[ok]))
+        rotoff[side] = float(-SIGN[side] * np.mean(b[ok]))
+    return plantflex, rotoff
+
+
 # --- §11 kinetics ------------------------------------------------------------------------------
 
 def angular_velocity(r: np.ndarray, fs: float) -> np.ndarray:

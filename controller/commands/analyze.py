@@ -42,8 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="marker smoothing: zero-lag Butterworth at --cutoff (default) or the smoothing "
                         "spline with its parameter chosen by generalised cross-validation")
     p.add_argument("--static", metavar="FILE",
-                   help="human15: a static trial (C3D or TRC, the subject standing in the model's neutral posture) "
-                        "that places the marker set's markers on the subject before the trials are fitted")
+                   help="a static trial (C3D or TRC): cgm: the foot offsets StaticPlantFlex and StaticRotOff from it; "
+                        "human15: the subject standing in the model's neutral posture, which places the marker "
+                        "set's markers on the subject before the trials are fitted")
     p.add_argument("--workers", type=int, default=0, metavar="N",
                    help="parallel trial jobs (default one per core; 1 = in this process)")
     p.add_argument("--dask", metavar="ADDRESS", help="send the trial jobs to this Dask scheduler instead")

