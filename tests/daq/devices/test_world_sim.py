@@ -95,13 +95,16 @@ def test_a_type1_plates_cop_is_where_the_world_puts_the_foot(tmp_path):
             time.sleep(0.05)
         link = Link(str(port), liveness_s=0.5).open()
         link.wait_caps(10.0)
-        # the MCU's own speed loop turns both shafts at 3 rad/s: the walker crosses the plate in ~3 s
-        link.request(P.Config(kp=4.0, ki=8.0, kd=0.0, watchdog_ms=300))
+        # the MCU's own speed loop turns both shafts at 3 rad/s: the walker crosses the plate in ~3 s (a
+        # 5 s watchdog: this test's commands may pause on a loaded machine, and a trip would stop the walk)
+        link.request(P.Config(kp=4.0, ki=8.0, kd=0.0, watchdog_ms=5000))
         walk = P.Command(tuple(P.MotorCommand(P.MODE_VELOCITY, 3.0) for _ in range(2)))
         end = time.monotonic() + 120.0
         x_chassis = -1.0
         while x_chassis < 0.7:  # every foot (within 0.48 m of the crank centre) past the plate
-            assert time.monotonic() < end and proc.poll() is None, f"the walker did not cross (x = {x_chassis})"
+            if proc.poll() is not None:
+                pytest.fail(f"the world process exited {proc.returncode}: {proc.stderr.read()[-3000:]}")
+            assert time.monotonic() < end, f"the walker did not cross (x = {x_chassis})"
             link.send(walk)
             f = sub.recv(timeout_s=0.02)
             if f is not None:
