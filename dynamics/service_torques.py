@@ -32,8 +32,8 @@ value (``STREAM:held_samples``; flagged ``stale`` in the torques); a sample no v
 
 Bad input never stops it: frames without the channels it needs, without samples or a sample rate
 are counted (``STREAM:rejected``); frames stamped further ahead of their receipt than the stream's
-history allows (its least lead minus 0.25 s: a device clock jump the daemon did not catch) are
-clock faults (``STREAM:clock_faults``), repeats and frames back in time ``STREAM:repeated``; all
+history allows (its least lead, or zero when that is larger, minus 0.25 s: a device clock jump the
+daemon did not catch) are clock faults (``STREAM:clock_faults``), repeats and frames back in time ``STREAM:repeated``; all
 are skipped. Malformed messages are counted by the bus.
 
 Published (stamps: the first motor's encoder samples' ``t``/``t_host``/``t_device``; one frame per
@@ -309,7 +309,10 @@ class WalkerService:
             # receipt: the subscriber's; fed by hand, the host stamp of the last sample
             recv = f.t_recv if f.t_recv is not None else (f.t_pub or int(f.t_host + t[-1] - t[0]))
             lead = recv - int(t[-1])        # a sample is never received before it is measured
-            if inp.floor is not None and lead < inp.floor - CLOCK_SLACK_NS:
+            # against the least lead seen, but never above zero: a backlog (a publisher catching up after a
+            # stall, the plate service after its zeroing) inflates the early leads, and its catching up
+            # lowers the lead by a frame's span at once — that is not a clock running ahead
+            if inp.floor is not None and lead < min(inp.floor, 0) - CLOCK_SLACK_NS:
                 self.count(f"{f.stream}:clock_faults", 1)    # stamped later than its receipt allows
                 if self.rejected < _LOG_FIRST:
                     log.warning("%s: frame seq %d stamped %.3f s ahead of its receipt: clock fault, rejected",

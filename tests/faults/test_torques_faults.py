@@ -71,3 +71,25 @@ def test_an_input_that_stops_is_held_flagged_and_bounded():
     assert stale[late].mean() > 0.95 and not stale[~late][:-20].any()
     assert counts["dynamics/grf/FP1:held_samples"] > 0.8 * late.sum()
     assert np.isfinite(b[:, 0]).all()          # the law carries the feet where no plate reads
+
+
+def test_a_plate_stream_catching_up_a_backlog_is_not_a_clock_fault():
+    # the plate service's first frame comes 0.5 s late (its start-up), then it catches up with one frame of the
+    # next 0.5 s of samples, received a moment later: that frame's lead (receipt minus its last sample's time)
+    # is 0.5 s below the first one's — a backlog drained, not a clock running ahead: every frame is used
+    clean = frames_of(walk())
+    t0 = clean[0].t
+    end = lambda f: f.t + round((f.samples - 1) * 1e9 / f.rate_hz)     # noqa: E731 - its last sample's time
+    out = [dataclasses.replace(f, t_recv=end(f) + 1_000_000) for f in clean if not f.stream.startswith("dynamics/grf/")]
+    for name, _ in PLATES:
+        grf = [f for f in clean if f.stream == f"dynamics/grf/{name}"]
+        first, backlog, rest = grf[0], grf[1:100], grf[100:]
+        out.append(dataclasses.replace(first, t_recv=t0 + 500_000_000))
+        out.append(dataclasses.replace(backlog[0], data=np.concatenate([f.data for f in backlog]),
+                                       t_recv=t0 + 501_000_000))
+        out += [dataclasses.replace(f, seq=f.seq - 98, t_recv=end(f) + 1_000_000) for f in rest]
+    bus, counts = counting_serve(sorted(out, key=lambda f: f.t_recv), clock=lambda: 0)
+    assert not any(k.endswith(":clock_faults") for k in counts), counts
+    t, b, ch = bus.series(TORQUES)
+    t1, a, _ = serve(clean).series(TORQUES)
+    assert np.array_equal(t, t1) and np.array_equal(a, b)        # the same numbers as the clean run
