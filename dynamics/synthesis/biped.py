@@ -90,6 +90,7 @@ class ShootingSettings:
     weights: tuple[float, ...] | None = None
     rtol: float = 1e-10
     atol: float = 1e-12
+    method: str = "DOP853"
     fd_step: float = 1e-6
 
 
@@ -107,33 +108,64 @@ class ShootingResult:
     W: np.ndarray = field(repr=False)
 
 
+@dataclass(frozen=True)
+class Flow:
+    """A trajectory integrated piecewise: t (K,) s, y (n, K) at t_eval (or the solver's steps)."""
+
+    t: np.ndarray
+    y: np.ndarray
+
+
 def flow(rhs: Callable, y0: np.ndarray, P: float, settings: ShootingSettings = ShootingSettings(),
-         t_eval=None):
-    """Integrate y' = rhs(t, y) on [0, P] from y0 (DOP853); returns scipy's OdeResult."""
-    sol = solve_ivp(rhs, (0.0, P), np.asarray(y0, dtype=float), method="DOP853", rtol=settings.rtol,
-                    atol=settings.atol, t_eval=t_eval)
-    if not sol.success:
-        raise BipedError(f"integration failed: {sol.message}")
-    return sol
+         t_eval=None, breaks=()) -> Flow:
+    """Integrate y' = rhs(t, y) on [0, P] from y0 (DOP853), restarting at each of `breaks` (s, inside
+    (0, P)): a right-hand side that jumps there (a ZMP law switch, methods.md j.5) is integrated one
+    smooth piece at a time. A t_eval sample on a break is taken from the piece that ends there."""
+    edges = np.unique(np.concatenate([[0.0], [b for b in breaks if 0.0 < b < P], [P]]))
+    te = None if t_eval is None else np.asarray(t_eval, dtype=float)
+    ts, ys, y = [], [], np.asarray(y0, dtype=float)
+    for k, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
+        eps = 1e-12 * (b - a)   # a piece's own end points see its own law, not the neighbour's
+
+        def piece(t, y, a=a, b=b, eps=eps):
+            return rhs(min(max(t, a + eps), b - eps), y)
+
+        sol = solve_ivp(piece, (a, b), y, method=settings.method, rtol=settings.rtol, atol=settings.atol,
+                        dense_output=te is not None)
+        if not sol.success:
+            raise BipedError(f"integration failed on [{a:.4g}, {b:.4g}] s: {sol.message}")
+        if te is None:
+            last = k == len(edges) - 2
+            ts.append(sol.t if last else sol.t[:-1])
+            ys.append(sol.y if last else sol.y[:, :-1])
+        else:
+            sel = te[((te > a) | ((te == a) & (k == 0))) & (te <= b)]
+            ts.append(sel)
+            ys.append(sol.sol(sel) if sel.size else np.empty((y.size, 0)))
+        y = sol.y[:, -1]
+    return Flow(np.concatenate(ts), np.concatenate(ys, axis=1))
 
 
-def monodromy(rhs: Callable, y0: np.ndarray, P: float, settings: ShootingSettings) -> tuple[np.ndarray, np.ndarray]:
+def monodromy(rhs: Callable, y0: np.ndarray, P: float, settings: ShootingSettings,
+              breaks=()) -> tuple[np.ndarray, np.ndarray]:
     """(Y(P), U = dY(P)/dY0 by central differences)."""
     n = y0.size
-    yP = flow(rhs, y0, P, settings).y[:, -1]
+    yP = flow(rhs, y0, P, settings, breaks=breaks).y[:, -1]
     U = np.empty((n, n))
     for j in range(n):
         d = np.zeros(n)
         d[j] = settings.fd_step * max(1.0, abs(y0[j]))
-        U[:, j] = (flow(rhs, y0 + d, P, settings).y[:, -1] - flow(rhs, y0 - d, P, settings).y[:, -1]) / (2 * d[j])
+        U[:, j] = (flow(rhs, y0 + d, P, settings, breaks=breaks).y[:, -1]
+                   - flow(rhs, y0 - d, P, settings, breaks=breaks).y[:, -1]) / (2 * d[j])
     return yP, U
 
 
 def shoot(rhs: Callable, y0, P: float, W=None, angles: int | None = None,
-          settings: ShootingSettings = ShootingSettings()) -> ShootingResult:
+          settings: ShootingSettings = ShootingSettings(), breaks=()) -> ShootingResult:
     """Periodic initial state of y' = rhs(t, y) with Y(P) = W Y(0) (module doc: gradient while
     J > switch_J, Newton below; BIDYN's acceptance, rejection, halving and divergence rules).
-    angles: how many leading state entries are angles (the gradient step's 0.025 rad scale)."""
+    angles: how many leading state entries are angles (the gradient step's 0.025 rad scale);
+    breaks: times where rhs jumps (`flow`)."""
     y = np.asarray(y0, dtype=float).copy()
     n = y.size
     Wm = np.eye(n) if W is None else np.diag(np.asarray(W, dtype=float))
@@ -141,7 +173,7 @@ def shoot(rhs: Callable, y0, P: float, W=None, angles: int | None = None,
     angles = n // 2 if angles is None else angles
 
     def residual(y0):
-        yP = flow(rhs, y0, P, settings).y[:, -1]
+        yP = flow(rhs, y0, P, settings, breaks=breaks).y[:, -1]
         e = y0 - Wm @ yP
         return e, float(np.sqrt(np.sum(w * e * e))), yP
 
@@ -152,7 +184,7 @@ def shoot(rhs: Callable, y0, P: float, W=None, angles: int | None = None,
     for it in range(1, settings.max_iter + 1):
         if J <= settings.accept_J:
             return ShootingResult(y, J, it - 1, newton, tuple(hist), True, Wm)
-        yP, U = monodromy(rhs, y, P, settings)
+        yP, U = monodromy(rhs, y, P, settings, breaks)
         if J <= settings.switch_J:
             step = np.linalg.solve(U - Wm, Wm @ y - yP)
             newton += 1

@@ -1,0 +1,640 @@
+"""Semi-inverse biped nominals: prescribed leg synergy, compensating trunk synergy whose ZMP follows
+its law (methods.md j.1-j.5, Surla 1980 thesis; the shooting and ZMP laws of `biped`). Pure computation.
+
+**Sagittal reduction** (what is solved). The walker's tree (a `dynamics.Model` whose segment frames are
+parallel to the lab in the neutral posture) is projected on the sagittal plane: x forward, z up, each
+segment's joint a rotation about +y by sign * q (sign = the y component of a y-axis revolute joint;
+any other joint is held at 0 and treated as fixed); masses, CoMs (x, z) and I_yy. The pelvis stays
+upright (BIDYN's pelvis carries no sagittal rotation). The stance foot rolls without slip on a
+circular roll-over shape of radius R under the ankle (heel -> flat -> toe in one smooth motion, as
+BIDYN's heel/flat/toe phases; R = 0.3 leg length by default, the roll-over radius of walking in
+Hansen, Childress & Knox 2004, Clin. Biomech. 19:407-414): with the foot pitch phi (about +y, + toes
+down), the ankle is at (x_ref + R phi + (h - R) sin phi, R + (h - R) cos phi), h its height above the
+sole, x_ref its place when the foot is flat (the origin of the half-step, the ZMP law's reference). Unknown: the trunk joint angle psi (with the pelvis upright, the
+absolute trunk pitch); the frontal inclination theta of BIDYN's 2-unknown system is NOT modelled (the
+lateral ZMP is not compensated; it is reported).
+
+**Prescribed leg synergy** (j.3). One gait cycle of sagittal angles (`LegCycle`: hip, knee, ankle and
+pelvis tilt over the stride phase, from a measured trial), made periodic, scaled by S: hip joint
+q_h = S (hip - tilt) (the thigh's inclination, since the pelvis is upright), knee q_k = S knee; the
+ankle elsewhere, q_a = S ankle (the measured foot pitch, rolling on the roll-over shape in stance). Each joint channel is then one
+periodic cubic spline in phase (`CubicSpline(bc_type="periodic")`), differentiated for rates and
+accelerations with d/dt = (1/T) d/dphase (T the stride period, the half-period P = T/2).
+
+**Timing.** The half-step [0, P] starts at the support transfer to the left foot, in the middle of the
+double support: the left heel strike is at t = -tau, tau = T p / 400 (j.5), so the left leg's phase is
+(t + tau)/T and the right leg's half a cycle later. The second half-step is the same with the legs
+exchanged, the right foot's flat place the origin, shifted forward by the step length S_h (the
+distance of the two feet's flat places at the transfer, from the kinematics).
+
+**Trunk equation** (j.1 with one unknown). The trunk and everything fixed to it (arms, head) is one
+rigid body of mass m_T, CoM d = R(psi) c from the waist joint w(t), inertia I_T about its CoM. With
+the rest of the body's sums A = sum m (z'' + g) x - sum m x'' z - sum I phi'' and B = sum m (z'' + g)
+(prescribed), the zero moment about the law point p(t) on the ground (d.3, planar, phi about +y),
+
+    A - p B + m_T [(z_T'' + g)(x_T - p) - x_T'' z_T] - I_T psi'' = 0,
+    x_T'' = w_x'' + d_z psi'' - d_x psi'^2,   z_T'' = w_z'' - d_x psi'' - d_z psi'^2,
+
+is linear in psi'': psi'' = -(rest)/(coefficient), the coefficient -(I_T + m_T[d_x (x_T - p) + d_z z_T])
+(never 0 for an upright trunk; guarded). State Y = [psi, psi'] (rad, rad/s); symmetric gait: Y(P) = Y(0)
+(W = +1: psi does not flip at the transfer); asymmetric (different laws per side): the full stride
+Y(T) = Y(0). Solved by `biped.shoot` (gradient then Newton, BIDYN settings) and cross-checked by
+`biped.collocate`.
+
+**Figures from `dynamics`** (not the generator's equations): the full configuration q, v, a of the
+3-D model (free-flyer pelvis, every joint) along the stride; the kinematic ZMP by
+`dynamics.zmp.zmp_model`; the ground wrench (`zmp.ground_wrench`) put on the stance foot (in double
+support split between the feet in proportion to the ZMP's position between the ankles) and the joint
+torques by `dynamics.rnea.rnea`; energy per cycle by `dynamics.energetics.work` (l).
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.interpolate import CubicSpline
+
+from ..energetics import work
+from ..model import G, Model
+from ..rnea import Wrench, rnea
+from ..zmp import ground_wrench, zmp_model
+from .biped import BipedError, ShootingSettings, collocate, flow, shoot, zmp_law, SINGLE_SUPPORT
+
+ROLL = 0.3           # roll-over radius / leg length (Hansen et al. 2004)
+SAMPLES_SPLINE = 400  # phases per cycle of the joint-channel splines
+#: Shooting settings of the trunk: BIDYN's iteration rules (biped.ShootingSettings) with J weighted
+#: 1 per rad and 0.1 per rad/s; RK45, since the prescribed channels are cubic splines (their
+#: accelerations only C0), for which an 8th-order method gains nothing (measured: 3x the calls).
+SETTINGS = ShootingSettings(weights=(1.0, 0.1), accept_J=1e-7, rtol=1e-9, atol=1e-11, method="RK45")
+
+
+@dataclass(frozen=True)
+class LegCycle:
+    """One gait cycle of one leg's sagittal angles: phase (K,) uniform in [0, 1) from the foot strike;
+    hip flexion, knee flexion, ankle dorsiflexion and pelvis anterior tilt (K,) rad (Plug-in Gait
+    signs); double_support p (% of the stride, both double supports together); source (provenance)."""
+
+    phase: np.ndarray
+    hip: np.ndarray
+    knee: np.ndarray
+    ankle: np.ndarray
+    tilt: np.ndarray
+    double_support: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        K = self.phase.shape[0]
+        if K < 16 or not np.allclose(self.phase, np.arange(K) / K):
+            raise BipedError("leg cycle: expected K >= 16 uniform phases k/K")
+        for k in ("hip", "knee", "ankle", "tilt"):
+            a = getattr(self, k)
+            if a.shape != (K,) or not np.all(np.isfinite(a)):
+                raise BipedError(f"leg cycle: {k}: expected {K} finite angles (rad)")
+        if not 0 <= self.double_support < 50:
+            raise BipedError(f"leg cycle: double support {self.double_support} % of the stride: expected 0..50")
+
+
+def periodic(curve: np.ndarray) -> np.ndarray:
+    """Samples (K + 1,) of a cycle over [0, 1] whose end differs from its start (a mean of measured
+    strides) -> (K,) periodic samples at k/K, the linear drift removed: y_k - (y_K - y_0) k/K."""
+    y = np.asarray(curve, dtype=float)
+    K = y.shape[0] - 1
+    return y[:K] - (y[K] - y[0]) * np.arange(K) / K
+
+
+# -------------------------------------------------------------------------------- planar tree
+
+
+@dataclass(frozen=True)
+class BipedJoints:
+    """Names of the model's joints the synergy uses: hips, knees, ankles (left, right), the trunk joint
+    (psi, about +y), the feet segments (left, right) and their sole contact point names."""
+
+    hips: tuple[str, str]
+    knees: tuple[str, str]
+    ankles: tuple[str, str]
+    trunk: str
+    feet: tuple[str, str]
+
+
+@dataclass(frozen=True, eq=False)
+class PlanarTree:
+    """The model's sagittal projection (module doc): per segment parent index (-1 base), sign of its
+    joint about +y (0: held), the model joint's q and v index (-1 none), origin and CoM (x, z) m in
+    the parent / own frame, mass kg, I_yy kg m^2; trunk: the set of segments moving with the trunk
+    joint; base: the free-flyer segment."""
+
+    model: Model
+    parent: np.ndarray
+    sign: np.ndarray
+    iq: np.ndarray
+    iv: np.ndarray
+    origin: np.ndarray
+    com: np.ndarray
+    mass: np.ndarray
+    Iyy: np.ndarray
+    trunk: np.ndarray
+    joints: BipedJoints
+    sole: float          # m, ankle height above the sole (from the foot's contact points)
+    heel: float          # m, heel x from the ankle
+    toe: float           # m, toe x from the ankle
+    roll: float          # m, roll-over radius R of the stance foot
+
+
+def planar_tree(model: Model, joints: BipedJoints, roll: float | None = None) -> PlanarTree:
+    """Project `model` (module doc); BipedError naming a joint that is missing or not about y.
+    roll: the roll-over radius R (m), default ROLL times the leg length (hip to sole)."""
+    by_joint = {(s.joint_name or s.name): i for i, s in enumerate(model.segments)}
+    n = len(model.segments)
+    parent = np.asarray(model.parents, dtype=int)
+    sign = np.zeros(n)
+    for i, s in enumerate(model.segments):
+        if s.joint.type == "revolute":
+            ax = s.joint.rotation @ s.joint.axis
+            if abs(abs(ax[1]) - 1.0) < 1e-9:
+                sign[i] = ax[1]
+        elif s.joint.type not in ("fixed", "free_flyer"):
+            raise BipedError(f"model {model.name!r}: joint {s.joint_name!r} of type {s.joint.type} is not supported")
+        if s.joint.type != "free_flyer" and np.abs(s.joint.rotation - np.eye(3)).max() > 1e-12:
+            raise BipedError(f"model {model.name!r}: segment {s.name!r}: frames must be parallel to the lab at q = 0")
+    if model.segments[0].joint.type != "free_flyer":
+        raise BipedError(f"model {model.name!r}: expected a free-flyer base (the pelvis)")
+    names = [*joints.hips, *joints.knees, *joints.ankles, joints.trunk]
+    for j in names:
+        if j not in by_joint or sign[by_joint[j]] == 0:
+            raise BipedError(f"model {model.name!r}: no revolute joint {j!r} about the y axis")
+    for f in joints.feet:
+        if f not in model.index:
+            raise BipedError(f"model {model.name!r}: no foot segment {f!r}")
+    t = by_joint[joints.trunk]
+    trunk = np.flatnonzero(model.supports[:, t] > 0)
+    if sign[t] != 1.0:
+        raise BipedError(f"model {model.name!r}: trunk joint {joints.trunk!r} must turn about +y (forward lean positive)")
+    foot = model.segment(joints.feet[0])
+    pts = np.array(list(foot.contacts.values()))
+    if pts.shape[0] < 2:
+        raise BipedError(f"model {model.name!r}: foot {foot.name!r} needs heel and toe contact points")
+    sole = float(-pts[:, 2].min())
+    leg = sole
+    i = model.index[foot.name]
+    while model.segments[i].joint_name != joints.hips[0]:
+        leg -= model.segments[i].joint.translation[2]
+        i = parent[i]
+    R = ROLL * leg if roll is None else float(roll)
+    if not R > 0:
+        raise BipedError(f"roll-over radius: expected > 0 m, got {roll}")
+    return PlanarTree(model=model, parent=parent, sign=sign, iq=np.array(model.idx_q), iv=np.array(model.idx_v),
+                      origin=np.array([[s.joint.translation[0], s.joint.translation[2]] for s in model.segments]),
+                      com=model.coms[:, [0, 2]].copy(), mass=model.masses.copy(),
+                      Iyy=model.inertias[:, 1, 1].copy(), trunk=trunk, joints=joints,
+                      sole=sole, heel=float(pts[:, 0].min()), toe=float(pts[:, 0].max()), roll=R)
+
+
+def _rot(phi, r):
+    """R(phi) r for a rotation about +y by phi in the x-z plane: (x cos + z sin, -x sin + z cos)."""
+    c, s = np.cos(phi), np.sin(phi)
+    return np.stack([r[..., 0] * c + r[..., 1] * s, -r[..., 0] * s + r[..., 1] * c], axis=-1)
+
+
+def _perp(d):
+    """d(R r)/dphi = (d_z, -d_x)."""
+    return np.stack([d[..., 1], -d[..., 0]], axis=-1)
+
+
+@dataclass(frozen=True)
+class PlanarState:
+    """Sagittal kinematics with the base fixed at the origin, upright: phi, w, al (N, nseg) rad, rad/s,
+    rad/s^2; origin o, vo, ao and CoM c, vc, ac (N, nseg, 2) m, m/s, m/s^2 (x, z)."""
+
+    phi: np.ndarray
+    w: np.ndarray
+    al: np.ndarray
+    o: np.ndarray
+    vo: np.ndarray
+    ao: np.ndarray
+    c: np.ndarray
+    vc: np.ndarray
+    ac: np.ndarray
+
+
+def planar_state(tree: PlanarTree, q: np.ndarray, qd: np.ndarray, qdd: np.ndarray) -> PlanarState:
+    """Kinematics of every segment for joint angles per segment q, qd, qdd (N, nseg) (module doc)."""
+    N, n = q.shape
+    phi, w, al = np.zeros((N, n)), np.zeros((N, n)), np.zeros((N, n))
+    o, vo, ao = np.zeros((N, n, 2)), np.zeros((N, n, 2)), np.zeros((N, n, 2))
+    for i in range(1, n):
+        p = tree.parent[i]
+        d = _rot(phi[:, p], tree.origin[i])
+        o[:, i] = o[:, p] + d
+        vo[:, i] = vo[:, p] + w[:, p, None] * _perp(d)
+        ao[:, i] = ao[:, p] + al[:, p, None] * _perp(d) - (w[:, p] ** 2)[:, None] * d
+        phi[:, i] = phi[:, p] + tree.sign[i] * q[:, i]
+        w[:, i] = w[:, p] + tree.sign[i] * qd[:, i]
+        al[:, i] = al[:, p] + tree.sign[i] * qdd[:, i]
+    dc = _rot(phi, tree.com)
+    c = o + dc
+    vc = vo + w[..., None] * _perp(dc)
+    ac = ao + al[..., None] * _perp(dc) - (w ** 2)[..., None] * dc
+    return PlanarState(phi, w, al, o, vo, ao, c, vc, ac)
+
+
+# ------------------------------------------------------------------------------ leg synergy
+
+
+@dataclass(frozen=True, eq=False)
+class LegSynergy:
+    """The prescribed joint channels of one leg as periodic cubic splines of the stride phase (module
+    doc): spline(phase) -> (3,) [hip, knee, ankle] rad; S, T; tau (s) half the double support."""
+
+    spline: CubicSpline
+    S: float
+    T: float
+    tau: float
+
+    def at(self, t, offset: float = 0.0):
+        """q, qd, qdd (N, 3) of [hip, knee, ankle] at times t (N,) s, leg phase (t + tau)/T + offset."""
+        ph = np.mod((np.asarray(t, dtype=float) + self.tau) / self.T + offset, 1.0)
+        return self.spline(ph), self.spline(ph, 1) / self.T, self.spline(ph, 2) / self.T ** 2
+
+
+def leg_synergy(cycle: LegCycle, S: float, T: float, double_support: float | None = None) -> LegSynergy:
+    """The scaled leg synergy (module doc) for step scale S and stride period T (s); the double support
+    share p (%) defaults to the cycle's own. The left leg is the stance leg from its transfer at phase
+    tau/T to the next at 0.5 + tau/T."""
+    if not (S > 0 and T > 0 and math.isfinite(S) and math.isfinite(T)):
+        raise BipedError(f"leg synergy: expected S > 0 and T > 0 s, got S = {S}, T = {T}")
+    p = cycle.double_support if double_support is None else double_support
+    tau = T * p / 400.0
+    K = SAMPLES_SPLINE
+    u = np.arange(K) / K
+    src = CubicSpline(np.append(cycle.phase, 1.0),
+                      np.column_stack([np.append(a, a[0]) for a in (cycle.hip, cycle.knee, cycle.ankle, cycle.tilt)]),
+                      bc_type="periodic")(u)
+    y = S * np.column_stack([src[:, 0] - src[:, 3], src[:, 1], src[:, 2]])
+    return LegSynergy(CubicSpline(np.append(u, 1.0), np.vstack([y, y[:1]]), bc_type="periodic"), float(S), float(T), tau)
+
+
+# ------------------------------------------------------------------------------ half-step
+
+
+@dataclass(frozen=True, eq=False)
+class HalfStep:
+    """Prescribed motion of a half-step with the `stance` leg (0 left, 1 right) on the ground, its ankle
+    rolling from the origin; precomputed rest-of-body sums on a fine grid and splined (module doc):
+    channels A, B (N m, N), w_x'', w_z'' (m/s^2), w_x, w_z (m) of the waist joint, the stance ankle's x (m)."""
+
+    tree: PlanarTree
+    leg: LegSynergy
+    P: float
+    stance: int
+    channels: CubicSpline
+    mT: float
+    cT: np.ndarray
+    IT: float
+
+
+def _joint_angles(tree: PlanarTree, leg: LegSynergy, t: np.ndarray, stance: int, psi=None, dpsi=None, ddpsi=None):
+    """Per-segment q, qd, qdd (N, nseg) at times t of a half-step with `stance` on the ground (the stance
+    leg's phase from its transfer; the other leg half a cycle on)."""
+    m = tree.model
+    N, n = len(t), len(m.segments)
+    q, qd, qdd = np.zeros((N, n)), np.zeros((N, n)), np.zeros((N, n))
+    seg = {(s.joint_name or s.name): i for i, s in enumerate(m.segments)}
+    for side in (0, 1):
+        a, ad, add = leg.at(t, 0.0 if side == stance else 0.5)
+        for k, names in enumerate((tree.joints.hips, tree.joints.knees, tree.joints.ankles)):
+            i = seg[names[side]]
+            q[:, i], qd[:, i], qdd[:, i] = a[:, k], ad[:, k], add[:, k]
+    if psi is not None:
+        i = seg[tree.joints.trunk]
+        q[:, i], qd[:, i], qdd[:, i] = psi, dpsi, ddpsi
+    return q, qd, qdd
+
+
+def _stance_ankle(tree: PlanarTree, stance: int) -> int:
+    """Index of the stance foot segment (its origin is the ankle joint)."""
+    return tree.model.index[tree.joints.feet[stance]]
+
+
+def rolling_ankle(tree: PlanarTree, phi, dphi, ddphi, x_ref: float = 0.0):
+    """Ankle position, velocity, acceleration (N, 2) (x, z) of a foot of pitch phi, dphi, ddphi (N,)
+    rolling without slip on its roll-over circle (module doc)."""
+    R, k = tree.roll, tree.sole - tree.roll
+    s, c = np.sin(phi), np.cos(phi)
+    pos = np.stack([x_ref + R * phi + k * s, R + k * c], axis=-1)
+    d = np.stack([R + k * c, -k * s], axis=-1)            # d pos / d phi
+    dd = np.stack([-k * s, -k * c], axis=-1)
+    return pos, dphi[..., None] * d, ddphi[..., None] * d + (dphi ** 2)[..., None] * dd
+
+
+def _on_ground(tree: PlanarTree, st: PlanarState, stance: int, x_ref: float = 0.0):
+    """(shift, its velocity, its acceleration) (N, 2) that carry the base-fixed kinematics `st` to the
+    lab with the stance foot rolling on the ground (add to every point's position / velocity / acceleration)."""
+    f = _stance_ankle(tree, stance)
+    p, v, a = rolling_ankle(tree, st.phi[:, f], st.w[:, f], st.al[:, f], x_ref)
+    return p - st.o[:, f], v - st.vo[:, f], a - st.ao[:, f]
+
+
+def half_step(tree: PlanarTree, leg: LegSynergy, stance: int = 0, grid: int = 1201) -> HalfStep:
+    """Precompute the prescribed part of a half-step (module doc) on `grid` times over [0, P]."""
+    P = leg.T / 2
+    t = np.linspace(0.0, P, grid)
+    q, qd, qdd = _joint_angles(tree, leg, t, stance)
+    st = planar_state(tree, q, qd, qdd)
+    sp, _, sa = _on_ground(tree, st, stance)
+    f = _stance_ankle(tree, stance)
+    c, ac = st.c + sp[:, None], st.ac + sa[:, None]
+    rest = np.ones(len(tree.mass), bool)
+    rest[tree.trunk] = False
+    m, I = tree.mass[rest], tree.Iyy[rest]
+    x, z = c[:, rest, 0], c[:, rest, 1]
+    xdd, zdd = ac[:, rest, 0], ac[:, rest, 1]
+    A = ((zdd + G) * x * m).sum(1) - (xdd * z * m).sum(1) - (st.al[:, rest] * I).sum(1)
+    B = ((zdd + G) * m).sum(1)
+    tj = tree.trunk[0]
+    wpos = st.o[:, tj] + sp
+    wacc = st.ao[:, tj] + sa
+    # the trunk group as one rigid body about the trunk joint (its frame at psi = 0)
+    qz = np.zeros((1, len(tree.mass)))
+    s0 = planar_state(tree, qz, qz, qz)
+    mg = tree.mass[tree.trunk]
+    mT = float(mg.sum())
+    cg = (s0.c[0, tree.trunk] * mg[:, None]).sum(0) / mT
+    cT = cg - s0.o[0, tj]
+    r2 = ((s0.c[0, tree.trunk] - cg) ** 2).sum(1)
+    IT = float((tree.Iyy[tree.trunk] + mg * r2).sum())
+    ankle = st.o[:, f, 0] + sp[:, 0]
+    ch = CubicSpline(t, np.column_stack([A, B, wacc, wpos, ankle]))
+    return HalfStep(tree, leg, P, stance, ch, mT, cT, IT)
+
+
+@dataclass(frozen=True)
+class GaitLaw:
+    """ZMP law of a half-step: single-support law (1..5 = I..V), double-support law (1..3), double
+    support share p (% of the stride), step length S_h (m) from the kinematics."""
+
+    single: int
+    double: int
+    share: float
+    step: float
+
+
+def trunk_rhs(hs: HalfStep, law: GaitLaw):
+    """The trunk's right-hand side Y' = [psi', psi''] on [0, P] (module doc), and its law's switch times.
+    (Scalar code: the shooting calls it ~10^4 times per half-step.)"""
+    P = hs.P
+    mT, (cx, cz), IT = hs.mT, hs.cT, hs.IT
+    knots, coef = hs.channels.x, hs.channels.c            # piecewise cubic: (4, K, channels)
+    c0, c1, c2, c3 = (np.ascontiguousarray(coef[i]) for i in range(4))
+    breaks = law_breaks(P, law)
+    # the law on each piece between breaks, taken at the piece's middle (exact: piecewise constant)
+    edges = (0.0, *breaks, P)
+    values = [float(zmp_law(0.5 * (u + w), P, law.single, law.double, law.step, law.share))
+              for u, w in zip(edges[:-1], edges[1:])]
+    last = len(knots) - 2
+
+    def rhs(t, y):
+        psi, dpsi = y
+        k = min(max(bisect_right(knots, t) - 1, 0), last)
+        h = t - knots[k]
+        A, B, ax, az, wx, wz, ankle = ((c0[k] * h + c1[k]) * h + c2[k]) * h + c3[k]
+        p = ankle + values[bisect_right(breaks, t)]
+        c, s = math.cos(psi), math.sin(psi)
+        dx, dz = cx * c + cz * s, -cx * s + cz * c
+        xT, zT = wx + dx, wz + dz
+        coef_ = -mT * (dx * (xT - p) + dz * zT) - IT
+        rest = A - p * B + mT * ((az - dz * dpsi * dpsi + G) * (xT - p) - (ax - dx * dpsi * dpsi) * zT)
+        if abs(coef_) < 1e-9:
+            raise BipedError(f"trunk equation singular at t = {t:.4g} s (psi = {psi:.4g} rad)")
+        return np.array([dpsi, -rest / coef_])
+
+    return rhs, breaks
+
+
+def law_breaks(P: float, law: GaitLaw) -> tuple[float, ...]:
+    """Times (s) in (0, P) where the ZMP law of a half-step jumps."""
+    tsw1, tsw2, toe, heel = SINGLE_SUPPORT[law.single]
+    b = [tsw1 * P if heel else None, tsw2 * P if toe else None]
+    tau = P * law.share / 200.0
+    if tau > 0:
+        b += [tau * i / law.double for i in range(1, law.double + 1)]
+        b += [P - tau + tau * i / law.double for i in range(law.double)]
+    return tuple(sorted({x for x in b if x is not None and 0 < x < P}))
+
+
+def step_length(tree: PlanarTree, leg: LegSynergy) -> tuple[float, float, float]:
+    """(S_h m, height m and speed m/s of the trailing foot off its roll-over shape) at the transfer t = 0:
+    the distance of the two feet's flat places sets the ZMP staircase; the height and speed measure how
+    far the prescribed trailing foot is from rolling on the ground there (the semi-inverse method does
+    not enforce the closed chain of double support)."""
+    q, qd, qdd = _joint_angles(tree, leg, np.zeros(1), 0)
+    st = planar_state(tree, q, qd, qdd)
+    sp, sv, _ = _on_ground(tree, st, 0)
+    fr = _stance_ankle(tree, 1)
+    pos, vel = st.o[0, fr] + sp[0], st.vo[0, fr] + sv[0]
+    roll0, rv, _ = rolling_ankle(tree, st.phi[:, fr], st.w[:, fr], st.al[:, fr])
+    x_ref = pos[0] - roll0[0, 0]
+    return float(-x_ref), float(pos[1] - roll0[0, 1]), float(np.hypot(*(vel - rv[0])))
+
+
+# ------------------------------------------------------------------------------ nominal
+
+
+@dataclass(frozen=True)
+class TrunkSolution:
+    """The periodic trunk: y0 [psi, psi'] at the start of the stride; how it was found (shooting
+    iterations, Newton steps, residual J, history); the collocation's y0 when cross-checked."""
+
+    y0: np.ndarray
+    iterations: int
+    newton_steps: int
+    J: float
+    history: tuple[float, ...]
+    collocation_y0: np.ndarray | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class BipedNominal:
+    """A stride (two half-steps, left stance first) at M uniform phases: t (M,) s; psi, dpsi, ddpsi (M,);
+    the 3-D model's q (M, nq), v, a (M, nv) (free-flyer pelvis, lab frame x forward, z up, the left
+    stance ankle above x = 0 at t = 0); the law ZMP x (M,) m in the lab; stance (M,) 0/1; S_h, speed;
+    trunk solution; landing figures (step_length doc)."""
+
+    tree: PlanarTree
+    S: float
+    T: float
+    laws: tuple[GaitLaw, GaitLaw]
+    t: np.ndarray
+    psi: np.ndarray
+    dpsi: np.ndarray
+    ddpsi: np.ndarray
+    q: np.ndarray
+    v: np.ndarray
+    a: np.ndarray
+    zmp_law_x: np.ndarray
+    stance: np.ndarray
+    ankle_x: np.ndarray
+    step: float
+    speed: float
+    trunk: TrunkSolution
+    trailing_height: float
+    trailing_speed: float
+    halves: tuple = field(default=(), repr=False)
+
+
+def solve_trunk(halves, laws, y0=(0.0, 0.0), symmetric: bool = True, settings: ShootingSettings | None = None,
+                check: bool = False) -> TrunkSolution:
+    """Periodic trunk by shooting (symmetric: the half-step with Y(P) = Y(0); else the full stride with
+    Y(T) = Y(0)); check: the collocation solution from the same guess as well."""
+    settings = settings or SETTINGS
+    if symmetric:
+        rhs, br = trunk_rhs(halves[0], laws[0])
+        P = halves[0].P
+    else:
+        rhs, br, P = stride_rhs(halves, laws)
+    res = shoot(rhs, np.asarray(y0, float), P, W=(1.0, 1.0), angles=1, settings=settings, breaks=br)
+    if not res.converged:
+        raise BipedError(f"trunk shooting did not converge: J = {res.J:.3g} after {res.iterations} iterations")
+    col = None
+    if check:
+        col, _ = collocate(rhs, np.asarray(y0, float), P, W=(1.0, 1.0), nodes=201, tol=1e-7)
+    return TrunkSolution(res.y0, res.iterations, res.newton_steps, res.J, res.history, col)
+
+
+def stride_rhs(halves, laws):
+    """The full stride's right-hand side on [0, T]: the left half-step, then the right one."""
+    (r0, b0), (r1, b1) = trunk_rhs(halves[0], laws[0]), trunk_rhs(halves[1], laws[1])
+    P = halves[0].P
+
+    def rhs(t, y):
+        return r0(t, y) if t < P else r1(t - P, y)
+
+    return rhs, (*b0, P, *(P + b for b in b1)), 2 * P
+
+
+def build_nominal(model: Model, joints: BipedJoints, cycle: LegCycle, S: float, T: float,
+                  single: tuple[int, int] = (1, 1), double: tuple[int, int] = (1, 1),
+                  share: float | None = None, samples: int = 200, check: bool = False,
+                  settings: ShootingSettings | None = None) -> BipedNominal:
+    """A periodic stride (module doc) of step scale S and stride period T (s) with single/double-support
+    ZMP laws per side (left, right); symmetric when both sides' laws are equal."""
+    tree = planar_tree(model, joints)
+    p = cycle.double_support if share is None else float(share)
+    leg = leg_synergy(cycle, S, T, p)
+    Sh, h, vtr = step_length(tree, leg)
+    if not Sh > 0:
+        raise BipedError(f"S = {S}: the prescribed legs give a step length {Sh:.3f} m <= 0")
+    laws = tuple(GaitLaw(single[k], double[k], p, Sh) for k in (0, 1))
+    halves = (half_step(tree, leg, 0), half_step(tree, leg, 1))
+    sym = laws[0] == laws[1]
+    trunk = solve_trunk(halves, laws, symmetric=sym, settings=settings, check=check)
+    rhs, br, Tt = stride_rhs(halves, laws)
+    t = np.arange(samples) * Tt / samples
+    fl = flow(rhs, trunk.y0, Tt, settings or SETTINGS, t_eval=t, breaks=br)
+    psi, dpsi = fl.y
+    ddpsi = np.array([rhs(ti, yi)[1] for ti, yi in zip(t, fl.y.T)])
+    q, v, a, ankle_x, stance, zx = _full_state(tree, leg, laws, halves[0].P, t, psi, dpsi, ddpsi, Sh)
+    return BipedNominal(tree, float(S), float(T), laws, t, psi, dpsi, ddpsi, q, v, a, zx, stance, ankle_x, Sh,
+                        Sh / halves[0].P, trunk, h, vtr, halves)
+
+
+def _full_state(tree, leg, laws, P, t, psi, dpsi, ddpsi, Sh):
+    """The 3-D model's q, v, a along the stride (pelvis upright; its position from the stance ankle)."""
+    m = tree.model
+    M = len(t)
+    q = np.tile(m.neutral(), (M, 1))
+    v, a = np.zeros((M, m.nv)), np.zeros((M, m.nv))
+    stance = (t >= P).astype(int)
+    ankle_x = np.empty(M)
+    zx = np.empty(M)
+    for side in (0, 1):
+        k = stance == side
+        tl = t[k] - side * P
+        jq, jd, jdd = _joint_angles(tree, leg, tl, side, psi[k], dpsi[k], ddpsi[k])
+        st = planar_state(tree, jq, jd, jdd)
+        sp, sv, sa = _on_ground(tree, st, side, side * Sh)
+        q[k, 0], q[k, 2] = sp[:, 0], sp[:, 1]       # the base (pelvis origin) sits at the planar origin
+        v[k, 0], v[k, 2] = sv[:, 0], sv[:, 1]
+        ankle_x[k] = st.o[:, _stance_ankle(tree, side), 0] + sp[:, 0]
+        a[k, 0], a[k, 2] = sa[:, 0], sa[:, 1]
+        for i in range(1, len(m.segments)):
+            if tree.sign[i] != 0:
+                q[k, tree.iq[i]], v[k, tree.iv[i]], a[k, tree.iv[i]] = jq[:, i], jd[:, i], jdd[:, i]
+        law = laws[side]
+        zx[k] = ankle_x[k] + zmp_law(tl, P, law.single, law.double, law.step, law.share)
+    return q, v, a, ankle_x, stance, zx
+
+
+# ------------------------------------------------------------------------------ figures by dynamics
+
+
+@dataclass(frozen=True)
+class NominalFigures:
+    """What `dynamics` computes from a nominal's own motion: zmp (M, 2) m (lab x, y), the deviation
+    |zmp_x - law| (M,) m, sagittal margin (M,) m (distance of zmp_x inside the feet's x extent: the stance
+    foot, in double support from the trailing heel to the leading toe), foot normal forces (M, 2) N
+    (left, right), joint torques tau (M, nv) N m (rnea, base rows ~ 0), lateral ZMP offset from the
+    stance ankle (M,) m (not compensated)."""
+
+    zmp: np.ndarray
+    deviation: np.ndarray
+    margin: np.ndarray
+    foot_force: np.ndarray
+    tau: np.ndarray
+    lateral: np.ndarray
+    base_residual: float
+
+
+def figures(nom: BipedNominal) -> NominalFigures:
+    """ZMP, margins, contact forces and torques of a nominal by `dynamics` (module doc)."""
+    tree, m = nom.tree, nom.tree.model
+    z = zmp_model(m, nom.q, nom.v, nom.a)
+    p = np.asarray(z.point)
+    from ..centroidal import centroidal_momentum
+    from ..kinematics import forward_kinematics
+    from ..zmp import com_of_state
+    from ..kinematics import tree_state
+    _, dh = centroidal_momentum(m, nom.q, nom.v, nom.a)
+    c = com_of_state(m, tree_state(m, nom.q))
+    f, nO = ground_wrench(m.total_mass, c, dh[:, :3], dh[:, 3:])
+    pl = forward_kinematics(m, nom.q)
+    fi = [m.index[s] for s in tree.joints.feet]
+    ank = pl.translation[:, fi, :]                                # (M, 2, 3) ankle (foot frame origin)
+    st = nom.stance
+    other = 1 - st
+    ax_st = ank[np.arange(len(st)), st, 0]
+    ax_ot = ank[np.arange(len(st)), other, 0]
+    # share of the load on the stance foot: 1 in single support; in double support (the other foot
+    # behind at the start of the half-step, ahead at its end) linear in the ZMP between the ankles
+    P = nom.T / 2
+    tl = nom.t - st * P
+    tau_ds = P * nom.laws[0].share / 200.0
+    ds = (tl < tau_ds) | (tl >= P - tau_ds)
+    span = ax_st - ax_ot
+    frac = np.where(ds & (np.abs(span) > 1e-9), np.clip((p[:, 0] - ax_ot) / np.where(span == 0, 1, span), 0, 1), 1.0)
+    mom = nO - np.cross(p, f)
+    wrenches = []
+    feet = tree.joints.feet
+    for side in (0, 1):
+        share = np.where(st == side, frac, 1 - frac)[:, None]
+        wrenches.append(Wrench(feet[side], force=share * f, point=p, moment=share * mom))
+    tau = rnea(m, nom.q, nom.v, nom.a, wrenches)
+    forces = np.column_stack([np.where(st == s, frac, 1 - frac) * f[:, 2] for s in (0, 1)])
+    lo_st, hi_st = ax_st + tree.heel, ax_st + tree.toe
+    lo = np.where(ds, np.minimum(lo_st, ax_ot + tree.heel), lo_st)
+    hi = np.where(ds, np.maximum(hi_st, ax_ot + tree.toe), hi_st)
+    margin = np.minimum(p[:, 0] - lo, hi - p[:, 0])
+    lateral = p[:, 1] - ank[np.arange(len(st)), st, 1]
+    return NominalFigures(p[:, :2], np.abs(p[:, 0] - nom.zmp_law_x), margin, forces, tau, lateral,
+                          float(np.abs(tau[:, :6]).max()))
+
+
+def energy(nom: BipedNominal, tau: np.ndarray, v_index) -> tuple[float, float, float]:
+    """(net, positive, absolute) J per stride of the actuators at v indices `v_index` (methods.md l),
+    the power summed over actuators, the periodic record closed by its first sample."""
+    P = (tau[:, v_index] * nom.v[:, v_index]).sum(1)
+    t = np.append(nom.t, nom.T)
+    e = work(t, np.append(P, P[0]))
+    return float(e.net[0]), float(e.positive[0]), float(e.absolute[0])
