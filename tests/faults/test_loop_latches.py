@@ -125,7 +125,7 @@ def rig(tmp_path_factory):
         kind = "mcu"
         port = "{port}"
         motors = ["crank"]
-        watchdog_ms = 200
+        watchdog_ms = 1000
         """))
     plant = crank_plant(read_crank_legs("jansen_walker"), ground_penetration=0.008, law=LAW)
     push = [0.0]
@@ -181,7 +181,7 @@ def test_a_restarted_loop_keeps_what_the_mcu_latched_until_an_operator_reset(rig
     until(lambda: walking(mcu), 20.0, "walking after the second reset", c.pump)
     # a clean stop with nothing latched disarms the MCU's watchdog: the next loop walks without a reset
     assert c.stop() == 0
-    time.sleep(0.5)  # longer than the watchdog's 200 ms: it would have tripped if still armed
+    time.sleep(1.5)  # longer than the watchdog's 1 s: it would have tripped if still armed
     assert not mcu.wd_tripped and not mcu.estop
     d = Loop(rig)
     try:
@@ -199,7 +199,7 @@ def test_an_estop_the_mcu_does_not_acknowledge_leaves_the_loop_running_and_latch
     e = Loop(rig)
     try:
         until(lambda: walking(mcu), 60.0, "the loop walking", e.pump)
-        mcu.set_faults(stall_at_s=0.0, stall_for_s=2.0)
+        mcu.set_faults(stall_at_s=0.0, stall_for_s=2.0)  # longer than the ESTOP's 4 tries of 0.1 s
         rig["push"][0] = 3.0
         until(lambda: "velocity_limit" in e.causes(), 30.0, "the velocity limit latching the loop", e.pump)
         until(lambda: mcu.estop or e.proc.poll() is not None, 30.0, "the MCU's e-stop, retried after the stall",
