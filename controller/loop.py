@@ -25,7 +25,13 @@ latency p50 / p99 / max (s) per second, counters ``loop/cycles``, ``loop/overrun
 ``safety/CAUSE`` (every event's cause, and ``safety/setpoint_slew`` / ``safety/clipped`` per cycle
 the setpoint slew or the torque limits acted), ``operator/rejected``; the health state is running, stale, latched or disconnected.
 The MCU watchdog is the last line: the link feeds it only
-while this loop calls it, so a stalled loop stops the motors within ``watchdog_ms``.
+while this loop calls it, so a stalled loop stops the motors within ``watchdog_ms``. When the MCU reports
+(a STATE's flags, after the loop's last RESET) that its watchdog tripped under a running loop, the loop
+latches too (an ``estop`` event naming the MCU, until `walklab estop --reset`); with
+``--reset-on-latch`` (simulated robots, whose Python firmware thread can starve on a loaded machine) it
+sends RESET a cycle later, at most once a second, and clears its latch (``mcu_reset`` and ``reset``
+events, ``mcu/resets``), the torque restarting from zero through its slew limit. Before, it went on
+"walking" at motors that no longer moved.
 
 The serial link (`McuIo`): its counters are in the health frame as ``link/COUNTER`` totals (the
 names of `firmware_bridge.link.LinkStats`, as the encoder daemon reports them: lost_frames,
@@ -178,6 +184,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rate-hz", type=float, help="loop rate (default: the robot config's loop.rate_hz)")
     p.add_argument("--spin-us", type=float, default=300.0, help="busy-wait this long before each deadline")
     p.add_argument("--shadow", action="store_true", help="compute and publish, command nothing")
+    p.add_argument("--reset-on-latch", action="store_true",
+                   help="RESET an MCU whose watchdog tripped while the loop ran (never an e-stop); simulated "
+                        "robots only (default: the loop latches too)")
     p.add_argument("--block", type=int, default=10, help="cycles per controller/state frame")
     p.add_argument("--speed", type=float, default=0.0, help="initial walking speed request, m/s")
     p.add_argument("--turn", type=float, default=0.0, help="initial turn-rate request, rad/s")
@@ -260,6 +269,10 @@ class McuIo:
         self.mcu_latch: str | None = None  # the MCU was found latched (`session`): the loop latches too
         self.estop_pending = False          # an ESTOP the MCU has not acknowledged yet (`estop`)
         self.notes: list[Event] = []        # events of `estop`, returned by the next `poll`
+        self.reset_seq: int | None = None   # seq of our last acknowledged RESET (STATE flags before it are old)
+        self.tripped = False                # the MCU reported its watchdog tripped since that RESET (`read`)
+        self.next_reset = 0                 # --reset-on-latch: no second RESET before this (host ns)
+        self.reset_due: Event | None = None  # --reset-on-latch: the loop's latch that a RESET will clear
         self.link.open()
         try:
             self.session(5.0, latched=False, first=True)
@@ -297,7 +310,11 @@ class McuIo:
             why = "its e-stop latched" if status & P.STATUS_ESTOP else "its watchdog tripped: the last controller stopped"
             self.mcu_latch = f"the MCU on {self.port} ({why})"
         else:
-            self.link.request(P.Reset())
+            self._reset()
+
+    def _reset(self) -> None:
+        self.reset_seq = self.link.request(self.P.Reset()).seq
+        self.tripped = False
 
     def _status(self, timeout_s: float) -> int:
         """The MCU's STATUS_* latch bits from the first HEARTBEAT (status) or STATE (motor flags) received."""
@@ -315,10 +332,15 @@ class McuIo:
         raise LinkTimeout(f"{self.port}: no HEARTBEAT or STATE within {timeout_s:g} s: the MCU's latches are unknown")
 
     def read(self) -> Measured | None:
+        P = self.P
         for f in self.link.drain():
-            if isinstance(f.msg, self.P.State) and self.up:
+            if isinstance(f.msg, P.State) and self.up:
                 s = self.unwrap(f)
                 self.latest = Measured(time.monotonic_ns(), s.theta.copy(), s.omega.copy())
+                # the MCU's watchdog tripped while this loop ran: in a STATE that acknowledges our last RESET
+                if self.reset_seq is not None and (f.ack - self.reset_seq) & 0xFFFF < 0x8000 \
+                        and np.any(s.flags & P.FLAG_WATCHDOG):
+                    self.tripped, self.reset_seq = True, None  # reported once, until the next RESET
         self.link.alive()
         return self.latest
 
@@ -395,7 +417,7 @@ class McuIo:
 
     def reset(self) -> None:
         """Clear the MCU's latches (RESET; LinkError or NackError if unacknowledged)."""
-        self.link.request(self.P.Reset())
+        self._reset()
         self.estop_pending = False
 
     def release(self) -> None:
@@ -565,6 +587,10 @@ def run(ctx, args: Sequence[str]) -> int:
             h.latency("loop/jitter", jitter * 1e-9)
             h.count("loop/cycles")
             meas = io.read()
+            if io.tripped and ctl.safety.latched is None:
+                _watchdog_tripped(ctx, ctl, io, o.reset_on_latch, now)
+            elif io.reset_due is not None and ctl.safety.latched is io.reset_due and now >= io.next_reset:
+                _reset_after_trip(ctx, ctl, io, now)
             if io.mcu_latch is not None:  # the MCU was latched when its session was set up: so is the loop
                 _publish_event(ctx, ctl.safety.estop(now, io.mcu_latch), now)
                 io.mcu_latch = None
@@ -593,6 +619,42 @@ def run(ctx, args: Sequence[str]) -> int:
         io.close()
         ops[1].close()
     return 0
+
+
+def _watchdog_tripped(ctx, ctl: Controller, io: McuIo, reset: bool, now: int) -> None:
+    """The MCU says its watchdog tripped while this loop ran (the loop, or the machine, stalled longer than
+    ``watchdog_ms``): its motors are off until a RESET. The loop latches too: without ``--reset-on-latch``
+    like an MCU found latched (an ``estop`` event naming the MCU; `walklab estop --reset` clears both);
+    with it (simulated robots: a Python firmware thread starved on a loaded machine trips its own
+    watchdog) the latch holds one cycle at least — the commanded torque is then zero — and
+    `_reset_after_trip` clears both, so the torque restarts from zero through the torque slew."""
+    io.tripped = False
+    why = f"the MCU on {io.port} (its watchdog tripped: no COMMAND within {io.watchdog_ms} ms)"
+    if not reset:
+        io.mcu_latch = why
+        return
+    ev = ctl.safety.estop(now, why + "; --reset-on-latch: RESET next")
+    _publish_event(ctx, ev, now)
+    ctx.health.count(f"safety/{ev.cause}")
+    io.reset_due = ev
+    io.next_reset = max(io.next_reset, now + 1)  # not in this cycle: one latched cycle zeroes the torque
+
+
+def _reset_after_trip(ctx, ctl: Controller, io: McuIo, now: int) -> None:
+    """--reset-on-latch, a cycle after the trip: RESET the MCU (at most once a second; ``mcu/resets``) and
+    clear the loop's latch (``reset`` event); a RESET the MCU does not acknowledge is retried a second later."""
+    from firmware_bridge.link import LinkError, NackError
+
+    io.next_reset = now + 1_000_000_000
+    try:
+        io.reset()
+    except (LinkError, NackError) as exc:
+        _publish_event(ctx, Event(now, "mcu_reset", f"RESET after the watchdog trip failed: {exc}; retrying"), now)
+        return
+    io.reset_due = None
+    ctx.health.count("mcu/resets")
+    _publish_event(ctx, Event(now, "mcu_reset", f"the MCU on {io.port}: RESET after its watchdog tripped"), now)
+    _publish_event(ctx, ctl.safety.reset(now), now)
 
 
 def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, rate: float) -> int:

@@ -441,3 +441,76 @@ def test_shadow_cycles_do_not_depend_on_how_the_actuators_streams_interleave():
     for t, m in a:
         s = (t - T0) * 1e-9
         assert m == (t, omega["left"] * s, omega["right"] * s, omega["left"], omega["right"])
+
+
+def stall_the_link(mcu: VirtualMCU, seconds: float) -> None:
+    """The MCU loses every host byte for `seconds` from now (its stall fault): its watchdog trips while the
+    loop runs on."""
+    mcu.set_faults(stall_at_s=mcu.t_us * 1e-6 + 0.02, stall_for_s=seconds)
+
+
+def test_a_watchdog_trip_while_the_loop_runs_latches_the_loop_and_is_reported(lab):
+    """The MCU's watchdog trips under a loop that is alive (its bytes lost for 3 watchdog periods): before,
+    the loop went on 'walking' at a motor that no longer moved, with nothing reported. Truth: the MCU's latch
+    state; the loop's events and state rows."""
+    mcu, bus = lab["mcu"], lab["bus"]
+    operator_reset_and_walk(lab)
+    trips = mcu.stats.watchdog_trips
+    stall_the_link(mcu, 3 * WATCHDOG_MS * 1e-3)
+    until(lambda: mcu.stats.watchdog_trips > trips, 10.0, "the MCU's watchdog")
+    until(lambda: any(f.meta.get("cause") == "estop" and "watchdog" in f.meta.get("detail", "") for f in bus.events),
+          10.0, "the loop's latch naming the MCU's watchdog", bus.pump)
+    bus.pump(0.5)
+    assert mcu.wd_tripped and mcu.mode[0] == P.MODE_IDLE   # nobody cleared it
+    assert np.all(bus.state[-1].data[:, 5] == 0)           # the loop commands no torque
+    operator_reset_and_walk(lab)  # the operator's reset clears both: walking again
+
+
+def operator_reset_and_walk(lab) -> None:
+    """`walklab estop --reset` and a walk request, until the MCU takes torque (what an earlier test latched)."""
+    mcu, bus = lab["mcu"], lab["bus"]
+    for args in (("estop", str(lab["cfg"]), "--reset"), ("command", "speed", "0.2", str(lab["cfg"]))):
+        r = walklab(*args, "--timeout", "20")
+        assert r.returncode == 0, r.stderr
+    until(lambda: mcu.wd_armed and not mcu.wd_tripped and not mcu.estop and mcu.mode[0] == P.MODE_TORQUE, 30.0,
+          "torque after the operator's reset", bus.pump)
+
+
+def test_reset_on_latch_resets_a_tripped_watchdog_and_walks_on(lab, tmp_path):
+    """``--reset-on-latch`` (simulated robots): the loop latches for a cycle, RESETs the MCU whose watchdog
+    tripped under it, once, and the motor takes torque again, from zero within the torque slew limit. Truth:
+    the MCU's counters and latch state; the robot config's torque_slew."""
+    cfg, endpoint = loop_lab(tmp_path, lab["cfg"].parent / "robot.toml", ["--speed", "0.2", "--reset-on-latch"])
+    plant = crank_plant(read_crank_legs("jansen_walker"), ground_penetration=0.008, law=LAW)
+    mcu = VirtualMCU(1, motor=MotorParams(), control_hz=1000, stream_hz=500, watchdog_ms=1000,
+                     load=lambda t, th, om: motor_load(plant, th, om))
+    mcu.start()
+    os.symlink(mcu.port, tmp_path / "mcu")
+    bus = Bus(endpoint)
+    proc = start_loop(cfg)
+    try:
+        until(lambda: mcu.wd_armed and not mcu.wd_tripped and mcu.mode[0] == P.MODE_TORQUE, 60.0, "the loop walking",
+              bus.pump)
+        stall_the_link(mcu, 3 * WATCHDOG_MS * 1e-3)
+        until(lambda: mcu.stats.watchdog_trips == 1, 10.0, "the MCU's watchdog")
+        until(lambda: any(f.meta.get("cause") == "mcu_reset" for f in bus.events), 10.0, "the loop's RESET", bus.pump)
+        until(lambda: not mcu.wd_tripped and mcu.mode[0] == P.MODE_TORQUE, 10.0, "torque again", bus.pump)
+        assert mcu.stats.watchdog_trips == 1 and not mcu.estop
+        bus.pump(0.5)
+        causes = [f.meta.get("cause") for f in bus.events]
+        k = causes.index("mcu_reset")
+        assert causes[k - 1] == "estop" and "watchdog" in bus.events[k - 1].meta["detail"] and "reset" in causes[k:]
+        # no torque step at the MCU: from the reset on, the commanded torque starts at zero and moves at most
+        # torque_slew x dt per cycle (300 N m/s at 500 Hz)
+        t_reset = bus.events[k].t_pub
+        tau = np.concatenate([f.data[:, 5] for f in bus.state if f.t_host >= t_reset])
+        assert tau.size > 50 and abs(tau[0]) <= 0.6 + 1e-9 and np.abs(np.diff(tau)).max() <= 0.6 + 1e-9
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        bus.sub.close()
+        mcu.close()

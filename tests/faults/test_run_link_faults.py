@@ -7,7 +7,8 @@
    (``link/rejected``, ``link/lost_frames`` in its health frames) and records ``link_errors`` events;
 2. the MCU unplugged mid-run (the loop's port path vanishes, its pty closes) for longer than the MCU's
    watchdog, then plugged back — the loop records ``link_lost``, goes stale (torque off; the MCU's own
-   watchdog trips too), and on the new port records ``link_back``, sets the MCU up again and walks on;
+   watchdog trips too), and on the new port records ``link_back``, sets the MCU up again and walks on
+   (configs/sim.toml's loop has ``--reset-on-latch``: a later trip of the starved virtual MCU is reset);
 3. malformed messages on the live bus: a lab process (tests/faults/bus_junk.py) sends four kinds of
    broken message on four topics the lab's processes read — every subscriber counts them
    (``bus:malformed``), the recorder records them as drops events, nothing crashes.
@@ -229,8 +230,8 @@ def test_an_unplugged_mcu_is_recorded_and_the_walker_walks_on_after_the_replug(l
     back = [t for t, c in causes if c == "link_back"]
     assert len(lost) == 1 and len(back) == 1 and lost[0] < back[0], causes
     assert lost[0] >= link_run["unplug_ns"] and back[0] >= link_run["plug_ns"]
-    # stale in between (torque off), fresh after
-    assert any(c == "stale" and lost[0] <= t < back[0] + 1_000_000_000 for t, c in causes), causes
+    # stale once the port was gone (torque off; it may be noticed before the link's reader notices the loss)
+    assert any(c == "stale" and link_run["unplug_ns"] <= t < back[0] for t, c in causes), causes
     h = last_health(f, "loop")
     assert h["link/disconnects"]["count"] == 1 and h["link/reconnects"]["count"] >= 1
     assert last_health(f, "world")["mcu/watchdog_trips"]["count"] >= 1
