@@ -77,9 +77,10 @@ def load_script(path: str | Path) -> list[Command]:
 
 # ------------------------------------------------------------------------------------ the monitor
 
-#: Control-loop event causes that are not safety events: operator requests, data fresh again, the MCU's
-#: link back, frames lost or rejected on it (the stale rule is what stops the motors when they matter).
-NOT_SAFETY = ("request", "fresh", "link_back", "link_errors")
+#: Control-loop event causes that are not safety events: operator requests, data fresh again, a latch reset
+#: (by the operator, or the loop's RESET of a tripped MCU: the trip itself is counted), the MCU's link back,
+#: frames lost or rejected on it (the stale rule is what stops the motors when they matter).
+NOT_SAFETY = ("request", "fresh", "reset", "mcu_reset", "link_back", "link_errors")
 
 
 def lost_frames(health: dict[str, dict[str, dict[str, float]]]) -> dict[str, tuple[int, str]]:
