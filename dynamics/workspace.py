@@ -30,7 +30,11 @@ def _tables(model: Model) -> tuple[np.ndarray, np.ndarray]:
     for i, s in enumerate(model.segments):
         j = s.joint
         plain = bool(np.array_equal(np.asarray(j.rotation, dtype=float), np.eye(3)))
-        itab[i] = (model.parents[i], JOINT_CODES.index(j.type), model.idx_q[i], model.idx_v[i], j.nq, j.nv, plain)
+        axis = np.asarray(j.axis, dtype=float)
+        aligned = plain and j.type in ("revolute", "revolute_unbounded") and np.count_nonzero(axis) == 1 \
+            and abs(axis[np.flatnonzero(axis)[0]]) == 1.0
+        itab[i] = (model.parents[i], JOINT_CODES.index(j.type), model.idx_q[i], model.idx_v[i], j.nq, j.nv, plain,
+                   np.flatnonzero(axis)[0] if aligned else -1)
         ftab[i, AXIS:AXIS + 3] = j.axis
         ftab[i, ROT:ROT + 9] = np.asarray(j.rotation, dtype=float).ravel()
         ftab[i, TRANS:TRANS + 3] = j.translation

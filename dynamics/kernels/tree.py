@@ -4,7 +4,8 @@ One generic recursion over the model's arrays (Featherstone's and Pinocchio's fo
 once for every model: the model enters as two tables built by `dynamics.workspace.Data`,
 
     itab (nseg, 7) int64:   parent (-1 = world), joint type code (JOINT_CODES), idx_q, idx_v, nq, nv,
-                            1 if the placement rotation R0 is the identity (its product skipped)
+                            1 if the placement rotation R0 is the identity (its product skipped),
+                            k if the joint is revolute about ±e_k with R0 = E (else −1)
     ftab (nseg, 64) float:  joint axis (3), placement rotation R0 row-major (9), translation t0 (3) m,
                             mass kg, CoM (3) m, central inertia (9) kg·m², then the body's spatial
                             inertia Y (6×6, row-major) about its frame origin,
@@ -40,8 +41,9 @@ from numba import njit, prange
 # joint type codes (workspace.JOINT_CODES: the order of model.JOINT_NQ_NV)
 FIXED, REVOLUTE, REVOLUTE_UNBOUNDED, PRISMATIC, SPHERICAL, FREE_FLYER, PLANAR = range(7)
 # itab columns (PLAIN: 1 if the joint placement's rotation R0 is the identity, its product skipped)
-PARENT, TYPE, IQ, IV, NQ, NV, PLAIN = range(7)
-ITAB_WIDTH = 7
+# AXIS_K: k if the joint is revolute about ±e_k with R0 = E (rnea's rotation touches 2 components), else −1
+PARENT, TYPE, IQ, IV, NQ, NV, PLAIN, AXIS_K = range(8)
+ITAB_WIDTH = 8
 # ftab columns
 AXIS, ROT, TRANS, MASS, COM, INERTIA, Y6 = 0, 3, 12, 15, 16, 19, 28
 FTAB_WIDTH = 64
@@ -71,6 +73,16 @@ def normalize(itab, q, qn):
         for j in range(k, k + w):
             qn[j] = q[j] / n
     return -1
+
+
+@njit(cache=True, inline="always")
+def axis_rotate(k, c, s, x0, x1, x2):
+    """R x for R the rotation about e_k by the angle of cosine c and sine s (Rᵀ x: −s), a 3-tuple."""
+    if k == 0:
+        return x0, c * x1 - s * x2, s * x1 + c * x2
+    if k == 1:
+        return c * x0 + s * x2, x1, c * x2 - s * x0
+    return c * x0 - s * x1, s * x0 + c * x1, x2
 
 
 @njit(cache=True, inline="always")
@@ -400,27 +412,46 @@ def rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, s0, s1, W):
         tot[:, :] = 0.0
         cc0 = cc1 = cc2 = 0.0
         for i in range(n):
-            jt, p, iq, iv = itab[i, TYPE], itab[i, PARENT], itab[i, IQ], itab[i, IV]
-            r = joint_rt(jt, ftab, i, qn, iq)
-            if jt == PLANAR:                      # the backward pass's projection needs RJ
-                for k in range(9):
-                    RJs[i, k] = r[k]
-            set_placement(itab, ftab, i, r, R, t)
-            R00, R01, R02, R10, R11, R12 = R[i, 0], R[i, 1], R[i, 2], R[i, 3], R[i, 4], R[i, 5]
-            R20, R21, R22, t0, t1, t2 = R[i, 6], R[i, 7], R[i, 8], t[i, 0], t[i, 1], t[i, 2]
+            jt, p, iq, iv, ax = itab[i, TYPE], itab[i, PARENT], itab[i, IQ], itab[i, IV], itab[i, AXIS_K]
             if p >= 0:
                 pv0, pv1, pv2, pw0, pw1, pw2 = M[p, 0], M[p, 1], M[p, 2], M[p, 3], M[p, 4], M[p, 5]
                 pa0, pa1, pa2, pb0, pb1, pb2 = M[p, 6], M[p, 7], M[p, 8], M[p, 9], M[p, 10], M[p, 11]
             else:                                 # the world: at rest, gravity as the base acceleration
                 pv0 = pv1 = pv2 = pw0 = pw1 = pw2 = pb0 = pb1 = pb2 = 0.0
                 pa0, pa1, pa2 = -g[0], -g[1], -g[2]
-            # into the child: lin' = Rᵀ (lin + ang × t), ang' = Rᵀ ang
-            x0, x1, x2 = pv0 + pw1 * t2 - pw2 * t1, pv1 + pw2 * t0 - pw0 * t2, pv2 + pw0 * t1 - pw1 * t0
-            v0, v1, v2 = R00 * x0 + R10 * x1 + R20 * x2, R01 * x0 + R11 * x1 + R21 * x2, R02 * x0 + R12 * x1 + R22 * x2
-            w0, w1, w2 = R00 * pw0 + R10 * pw1 + R20 * pw2, R01 * pw0 + R11 * pw1 + R21 * pw2, R02 * pw0 + R12 * pw1 + R22 * pw2
-            x0, x1, x2 = pa0 + pb1 * t2 - pb2 * t1, pa1 + pb2 * t0 - pb0 * t2, pa2 + pb0 * t1 - pb1 * t0
-            a0, a1, a2 = R00 * x0 + R10 * x1 + R20 * x2, R01 * x0 + R11 * x1 + R21 * x2, R02 * x0 + R12 * x1 + R22 * x2
-            b0, b1, b2 = R00 * pb0 + R10 * pb1 + R20 * pb2, R01 * pb0 + R11 * pb1 + R21 * pb2, R02 * pb0 + R12 * pb1 + R22 * pb2
+            if ax >= 0:                           # revolute about ±e_ax, R0 = E: R = RJ, t = t0
+                if jt == REVOLUTE:
+                    cq, sq = math.cos(qn[iq]), math.sin(qn[iq])
+                else:
+                    cq, sq = qn[iq], qn[iq + 1]
+                sq *= ftab[i, AXIS + ax]          # the axis' sign
+                RJs[i, 0], RJs[i, 1] = cq, sq     # for the backward pass
+                t0, t1, t2 = ftab[i, TRANS], ftab[i, TRANS + 1], ftab[i, TRANS + 2]
+                t[i, 0], t[i, 1], t[i, 2] = t0, t1, t2
+                if ext or want_cent:              # world_rt reads R[i]
+                    set_placement(itab, ftab, i, joint_rt(jt, ftab, i, qn, iq), R, t)
+                # into the child: lin' = Rᵀ (lin + ang × t), ang' = Rᵀ ang, Rᵀ a rotation by −θ
+                v0, v1, v2 = axis_rotate(ax, cq, -sq, pv0 + pw1 * t2 - pw2 * t1, pv1 + pw2 * t0 - pw0 * t2,
+                                         pv2 + pw0 * t1 - pw1 * t0)
+                w0, w1, w2 = axis_rotate(ax, cq, -sq, pw0, pw1, pw2)
+                a0, a1, a2 = axis_rotate(ax, cq, -sq, pa0 + pb1 * t2 - pb2 * t1, pa1 + pb2 * t0 - pb0 * t2,
+                                         pa2 + pb0 * t1 - pb1 * t0)
+                b0, b1, b2 = axis_rotate(ax, cq, -sq, pb0, pb1, pb2)
+            else:
+                r = joint_rt(jt, ftab, i, qn, iq)
+                if jt == PLANAR:                  # the joint motion and the backward projection need RJ
+                    for k in range(9):
+                        RJs[i, k] = r[k]
+                set_placement(itab, ftab, i, r, R, t)
+                R00, R01, R02, R10, R11, R12 = R[i, 0], R[i, 1], R[i, 2], R[i, 3], R[i, 4], R[i, 5]
+                R20, R21, R22, t0, t1, t2 = R[i, 6], R[i, 7], R[i, 8], t[i, 0], t[i, 1], t[i, 2]
+                # into the child: lin' = Rᵀ (lin + ang × t), ang' = Rᵀ ang
+                x0, x1, x2 = pv0 + pw1 * t2 - pw2 * t1, pv1 + pw2 * t0 - pw0 * t2, pv2 + pw0 * t1 - pw1 * t0
+                v0, v1, v2 = R00 * x0 + R10 * x1 + R20 * x2, R01 * x0 + R11 * x1 + R21 * x2, R02 * x0 + R12 * x1 + R22 * x2
+                w0, w1, w2 = R00 * pw0 + R10 * pw1 + R20 * pw2, R01 * pw0 + R11 * pw1 + R21 * pw2, R02 * pw0 + R12 * pw1 + R22 * pw2
+                x0, x1, x2 = pa0 + pb1 * t2 - pb2 * t1, pa1 + pb2 * t0 - pb0 * t2, pa2 + pb0 * t1 - pb1 * t0
+                a0, a1, a2 = R00 * x0 + R10 * x1 + R20 * x2, R01 * x0 + R11 * x1 + R21 * x2, R02 * x0 + R12 * x1 + R22 * x2
+                b0, b1, b2 = R00 * pb0 + R10 * pb1 + R20 * pb2, R01 * pb0 + R11 * pb1 + R21 * pb2, R02 * pb0 + R12 * pb1 + R22 * pb2
             # joint velocity v_J = S q̇ = (j, k); S q̈ + c_J added to (a, b)
             j0 = j1 = j2 = k0 = k1 = k2 = 0.0
             if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED or jt == PRISMATIC:
@@ -440,11 +471,12 @@ def rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, s0, s1, W):
                 a0, a1, a2 = a0 + a[iv], a1 + a[iv + 1], a2 + a[iv + 2]
                 b0, b1, b2 = b0 + a[iv + 3], b1 + a[iv + 4], b2 + a[iv + 5]
             elif jt == PLANAR:                    # x, y fixed in the placement frame: RJᵀ (·, ·, 0)
-                j0, j1, j2 = r[0] * v[iv] + r[3] * v[iv + 1], r[1] * v[iv] + r[4] * v[iv + 1], r[2] * v[iv] + r[5] * v[iv + 1]
+                r0, r1, r2, r3, r4, r5 = RJs[i, 0], RJs[i, 1], RJs[i, 2], RJs[i, 3], RJs[i, 4], RJs[i, 5]
+                j0, j1, j2 = r0 * v[iv] + r3 * v[iv + 1], r1 * v[iv] + r4 * v[iv + 1], r2 * v[iv] + r5 * v[iv + 1]
                 k2 = v[iv + 2]
-                a0 += r[0] * a[iv] + r[3] * a[iv + 1] + k2 * j1          # + c_J = −(0, 0, θ̇) × j
-                a1 += r[1] * a[iv] + r[4] * a[iv + 1] - k2 * j0
-                a2 += r[2] * a[iv] + r[5] * a[iv + 1]
+                a0 += r0 * a[iv] + r3 * a[iv + 1] + k2 * j1          # + c_J = −(0, 0, θ̇) × j
+                a1 += r1 * a[iv] + r4 * a[iv + 1] - k2 * j0
+                a2 += r2 * a[iv] + r5 * a[iv + 1]
                 b2 += a[iv + 2]
             # + v × v_J with v = X v_p + v_J (v_J × v_J = 0)
             a0 += w1 * j2 - w2 * j1 + v1 * k2 - v2 * k1
@@ -522,7 +554,18 @@ def rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, s0, s1, W):
                 tau[s, iv] = RJs[i, 0] * f0 + RJs[i, 1] * f1 + RJs[i, 2] * f2
                 tau[s, iv + 1] = RJs[i, 3] * f0 + RJs[i, 4] * f1 + RJs[i, 5] * f2
                 tau[s, iv + 2] = n2
-            if p >= 0:                            # f_p += Xᵀ f = (R f, R n + t × R f)
+            if p >= 0 and itab[i, AXIS_K] >= 0:   # f_p += Xᵀ f = (R f, R n + t × R f), R about e_k
+                ax, cq, sq = itab[i, AXIS_K], RJs[i, 0], RJs[i, 1]
+                L0, L1, L2 = axis_rotate(ax, cq, sq, f0, f1, f2)
+                N0, N1, N2 = axis_rotate(ax, cq, sq, n0, n1, n2)
+                t0, t1, t2 = t[i, 0], t[i, 1], t[i, 2]
+                M[p, 12] += L0
+                M[p, 13] += L1
+                M[p, 14] += L2
+                M[p, 15] += N0 + t1 * L2 - t2 * L1
+                M[p, 16] += N1 + t2 * L0 - t0 * L2
+                M[p, 17] += N2 + t0 * L1 - t1 * L0
+            elif p >= 0:                          # f_p += Xᵀ f = (R f, R n + t × R f)
                 add_force(R, t, i, f0, f1, f2, n0, n1, n2, M, p, 12)
     return -1
 

@@ -1,5 +1,6 @@
 """The compiled kernels (dynamics/kernels) against the numpy reference path and Pinocchio, the
 workspace (dynamics/workspace.py), and numba's on-disk cache across processes."""
+import dataclasses
 import importlib
 import json
 import os
@@ -14,7 +15,8 @@ import pytest
 
 import dynamics
 from dynamics import kernels
-from dynamics.model import G
+from dynamics.kernels.tree import AXIS_K
+from dynamics.model import G, Model
 from dynamics.pinocchio_model import to_pinocchio
 from dynamics.samples import random_configuration, random_model
 from dynamics.workspace import Data
@@ -76,6 +78,14 @@ def test_spherical_trees_with_external_wrenches_match_pinocchio(seed, path):
     with kernels.use_jit(path):
         tau = dynamics.rnea(model, q, v, a, f_ext=wrenches)
         acc = dynamics.aba(model, q, v, a, f_ext=wrenches)
+    for k, fext in enumerate(_pinocchio_forces(model, pm, pd, q, wrenches)):
+        np.testing.assert_allclose(tau[k], pin.rnea(pm, pd, q[k], v[k], a[k], fext), atol=1e-9)
+        np.testing.assert_allclose(acc[k], pin.aba(pm, pd, q[k], v[k], a[k], fext), atol=1e-7)
+
+
+def _pinocchio_forces(model, pm, pd, q, wrenches):
+    """Per sample of q, Pinocchio's external forces (one pin.Force per joint, in the joint frame)
+    equal to the lab-frame `wrenches`."""
     frame_joint = {}               # segment -> Pinocchio joint id (to_pinocchio merges fixed segments)
     for s in model.segments:
         frame_joint[s.name] = len(set(frame_joint.values()) - {0}) + 1 if s.joint.nv else frame_joint.get(s.parent, 0)
@@ -86,8 +96,46 @@ def test_spherical_trees_with_external_wrenches_match_pinocchio(seed, path):
             jid = frame_joint[w.segment]
             F, P, T = w.force[k], w.point[k], w.moment[k]
             fext[jid] += pd.oMi[jid].actInv(pin.Force(F, np.cross(P, F) + T))
-        np.testing.assert_allclose(tau[k], pin.rnea(pm, pd, q[k], v[k], a[k], fext), atol=1e-9)
-        np.testing.assert_allclose(acc[k], pin.aba(pm, pd, q[k], v[k], a[k], fext), atol=1e-7)
+        yield fext
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_axis_aligned_revolute_joints_match_pinocchio_and_the_numpy_path(seed):
+    """Revolute joints (bounded and unbounded) about ±x, ±y, ±z with identity placement rotations
+    take rnea's rotate-two-components step (itab AXIS_K); in a random tree among general joints,
+    one sample, a batch over the cores, external wrenches and the centroidal output equal
+    Pinocchio to 1e-9 and the numpy path to 1e-10."""
+    rnea_mod = importlib.import_module("dynamics.rnea")
+    rng = np.random.default_rng(300 + seed)
+    base = random_model(rng, 16, ("revolute", "revolute_unbounded", "prismatic", "spherical"), root="free_flyer")
+    segs = []
+    for k, s in enumerate(base.segments):
+        j = s.joint
+        if k > 0 and k % 3 != 2:           # aligned revolute joints; every third keeps its random joint
+            j = dataclasses.replace(j, type=("revolute", "revolute_unbounded")[k % 2], axis=np.eye(3)[k % 3] *
+                                    (-1.0 if k % 4 < 2 else 1.0), rotation=np.eye(3))
+        segs.append(dataclasses.replace(s, joint=j))
+    model = Model(base.name, tuple(segs), gravity=base.gravity)
+    assert (Data(model).itab[:, AXIS_K] >= 0).sum() == 10
+    N = rnea_mod.PARALLEL_FROM + 3
+    q = random_configuration(model, rng, N)
+    v, a = rng.normal(size=(2, N, model.nv))
+    w = [dynamics.Wrench(segs[-1].name, force=rng.normal(scale=30, size=(N, 3)), point=rng.normal(size=(N, 3)))]
+    out = {}
+    for jit in (True, False):
+        with kernels.use_jit(jit):
+            out[jit] = {"one": np.array([dynamics.rnea(model, q[k], v[k], a[k]) for k in range(4)]),
+                        "batch": dynamics.rnea(model, q, v, a), "f_ext": dynamics.rnea(model, q, v, a, w),
+                        "centroidal": np.concatenate(dynamics.centroidal_momentum(model, q[:9], v[:9], a[:9]), axis=-1)}
+    for name, x in out[True].items():
+        scale = max(1.0, float(np.abs(x).max()))
+        np.testing.assert_allclose(x, out[False][name], rtol=1e-10, atol=1e-10 * scale, err_msg=name)
+    pm = to_pinocchio(model)
+    pd = pm.createData()
+    for k, fext in enumerate(_pinocchio_forces(model, pm, pd, q[:4], [dynamics.Wrench(w[0].segment, w[0].force[:4], w[0].point[:4], np.zeros((4, 3)))])):
+        np.testing.assert_allclose(out[True]["one"][k], pin.rnea(pm, pd, q[k], v[k], a[k]), atol=1e-9)
+        np.testing.assert_allclose(out[True]["batch"][k], pin.rnea(pm, pd, q[k], v[k], a[k]), atol=1e-9)
+        np.testing.assert_allclose(out[True]["f_ext"][k], pin.rnea(pm, pd, q[k], v[k], a[k], fext), atol=1e-9)
 
 
 def test_large_batches_equal_on_both_paths_whichever_runs(monkeypatch):
