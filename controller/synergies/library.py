@@ -12,11 +12,12 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import jansen
+from . import biped, jansen
 from .format import Synergy, SynergyError, _jsonable, load, save
 
 INDEX = "index.json"
-BUILDERS = {"jansen": (jansen.jobs, jansen.build)}
+BUILDERS = {"jansen": (jansen.jobs, jansen.build), "biped": (biped.jobs, biped.build),
+            "exoskeleton": (biped.jobs, biped.build)}
 
 
 def load_index(folder: Path) -> list[dict]:

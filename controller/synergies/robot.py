@@ -53,6 +53,28 @@ class RobotConfig:
     kp: tuple[float, ...]
     kd: tuple[float, ...]
     limits: Limits
+    biped: "BipedGrid | None" = None
+
+
+@dataclass(frozen=True)
+class BipedGrid:
+    """The semi-inverse grid of a biped / exoskeleton config ([synergies] scales, periods, zmp_laws,
+    double_support, gait; [biped] joint names): step scales S, stride periods T (s), ZMP laws per nominal
+    as (single_l, double_l, single_r, double_r) (equal sides: symmetric gait), double support p (% of
+    the stride; None: the gait cycle's own), the gait-cycle CSV (None: the shipped one), the model's
+    hips, knees, ankles (left, right), trunk joint and feet segments, roll-over radius (m, None: default)."""
+
+    scales: tuple[float, ...]
+    periods: tuple[float, ...]
+    laws: tuple[tuple[int, int, int, int], ...]
+    double_support: float | None
+    gait: str | None
+    hips: tuple[str, str]
+    knees: tuple[str, str]
+    ankles: tuple[str, str]
+    trunk: str
+    feet: tuple[str, str]
+    roll: float | None
 
 
 class _Ctx:
@@ -107,7 +129,8 @@ def load_robot(path_or_name: str | Path) -> RobotConfig:
     except tomllib.TOMLDecodeError as e:
         raise RobotConfigError(f"{p}: not valid TOML: {e}") from None
     c = _Ctx(str(p))
-    top = c.table({"": data}, "", {"kind", "robot", "model", "description", "actuators", "synergies", "loop", "limits"},
+    top = c.table({"": data}, "", {"kind", "robot", "model", "description", "actuators", "synergies", "loop", "limits",
+                                   "biped"},
                   {"kind", "robot", "model", "actuators"})
     if top["kind"] != "robot":
         raise c.err("kind", top["kind"], 'expected "robot"')
@@ -117,13 +140,15 @@ def load_robot(path_or_name: str | Path) -> RobotConfig:
     if not isinstance(acts, list) or not acts or not all(isinstance(a, str) and a for a in acts) or len(set(acts)) != len(acts):
         raise c.err("actuators", acts, "expected a list of distinct actuator (motor) names")
     A = len(acts)
-    syn = c.table(data, "synergies", {"library", "speeds", "turns", "profiles", "samples", "contact"})
+    syn = c.table(data, "synergies", {"library", "speeds", "turns", "profiles", "samples", "contact", "scales",
+                                      "periods", "zmp_laws", "double_support", "gait"})
     contact = syn.get("contact", {"kind": "hunt_crossley_constant", "stiffness": 2e4, "damping": 10.0})
     if not isinstance(contact, dict) or "kind" not in contact or "stiffness" not in contact:
         raise c.err("synergies.contact", contact, "expected a table with kind and stiffness (dynamics.contact.NormalLaw)")
     profiles = syn.get("profiles", ["constant"])
     if not isinstance(profiles, list) or not profiles or not all(x in ("constant", "optimised") for x in profiles):
         raise c.err("synergies.profiles", profiles, 'expected a list of "constant" and/or "optimised"')
+    biped = _biped(c, data, syn) if top["robot"] != "jansen" else None
     samples = syn.get("samples", 720)
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 64:
         raise c.err("synergies.samples", samples, "expected an integer >= 64 phases per cycle")
@@ -145,4 +170,38 @@ def load_robot(path_or_name: str | Path) -> RobotConfig:
                        profiles=tuple(profiles), samples=samples, contact=dict(contact),
                        rate_hz=c.num(loop, "loop", "rate_hz", 500.0, gt=0),
                        kp=c.nums(loop, "loop", "kp", A, default=[1.0] * A),
-                       kd=c.nums(loop, "loop", "kd", A, default=[0.1] * A), limits=limits)
+                       kd=c.nums(loop, "loop", "kd", A, default=[0.1] * A), limits=limits, biped=biped)
+
+
+def _biped(c: _Ctx, data: dict, syn: dict) -> BipedGrid:
+    """The [synergies] grid and [biped] joints of a biped / exoskeleton config (BipedGrid doc)."""
+    b = c.table(data, "biped", {"hips", "knees", "ankles", "trunk", "feet", "roll"}, {"hips", "knees", "ankles", "trunk", "feet"})
+
+    def pair(k):
+        v = b[k]
+        if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) and x for x in v)):
+            raise c.err(f"biped.{k}", v, "expected [left, right] names")
+        return tuple(v)
+
+    if not isinstance(b["trunk"], str) or not b["trunk"]:
+        raise c.err("biped.trunk", b["trunk"], "expected the trunk joint's name")
+    laws = syn.get("zmp_laws", [[1, 1]])
+    ok = isinstance(laws, list) and laws and all(
+        isinstance(x, list) and len(x) in (2, 4) and all(isinstance(k, int) and not isinstance(k, bool) for k in x)
+        and all(1 <= k <= 5 for k in x[0::2]) and all(1 <= k <= 3 for k in x[1::2]) for x in laws)
+    if not ok:
+        raise c.err("synergies.zmp_laws", laws, "expected a list of [single 1..5, double 1..3] or "
+                    "[single_l, double_l, single_r, double_r]")
+    p = syn.get("double_support")
+    if p is not None:
+        p = c.num(syn, "synergies", "double_support", ge=0)
+        if not p < 50:
+            raise c.err("synergies.double_support", p, "expected a share of the stride in % below 50")
+    gait = syn.get("gait")
+    if gait is not None and not isinstance(gait, str):
+        raise c.err("synergies.gait", gait, "expected the path of a gait-cycle CSV")
+    return BipedGrid(scales=c.nums(syn, "synergies", "scales", None, default=[1.0], gt=0),
+                     periods=c.nums(syn, "synergies", "periods", None, default=[1.1], gt=0),
+                     laws=tuple(tuple(x * 2 if len(x) == 2 else x) for x in laws), double_support=p, gait=gait,
+                     hips=pair("hips"), knees=pair("knees"), ankles=pair("ankles"), trunk=b["trunk"], feet=pair("feet"),
+                     roll=c.num(b, "biped", "roll", gt=0) if "roll" in b else None)

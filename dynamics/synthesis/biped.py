@@ -207,23 +207,39 @@ def shoot(rhs: Callable, y0, P: float, W=None, angles: int | None = None,
     return ShootingResult(y, J, settings.max_iter, newton, tuple(hist), J <= settings.accept_J, Wm)
 
 
-def collocate(rhs: Callable, y0_guess, P: float, W=None, nodes: int = 81, tol: float = 1e-8):
+def collocate(rhs: Callable, y0_guess, P: float, W=None, nodes: int = 81, tol: float = 1e-8, breaks=()):
     """The same periodic problem by collocation (`scipy.integrate.solve_bvp`, BC y(0) - W y(P) = 0),
     from the constant initial guess y0_guess on every node (no integration: an unstable system,
-    such as a trunk, need not survive the half-step from a poor guess); returns y(0) (n,) and the result."""
+    such as a trunk, need not survive the half-step from a poor guess); returns y(0) (n,) and the result.
+    With `breaks` (rhs jumps there), each smooth piece [a_k, b_k] is its own block of the state on a
+    common s in [0, 1] (t = a_k + s (b_k - a_k)), joined by continuity conditions: collocation
+    needs a smooth right-hand side within each interval."""
     y0 = np.asarray(y0_guess, dtype=float)
     n = y0.size
     Wm = np.eye(n) if W is None else np.diag(np.asarray(W, dtype=float))
-    t = np.linspace(0.0, P, nodes)
-    guess = np.repeat(y0[:, None], nodes, axis=1)
+    edges = np.unique(np.concatenate([[0.0], [b for b in breaks if 0.0 < b < P], [P]]))
+    a, h = edges[:-1], np.diff(edges)
+    K = len(h)
+    s = np.linspace(0.0, 1.0, nodes)
+    guess = np.tile(y0[:, None], (K, nodes))
 
-    def f(tt, yy):
-        return np.column_stack([rhs(ti, yy[:, k]) for k, ti in enumerate(tt)])
+    def f(ss, yy):
+        out = np.empty_like(yy)
+        for k in range(K):
+            lo, eps = a[k], 1e-12 * h[k]
+            for j, sj in enumerate(ss):
+                t = min(max(lo + sj * h[k], lo + eps), lo + h[k] - eps)
+                out[k * n:(k + 1) * n, j] = h[k] * rhs(t, yy[k * n:(k + 1) * n, j])
+        return out
 
-    res = solve_bvp(f, lambda ya, yb: ya - Wm @ yb, t, guess, tol=tol, max_nodes=100000)
+    def bc(ya, yb):
+        joins = [ya[k * n:(k + 1) * n] - yb[(k - 1) * n:k * n] for k in range(1, K)]
+        return np.concatenate([ya[:n] - Wm @ yb[(K - 1) * n:], *joins])
+
+    res = solve_bvp(f, bc, s, guess, tol=tol, max_nodes=100000)
     if not res.success:
         raise BipedError(f"collocation failed: {res.message}")
-    return res.sol(0.0), res
+    return res.sol(0.0)[:n], res
 
 
 # ------------------------------------------------------------------------- Beletsky's linear biped

@@ -481,6 +481,7 @@ class BipedNominal:
     trunk: TrunkSolution
     trailing_height: float
     trailing_speed: float
+    cycle_source: str = ""
     halves: tuple = field(default=(), repr=False)
 
 
@@ -499,7 +500,7 @@ def solve_trunk(halves, laws, y0=(0.0, 0.0), symmetric: bool = True, settings: S
         raise BipedError(f"trunk shooting did not converge: J = {res.J:.3g} after {res.iterations} iterations")
     col = None
     if check:
-        col, _ = collocate(rhs, np.asarray(y0, float), P, W=(1.0, 1.0), nodes=201, tol=1e-7)
+        col, _ = collocate(rhs, np.asarray(y0, float), P, W=(1.0, 1.0), nodes=41, tol=1e-6, breaks=br)
     return TrunkSolution(res.y0, res.iterations, res.newton_steps, res.J, res.history, col)
 
 
@@ -517,10 +518,10 @@ def stride_rhs(halves, laws):
 def build_nominal(model: Model, joints: BipedJoints, cycle: LegCycle, S: float, T: float,
                   single: tuple[int, int] = (1, 1), double: tuple[int, int] = (1, 1),
                   share: float | None = None, samples: int = 200, check: bool = False,
-                  settings: ShootingSettings | None = None) -> BipedNominal:
+                  settings: ShootingSettings | None = None, roll: float | None = None) -> BipedNominal:
     """A periodic stride (module doc) of step scale S and stride period T (s) with single/double-support
     ZMP laws per side (left, right); symmetric when both sides' laws are equal."""
-    tree = planar_tree(model, joints)
+    tree = planar_tree(model, joints, roll)
     p = cycle.double_support if share is None else float(share)
     leg = leg_synergy(cycle, S, T, p)
     Sh, h, vtr = step_length(tree, leg)
@@ -537,7 +538,7 @@ def build_nominal(model: Model, joints: BipedJoints, cycle: LegCycle, S: float, 
     ddpsi = np.array([rhs(ti, yi)[1] for ti, yi in zip(t, fl.y.T)])
     q, v, a, ankle_x, stance, zx = _full_state(tree, leg, laws, halves[0].P, t, psi, dpsi, ddpsi, Sh)
     return BipedNominal(tree, float(S), float(T), laws, t, psi, dpsi, ddpsi, q, v, a, zx, stance, ankle_x, Sh,
-                        Sh / halves[0].P, trunk, h, vtr, halves)
+                        Sh / halves[0].P, trunk, h, vtr, cycle.source, halves)
 
 
 def _full_state(tree, leg, laws, P, t, psi, dpsi, ddpsi, Sh):
