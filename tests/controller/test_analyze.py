@@ -811,3 +811,27 @@ def test_cgm_static_trial_gives_the_foot_offsets(shared_data, tmp_path):
     change = np.degrees(pf["R"] - data.processing["RStaticPlantFlex"])
     d = res.series["RAnkleAngles"][:, 0] - ref.series["RAnkleAngles"][:, 0]
     assert abs(change) > 1.0 and abs(abs(np.nanmean(d)) - abs(change)) < 0.2 and np.nanstd(d) < 0.2
+
+
+def test_planar_model_on_a_record_with_its_own_axes_and_scale():
+    """--reference: the synthetic planar trial recorded in another unit (×0.8: a digitiser's units)
+    on axes turned by 0.25 rad in the sagittal plane and shifted, with a 2 m floor line marked by
+    ref1 → ref2 and the plate in the same coordinates: the angles are the trajectories again and
+    the residual support force is ~0 (the required reaction on the plate, its force turned alike)."""
+    data, phi, psi, _, mass = _planar_trial(n=300)
+    th, k, shift = 0.25, 0.8, np.array([0.3, 0.0, -0.2])
+    rot = np.array([[np.cos(th), 0, -np.sin(th)], [0, 1, 0], [np.sin(th), 0, np.cos(th)]])  # about lab y
+    n = len(phi)
+    pos = k * data.markers.positions @ rot.T + shift
+    ref = k * np.array([[0.0, 0.0, 0.0], [2.0, 0.0, 0.0]]) @ rot.T + shift
+    labels = data.markers.labels + ("ref1", "ref2")
+    pos = np.concatenate([pos, np.broadcast_to(ref, (n, 2, 3))], axis=1)
+    p = data.plates[0]
+    plate = dataclasses.replace(p, force=p.force @ rot.T, cop=k * p.cop @ rot.T + shift)
+    rec = dataclasses.replace(data, markers=analyze.c3d.Markers(labels, pos, data.markers.rate), plates=(plate,))
+    res = analyze.analyze_trial(rec, analyze.Options(model="zinkovsky_4_1", cutoff=0.0, figures=False,
+                                                     reference=("ref1", "ref2", 2.0, False)))
+    np.testing.assert_allclose(res.series["kneeAngles"][:, 0], np.degrees(psi[:, 2]), atol=1e-9)
+    np.testing.assert_allclose(res.series["hipAngles"][:, 0], np.degrees(psi[:, 3]), atol=1e-9)
+    assert np.abs(res.series["SupportForce"][2:-2]).max() < 1e-3 * 9.81
+    assert any("reference segment ref1 → ref2 (2 m, horizontal): scale 1.25" in s for s in res.notes), res.notes
