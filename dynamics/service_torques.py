@@ -563,6 +563,8 @@ def service_from(ctx: ProcessContext, args: Sequence[str], publish: Publish | No
 def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     """Serve the walker's live dynamics until asked to stop (module doc)."""
     service = service_from(ctx, args)
+    if kernels.enabled():       # loaded from numba's cache now (~1.5 s), not inside the first computation
+        kernels.kernel("walker.inverse"), kernels.kernel("walker.interp")
     sub = ctx.subscriber(list(service.inputs))
     log.info("walker torques from %s", ", ".join(service.inputs))
     while not ctx.stopping:
