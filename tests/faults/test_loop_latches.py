@@ -31,7 +31,7 @@ from dynamics.linkage.model import read_crank_legs
 from dynamics.plants.crank import crank_plant, motor_load
 from dynamics.plants.motor import MotorParams
 from firmware_bridge import protocol as P
-from firmware_bridge.link import LinkError
+from firmware_bridge.link import Link, LinkError
 from firmware_bridge.virtual import VirtualMCU
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,15 +74,16 @@ class Loop:
         return [f.meta.get("cause") for f in self.events]
 
     def stop(self, sig=signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            _, err = self.proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            _, err = self.proc.communicate()
-        self.sub.close()
-        self.stderr = err
+        """Signal the process (if it runs), wait for its exit; its exit status (idempotent)."""
+        if self.proc.returncode is None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(sig)
+            try:
+                _, self.stderr = self.proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                _, self.stderr = self.proc.communicate()
+            self.sub.close()
         return self.proc.returncode
 
 
@@ -143,19 +144,35 @@ def rig(tmp_path_factory):
         mcu.close()
 
 
+@pytest.fixture
+def start(rig):
+    """Start a loop process (`start()` -> Loop); every one still running is stopped after the test."""
+    loops: list[Loop] = []
+
+    def new() -> Loop:
+        loops.append(Loop(rig))
+        return loops[-1]
+
+    try:
+        yield new
+    finally:
+        for lp in loops:
+            lp.stop()
+
+
 def walking(mcu) -> bool:
     return mcu.wd_armed and not mcu.wd_tripped and not mcu.estop and mcu.mode[0] == P.MODE_TORQUE
 
 
-def test_a_restarted_loop_keeps_what_the_mcu_latched_until_an_operator_reset(rig):
+def test_a_restarted_loop_keeps_what_the_mcu_latched_until_an_operator_reset(rig, start):
     mcu, cfg = rig["mcu"], str(rig["cfg"])
     # a loop walks, then dies mid-walk (killed: no clean stop): the MCU's watchdog trips
-    a = Loop(rig)
+    a = start()
     until(lambda: walking(mcu), 60.0, "the first loop walking", a.pump)
     a.stop(signal.SIGKILL)
     until(lambda: mcu.wd_tripped and mcu.mode[0] == P.MODE_IDLE, 10.0, "the MCU's watchdog")
     # its successor (what the supervisor's restart does) finds the trip: latched, no RESET sent
-    b = Loop(rig)
+    b = start()
     until(lambda: "estop" in b.causes(), 60.0, "the new loop latching on the MCU's trip", b.pump)
     ev = b.events[b.causes().index("estop")]
     assert "watchdog tripped" in ev.meta["detail"] and ev.data[0, 0] == 1.0
@@ -171,7 +188,7 @@ def test_a_restarted_loop_keeps_what_the_mcu_latched_until_an_operator_reset(rig
     assert r.returncode == 0, r.stderr
     until(lambda: mcu.estop, 10.0, "the MCU's e-stop")
     assert b.stop() == 0
-    c = Loop(rig)
+    c = start()
     until(lambda: "estop" in c.causes(), 60.0, "the next loop latching on the MCU's e-stop", c.pump)
     assert "e-stop latched" in c.events[c.causes().index("estop")].meta["detail"]
     until(lambda: len(c.state) > 20, 20.0, "controller/state frames", c.pump)
@@ -183,20 +200,21 @@ def test_a_restarted_loop_keeps_what_the_mcu_latched_until_an_operator_reset(rig
     assert c.stop() == 0
     time.sleep(1.5)  # longer than the watchdog's 1 s: it would have tripped if still armed
     assert not mcu.wd_tripped and not mcu.estop
-    d = Loop(rig)
-    try:
-        until(lambda: walking(mcu), 60.0, "the loop after a clean stop walking", d.pump)
-        assert "estop" not in d.causes()
-    finally:
-        assert d.stop() == 0
+    d = start()
+    until(lambda: walking(mcu), 60.0, "the loop after a clean stop walking", d.pump)
+    assert "estop" not in d.causes()
+    assert d.stop() == 0
 
 
-def test_an_estop_the_mcu_does_not_acknowledge_leaves_the_loop_running_and_latched(rig):
+def test_an_estop_the_mcu_does_not_acknowledge_leaves_the_loop_running_and_latched(rig, start):
     # the host's frames stall for 2 s (lost before the firmware: no ACK) while the crank is driven past
     # its 8 rad/s limit: the loop latches on the velocity, its ESTOP times out, and it must neither die
     # (the supervisor's restart would be a new session) nor stop trying: the MCU latches once the stall ends
     mcu = rig["mcu"]
-    e = Loop(rig)
+    with Link(str(rig["port"])) as link:  # whatever an earlier test left latched: cleared, as an operator would
+        link.wait_caps(10.0)
+        link.request(P.Reset())
+    e = start()
     try:
         until(lambda: walking(mcu), 60.0, "the loop walking", e.pump)
         mcu.set_faults(stall_at_s=0.0, stall_for_s=2.0)  # longer than the ESTOP's 4 tries of 0.1 s
