@@ -151,6 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n(2) single-sample latency, {args.calls} calls (target: compiled p50 <= pinocchio.rnea)")
     for label, ts in lat.items():
         print(f"    {label:<26} {percentiles(ts)}")
+    # the same calls back to back (warm caches; above, each call follows the other paths' calls):
+    # per call, the best of 5 loops of `calls` calls, wall and CPU time
+    print(f"    back to back, per call (best of 5 loops of {args.calls}; wall / CPU of this process):")
+    q0, v0, a0 = q[0], v[0], a[0]
+    for label, fn in (("dynamics.rnea compiled", lambda: dynamics.rnea(model, q0, v0, a0)),
+                      ("pinocchio.rnea", lambda: pin.rnea(pm, pd, q0, v0, a0))):
+        best = [np.inf, np.inf]
+        for _ in range(5):
+            t0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(args.calls):
+                fn()
+            best = [min(best[0], time.perf_counter() - t0), min(best[1], time.process_time() - c0)]
+        print(f"    {label:<26} {best[0] / args.calls * 1e6:6.2f} µs / {best[1] / args.calls * 1e6:6.2f} µs")
 
     print("\n(3) Jansen table lookup rate (bench/linkage.py, target > 100 000 lookups/s)")
     from bench import linkage as bench_linkage
