@@ -16,8 +16,10 @@ Prints the machine and command, then per stage the latency p50 / p99 / max over 
   per-second p99 and max);
 - ``walker dynamics``: every ``dynamics/torques`` frame's latency, publication minus the receipt of the
   newest input sample it used (its ``meta.latency_s``: the issue's "dynamics-service latency"); then the
-  same split into frames computed with every input fresh and frames with a held input (``stale``: a
-  sample that waited ``--max-wait-s`` for a lagging input, whose latency is at least that wait), and
+  same split into frames computed with every input fresh and frames with a held or absent input
+  (``stale``: a sample that waited ``--max-wait-s`` for a lagging input, whose latency is at least that
+  wait, or computed without an input that has not started, as the plates during the plate service's
+  zeroing), and
   over the run after its first 10 s (start-up: the plate service zeroes for 2 s before it publishes);
 - ``world -> torques``: the world's publication of an encoder block to the publication of the torques
   frame that holds its last sample (both on the host monotonic clock);
@@ -217,7 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if lat.size:
         steady = (r["t_torques"] - r["t_torques"][0]) > 10e9
         print(f"    frames with every input fresh                {pct(lat[~st])}")
-        print(f"    frames with a held input (stale: waited --max-wait-s or an input KEEP_S ahead): "
+        print(f"    frames with a held or absent input (stale: waited --max-wait-s, an input not yet started, "
+              f"or one KEEP_S ahead): "
               f"{st.sum()} of {st.size} ({100 * st.mean():.2f} %), {pct(lat[st])}")
         print(f"    after the first 10 s                         {pct(lat[steady])}")
     print(f"  world encoder block -> torques published       {pct(r['e2e'])}")
