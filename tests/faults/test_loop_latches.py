@@ -25,6 +25,7 @@ from controller.config import load as load_lab
 from controller.synergies import library
 from controller.synergies.robot import load_robot
 from daq.bus import Subscriber
+from daq.health import parse_health
 from daq.ports import free_tcp_ports
 from dynamics.contact import NormalLaw
 from dynamics.linkage.model import read_crank_legs
@@ -55,19 +56,24 @@ class Loop:
 
     def __init__(self, rig: dict) -> None:
         args = load_lab(rig["cfg"]).process("loop").args
-        self.sub = Subscriber([rig["endpoint"]], ["controller/state", "controller/events"])
+        self.sub = Subscriber([rig["endpoint"]], ["controller/state", "controller/events", "health/loop"])
         self.proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(rig["cfg"]), "--name",
                                       "loop", *args], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.state: list = []
         self.events: list = []
+        self.health: dict = {}  # the newest health frame, parsed
         assert self.sub.wait_connected(60.0), "the loop process did not come up"
 
     def pump(self, seconds: float) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             f = self.sub.recv(timeout_s=0.02)
-            if f is not None:
+            if f is None:
+                continue
+            if f.stream == "health/loop":
+                self.health = parse_health(f)
+            else:
                 (self.events if f.stream == "controller/events" else self.state).append(f)
 
     def causes(self) -> list[str]:
@@ -102,7 +108,8 @@ def rig(tmp_path_factory):
     lib = tmp / "lib"
     for pattern, value in ((r"library = .*", f'library = "{lib}"'), (r"speeds = \[.*\]", "speeds = [0.2]"),
                            (r"profiles = \[.*\]", 'profiles = ["constant"]'), (r"samples = \d+", "samples = 256"),
-                           (r"stale_s = \S+", "stale_s = 0.1")):
+                           (r"stale_s = \S+", "stale_s = 0.1"),
+                           (r"torque_slew = .*", "torque_slew = [30.0]")):  # a start ramp of ~10 cycles
         text, n = re.subn(pattern, value, text)
         assert n == 1, pattern
     robot.write_text(text)
@@ -169,6 +176,8 @@ def test_a_restarted_loop_keeps_what_the_mcu_latched_until_an_operator_reset(rig
     # a loop walks, then dies mid-walk (killed: no clean stop): the MCU's watchdog trips
     a = start()
     until(lambda: walking(mcu), 60.0, "the first loop walking", a.pump)
+    # the torque's start ramp was limited by the torque slew: counted in the health frame
+    until(lambda: a.health.get("safety/clipped", {}).get("count", 0) > 0, 10.0, "health safety/clipped", a.pump)
     a.stop(signal.SIGKILL)
     until(lambda: mcu.wd_tripped and mcu.mode[0] == P.MODE_IDLE, 10.0, "the MCU's watchdog")
     # its successor (what the supervisor's restart does) finds the trip: latched, no RESET sent
