@@ -414,12 +414,14 @@ class Publisher:
         if self._retained is not None and rate_hz > 0:
             self._retain(stream, parts, t_pub)
 
-    def close(self) -> None:
-        """Close the socket (queued frames get PUBLISHER_LINGER_MS to leave); idempotent."""
+    def close(self, linger_s: float | None = None) -> None:
+        """Close the socket; idempotent. Queued frames get ``linger_s`` seconds (default
+        PUBLISHER_LINGER_MS) to leave, but only while the context lives: a process that must
+        deliver its queue before it exits terminates the context after this (`drain`)."""
         if self._closed:
             return
         self._closed = True
-        self._sock.close(linger=PUBLISHER_LINGER_MS)
+        self._sock.close(linger=PUBLISHER_LINGER_MS if linger_s is None else max(0, round(linger_s * 1000)))
         if self._ipc_file is not None:
             # libzmq 4.3.5 leaves the socket file behind (measured): remove it, unless it is no
             # longer ours (another publisher bound the path since). Established connections and
@@ -434,6 +436,16 @@ class Publisher:
             self._auth.stop()
         if self._own_context:
             self._ctx.term()
+
+    def drain(self, timeout_s: float) -> bool:
+        """Close, then wait until every queued frame has reached its subscriber (they read slower
+        than this publisher sent: a ``--fast`` replay's tail), at most ``timeout_s`` seconds, by
+        terminating the socket's context (the process-wide one unless it has its own: call it last,
+        before exit). Returns False if the time ran out (the rest is dropped)."""
+        self.close(linger_s=timeout_s)
+        t0 = time.monotonic()
+        self._ctx.term()
+        return time.monotonic() - t0 < timeout_s
 
     def __enter__(self) -> "Publisher":
         return self

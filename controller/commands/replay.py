@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 from typing import Any
+
+
+#: Longest `walklab replay` waits at the end for its subscribers to take the frames still queued [s].
+DRAIN_S = 120.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,6 +71,11 @@ def replay_handler(args: argparse.Namespace) -> int:
             n = replay(source, pub, speed=None if args.fast else args.speed, should_stop=lambda: stop["flag"],
                        progress=lambda k, f: bar.update(task, completed=k))
             bar.update(task, completed=n)
+        # the frames still queued for slower subscribers are theirs too: wait for them to be taken
+        # (closing at once dropped the tail of a --fast replay, unseen: no later frame shows a gap)
+        if not stop["flag"] and not pub.drain(DRAIN_S):
+            print(f"the subscribers did not take the last frames within {DRAIN_S:g} s: those were dropped",
+                  file=sys.stderr)
     print(f"{n} frames published")
     return 0
 

@@ -154,7 +154,9 @@ def test_wire_frames_are_the_bytes_of_the_encoded_frames(tmp_path):
 
 
 def test_walklab_replay_fast_publishes_every_recorded_frame(tmp_path):
-    """The command (the fast path, `wire_frames`) into a real subscriber in this process."""
+    """The command (the fast path, `wire_frames`) into a real subscriber in this process that reads
+    slower than the replay sends: the command is done long before the subscriber, and must wait
+    for it to take the frames still queued (it exited with them, and the tail was lost unseen)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -162,7 +164,7 @@ def test_walklab_replay_fast_publishes_every_recorded_frame(tmp_path):
     from daq.ports import free_tcp_ports
 
     path = tmp_path / "s.mcap"
-    written = write_session(path, 1.0)
+    written = write_session(path, 10.0)  # ~14 MB: more than the loopback socket buffers hold
     port, = free_tcp_ports(1)
     endpoint = f"tcp://127.0.0.1:{port}"
     proc = subprocess.Popen([sys.executable, "-m", "controller.cli", "replay", str(path), "--fast", "--quiet",
@@ -175,6 +177,8 @@ def test_walklab_replay_fast_publishes_every_recorded_frame(tmp_path):
                 f = sub.recv(timeout_s=60)
                 assert f is not None, f"{len(got)} of {len(written)} frames"
                 got.append(key(f))
+                if len(got) % 50 == 0:
+                    time.sleep(0.005)  # ~10 000 frames/s at most: the replay sends faster
         finally:
             out, err = proc.communicate(timeout=60)
         assert all(st.dropped == 0 for st in sub.stats().values())
