@@ -244,6 +244,20 @@ def start_loop(cfg: Path) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
+def stop_all(proc: subprocess.Popen, bus: "Bus", mcu: VirtualMCU) -> None:
+    """Stop the loop process (resumed first, if a test stopped it), close the test's subscriber and the MCU."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.terminate()
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+    bus.sub.close()
+    mcu.close()
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("loop")
@@ -288,16 +302,7 @@ def lab(tmp_path_factory):
         os.symlink(mcu.port, port)
         yield {"cfg": cfg, "mcu": mcu, "bus": bus, "proc": proc}
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGCONT)
-            proc.terminate()
-            try:
-                proc.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-        bus.sub.close()
-        mcu.close()
+        stop_all(proc, bus, mcu)
 
 
 def walklab(*args):
@@ -396,14 +401,7 @@ def test_shadow_loop_reads_the_encoder_streams_on_the_data_clock_and_never_touch
         # nothing reached the MCU: no HELLO, CONFIG, RESET or COMMAND
         assert mcu.stats.rx_frames == 0 and not mcu.wd_armed
     finally:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-        bus.sub.close()
-        mcu.close()
+        stop_all(proc, bus, mcu)
 
 
 def test_shadow_cycles_do_not_depend_on_how_the_actuators_streams_interleave():
@@ -506,11 +504,4 @@ def test_reset_on_latch_resets_a_tripped_watchdog_and_walks_on(lab, tmp_path):
         tau = np.concatenate([f.data[:, 5] for f in bus.state if f.t_host >= t_reset])
         assert tau.size > 50 and abs(tau[0]) <= 0.6 + 1e-9 and np.abs(np.diff(tau)).max() <= 0.6 + 1e-9
     finally:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-        bus.sub.close()
-        mcu.close()
+        stop_all(proc, bus, mcu)
