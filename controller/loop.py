@@ -75,7 +75,7 @@ import argparse
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -168,7 +168,7 @@ class Controller:
             self._aligned = False  # a stop or stale data: re-align when walking resumes
             dec = self.safety.shape(now_ns, np.zeros(n), None, events)
             if self.tracker is None and self.safety.latched is None and not self.safety.stale:
-                dec = Decision(bool(np.any(dec.tau != 0)), dec.tau, None, dec.events, dec.stop_requested)
+                dec = replace(dec, enabled=bool(np.any(dec.tau != 0)), q_ref=None)  # the stop's ramp down
         if dec.stop_requested and self.tracker is not None:
             self.command(Request(0.0, 0.0, self.request.gait))
         return Output(now_ns, dec, ref, self.tracker is not None)
