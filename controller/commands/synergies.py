@@ -77,9 +77,10 @@ def build_with_progress(cfg, jobs: int = 1) -> None:
             prog.update(task, completed=done, total=total, description=f"{name}")
 
         written, skipped = library.build(cfg, jobs=jobs, progress=step)
+    why = ("optimised profiles skipped (no cut of both peak force and energy)" if cfg.robot == "jansen"
+           else "grid points skipped (no periodic trunk: the trunk falls)")
     print(f"{len(written)} nominals written to {cfg.library}" +
-          (f"; {len(skipped)} optimised profiles skipped (no cut of both peak force and energy): "
-           + ", ".join(skipped) if skipped else ""))
+          (f"; {len(skipped)} {why}: " + ", ".join(skipped) if skipped else ""))
 
 
 def _list(args: argparse.Namespace) -> int:

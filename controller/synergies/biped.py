@@ -21,6 +21,7 @@ import numpy as np
 
 from dynamics.crba import crba
 from dynamics.loader import load_model, resolve
+from dynamics.synthesis.biped import BipedError
 from dynamics.synthesis.semi_inverse import BipedJoints, build_nominal, energy, figures
 
 from .format import Synergy
@@ -44,15 +45,20 @@ def jobs(cfg) -> list[dict]:
             for S, T, lw in itertools.product(g.scales, g.periods, g.laws)]
 
 
-def build(job: dict, check: bool = True) -> Synergy:
-    """The nominal of one job (module doc); check: the collocation cross-check too."""
+def build(job: dict, check: bool = True) -> Synergy | None:
+    """The nominal of one job (module doc); check: the collocation cross-check too. None when the
+    shooting and the collocation find no periodic trunk (e.g. a large S at a long period: the trunk
+    would have to lean back past the singular posture)."""
     model = load_model(job["model"])
     j = job["joints"]
     joints = BipedJoints(tuple(j["hips"]), tuple(j["knees"]), tuple(j["ankles"]), j["trunk"], tuple(j["feet"]))
     lw = job["laws"]
-    nom = build_nominal(model, joints, read_cycle(job.get("gait")), job["S"], job["T"], single=(lw[0], lw[2]),
-                        double=(lw[1], lw[3]), share=job.get("share"), samples=job["samples"], check=check,
-                        roll=job.get("roll"))
+    try:
+        nom = build_nominal(model, joints, read_cycle(job.get("gait")), job["S"], job["T"], single=(lw[0], lw[2]),
+                            double=(lw[1], lw[3]), share=job.get("share"), samples=job["samples"], check=check,
+                            roll=job.get("roll"))
+    except BipedError:
+        return None     # no periodic trunk for this grid point (it falls): listed as skipped by the build
     fg = figures(nom)
     return synergy_of(nom, fg, job, hashlib.sha256(resolve(job["model"]).read_bytes()).hexdigest())
 
@@ -85,7 +91,8 @@ def synergy_of(nom, fg, job: dict, model_hash: str) -> Synergy:
         "energy_note": "actuators' tau * qd summed, over one stride; the ground-reaction moment is not an actuator",
         "trunk_range": [float(nom.psi.min()), float(nom.psi.max())],
         "shooting": {"iterations": tr.iterations, "newton_steps": tr.newton_steps, "J": tr.J,
-                     "history": list(tr.history), "y0": [float(x) for x in tr.y0]},
+                     "history": list(tr.history), "y0": [float(x) for x in tr.y0],
+                     "started_from": tr.started_from},
         "collocation_y0": None if tr.collocation_y0 is None else [float(x) for x in tr.collocation_y0],
         "zmp_lateral_max": float(np.abs(fg.lateral).max()),
         "trailing_foot_height": nom.trailing_height, "trailing_foot_speed": nom.trailing_speed,

@@ -19,7 +19,7 @@ symmetric gait: Y(P) = W Y(0) (W diagonal +-1); asymmetric: full stride, W = I.
     gradient: Y0 <- Y0 - eps grad J while J > J*; Newton when J <= J* (switch_J = 4)
 
 reject an initial guess with J >= 15, accept at J <= 1e-3, at most 99 iterations, J must decrease
-strictly (step halved up to 5 times), divergence guard |Y0|^2 >= 1000, gradient step scaled so the
+strictly (step halved up to 5 times; a candidate whose integration fails counts as no decrease), divergence guard |Y0|^2 >= 1000, gradient step scaled so the
 largest angle change is 0.025 rad. The integrator is scipy's DOP853 (BIDYN: Adams-Moulton).
 
 **Beletsky's linear 5-link biped** (methods.md j.4; Surla 1980 thesis, Ch. 1.1), the unit test: the trunk
@@ -196,7 +196,10 @@ def shoot(rhs: Callable, y0, P: float, W=None, angles: int | None = None,
             cand = y + step
             if float(cand @ cand) >= settings.diverge:
                 raise BipedError(f"shooting diverged at iteration {it} (|Y0|^2 >= {settings.diverge})")
-            e2, J2, _ = residual(cand)
+            try:
+                e2, J2, _ = residual(cand)
+            except BipedError:          # the trunk fell within the half-step: a step too long
+                J2 = math.inf
             if J2 < J:
                 break
             step = 0.5 * step

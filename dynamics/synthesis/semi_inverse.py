@@ -445,7 +445,8 @@ def step_length(tree: PlanarTree, leg: LegSynergy) -> tuple[float, float, float]
 @dataclass(frozen=True)
 class TrunkSolution:
     """The periodic trunk: y0 [psi, psi'] at the start of the stride; how it was found (shooting
-    iterations, Newton steps, residual J, history); the collocation's y0 when cross-checked."""
+    iterations, Newton steps, residual J, history); the collocation's y0 when cross-checked or used as
+    the start (started_from: "guess" or "collocation")."""
 
     y0: np.ndarray
     iterations: int
@@ -453,6 +454,7 @@ class TrunkSolution:
     J: float
     history: tuple[float, ...]
     collocation_y0: np.ndarray | None = None
+    started_from: str = "guess"
 
 
 @dataclass(frozen=True, eq=False)
@@ -488,20 +490,31 @@ class BipedNominal:
 def solve_trunk(halves, laws, y0=(0.0, 0.0), symmetric: bool = True, settings: ShootingSettings | None = None,
                 check: bool = False) -> TrunkSolution:
     """Periodic trunk by shooting (symmetric: the half-step with Y(P) = Y(0); else the full stride with
-    Y(T) = Y(0)); check: the collocation solution from the same guess as well."""
+    Y(T) = Y(0)); check: the collocation solution from the same guess as well. When shooting from y0
+    fails (the trunk falls within the half-step: long half-periods), it restarts from the collocation
+    solution (collocation does not integrate through the instability); `started_from` says which."""
     settings = settings or SETTINGS
     if symmetric:
         rhs, br = trunk_rhs(halves[0], laws[0])
         P = halves[0].P
     else:
         rhs, br, P = stride_rhs(halves, laws)
-    res = shoot(rhs, np.asarray(y0, float), P, W=(1.0, 1.0), angles=1, settings=settings, breaks=br)
+    guess = np.asarray(y0, float)
+    col = None
+    try:
+        res = shoot(rhs, guess, P, W=(1.0, 1.0), angles=1, settings=settings, breaks=br)
+        start = "guess"
+    except BipedError:
+        res = None
+    if res is None or not res.converged:
+        col, _ = collocate(rhs, guess, P, W=(1.0, 1.0), nodes=41, tol=1e-6, breaks=br)
+        res = shoot(rhs, col, P, W=(1.0, 1.0), angles=1, settings=settings, breaks=br)
+        start = "collocation"
     if not res.converged:
         raise BipedError(f"trunk shooting did not converge: J = {res.J:.3g} after {res.iterations} iterations")
-    col = None
-    if check:
-        col, _ = collocate(rhs, np.asarray(y0, float), P, W=(1.0, 1.0), nodes=41, tol=1e-6, breaks=br)
-    return TrunkSolution(res.y0, res.iterations, res.newton_steps, res.J, res.history, col)
+    if check and col is None:
+        col, _ = collocate(rhs, guess, P, W=(1.0, 1.0), nodes=41, tol=1e-6, breaks=br)
+    return TrunkSolution(res.y0, res.iterations, res.newton_steps, res.J, res.history, col, start)
 
 
 def stride_rhs(halves, laws):
