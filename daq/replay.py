@@ -107,18 +107,17 @@ class WireEncoder:
         if doc is not None:
             try:
                 bufs = doc["buffers"]
-                key = (channel, *[(b["name"], b["dtype"], tuple(b["shape"])) for b in bufs])
-                known = self._layouts.get(key)
+                known = self._layouts.get((channel, *[(b["name"], b["dtype"], tuple(b["shape"])) for b in bufs]))
+                if known is not None:
+                    prefix, stream, rate, sizes = known
+                    datas = [b["data"] for b in bufs]
+                    if [len(x) if type(x) is bytes else -1 for x in datas] == list(sizes):
+                        dynamic = {"seq": doc["seq"], "t_device": doc["t_device"], "t_host": doc["t_host"],
+                                   "t": doc["t"], "t_pub": 0, "meta": doc["meta"]}
+                        _check_dynamic(dynamic)
+                        return WireFrame(stream, dynamic["seq"], dynamic["t"], rate, prefix, dynamic, datas)
             except (KeyError, TypeError):  # not a frame map: the long way names the problem
-                known = None
-            if known is not None:
-                prefix, stream, rate, sizes = known
-                datas = [b["data"] for b in bufs]
-                if [len(x) if type(x) is bytes else -1 for x in datas] == list(sizes):
-                    dynamic = {"seq": doc["seq"], "t_device": doc["t_device"], "t_host": doc["t_host"], "t": doc["t"],
-                               "t_pub": 0, "meta": doc["meta"]}
-                    _check_dynamic(dynamic)
-                    return WireFrame(stream, dynamic["seq"], dynamic["t"], rate, prefix, dynamic, datas)
+                pass
         frame = self.decoder.decode(data, channel)
         frame.t_pub = 0
         parts = encode(frame)

@@ -184,3 +184,34 @@ def test_walklab_replay_fast_publishes_every_recorded_frame(tmp_path):
         assert all(st.dropped == 0 for st in sub.stats().values())
     assert proc.returncode == 0, err
     assert got == [key(f) for f in written] and f"{len(written)} frames published" in out
+
+
+def test_a_bad_recorded_field_is_the_same_frame_error_on_both_paths(tmp_path):
+    """A message of a known channel and layout whose seq is a string (a damaged or foreign file):
+    the fast path refuses it with the FrameError that encoding the decoded frame gives."""
+    import msgpack
+    import pytest
+    from mcap.writer import Writer
+
+    from daq.frames import FrameError
+    from daq.labload import frames as load_frames, lab_streams
+    from daq.record import MESSAGE_ENCODING, PROFILE, pack_frame
+
+    fp1 = [f for f in load_frames(lab_streams(), 0.05) if f.stream == "forceplate/FP1"]
+    path = tmp_path / "bad.mcap"
+    with open(path, "wb") as fh:
+        w = Writer(fh)
+        w.start(profile=PROFILE, library="test")
+        cid = w.register_channel("forceplate/FP1", MESSAGE_ENCODING, 0, {})
+        for f in fp1[:-1]:
+            w.add_message(cid, f.t, pack_frame(f), f.t, f.seq)
+        doc = msgpack.unpackb(pack_frame(fp1[-1]))
+        doc["seq"] = "nine"
+        w.add_message(cid, fp1[-1].t, msgpack.packb(doc), fp1[-1].t, 9)
+        w.finish()
+    with pytest.raises(FrameError) as slow:
+        for f in frames(path):
+            encode(f)
+    with pytest.raises(FrameError) as fast:
+        list(wire_frames(path))
+    assert str(fast.value) == str(slow.value) and "seq" in str(fast.value)
