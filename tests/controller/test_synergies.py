@@ -85,8 +85,68 @@ def test_cli_build_list_show(tmp_path):
     assert get(tmp_path / "lib", rows[0]["name"]).meta["speed"] == 0.2
     r = _walklab("synergies", "show", "nope", "--config", "r.toml", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no nominal 'nope'" in r.stderr
-    r = _walklab("synergies", "build", "--robot", "exo", cwd=tmp_path)
+    r = _walklab("synergies", "build", "--robot", "exo", "--config", "missing.toml", cwd=tmp_path)
     assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr
+
+
+EXO_GRID = ('[synergies]\nlibrary = "lib"\nscales = [0.6]\nperiods = [1.2]\nzmp_laws = [[2, 2], [1, 1, 2, 2]]\n'
+            'samples = 100\n')
+
+
+def test_cli_builds_exoskeleton_nominals_valid_by_dynamics(tmp_path):
+    """The shipped exoskeleton config with a 1 x 1 x 2 grid (one symmetric, one asymmetric law pair):
+    `build --jobs 2` then `list --json`; the listed figures are the stored nominal's, its ZMP deviation
+    (computed by dynamics.zmp_model) below 1 mm, its torques the rnea torques of the stored tables."""
+    src = open("configs/exoskeleton.toml").read()
+    head, _, rest = src.partition("[synergies]")
+    rest = rest[rest.index("[biped]"):]
+    (tmp_path / "exo.toml").write_text(head + EXO_GRID + rest)
+    r = _walklab("synergies", "build", "--robot", "exo", "--config", "exo.toml", "--jobs", "2", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "2 nominals written" in r.stdout
+    rows = json.loads(_walklab("synergies", "list", "--config", "exo.toml", "--json", cwd=tmp_path).stdout)
+    assert len(rows) == 2 and all(x["robot"] == "exoskeleton" for x in rows)
+    for x in rows:
+        syn = get(tmp_path / "lib", x["name"])
+        assert x["zmp_max_deviation"] < 1e-3 and x["min_margin"] > 0
+        assert x["period"] == pytest.approx(1.2) and x["speed"] == pytest.approx(syn.meta["step_length"] / 0.6)
+        assert x["peak_torque"] == pytest.approx(np.abs(syn.tau).max())
+        assert x["peak_contact_force"] == pytest.approx(syn.contact_force.max())
+        assert syn.actuators == ("hip_flexion_l", "knee_l", "hip_flexion_r", "knee_r")
+        assert syn.meta["shooting"]["J"] <= 1e-7 and syn.meta["collocation_y0"] is not None
+    sym = [x for x in rows if x["name"].endswith("z22")][0]
+    syn = get(tmp_path / "lib", sym["name"])
+    # symmetric gait: the right leg's channels are the left's half a stride later
+    M = syn.u.size
+    np.testing.assert_allclose(np.roll(syn.q[:, :2], -M // 2, axis=0), syn.q[:, 2:], atol=1e-9)
+    np.testing.assert_allclose(np.roll(syn.tau[:, :2], -M // 2, axis=0), syn.tau[:, 2:], atol=1e-3)  # N m; trunk periodic to ~1e-7
+
+
+def test_robot_configs_of_biped_and_exoskeleton_load_as_written():
+    """configs/biped.toml and configs/exoskeleton.toml load; the parsed grid and joints equal the files
+    read by tomllib; a wrong law or joint list is one line naming the key."""
+    import tomllib
+
+    from controller.synergies.robot import RobotConfigError
+
+    for name in ("biped", "exoskeleton"):
+        raw = tomllib.loads(open(f"configs/{name}.toml").read())
+        cfg = load_robot(name)
+        assert cfg.robot == raw["robot"] and cfg.actuators == tuple(raw["actuators"])
+        assert cfg.biped.scales == tuple(raw["synergies"]["scales"]) and cfg.biped.periods == tuple(raw["synergies"]["periods"])
+        assert [list(x[:2]) for x in cfg.biped.laws] == raw["synergies"]["zmp_laws"]
+        assert cfg.biped.hips == tuple(raw["biped"]["hips"]) and cfg.biped.trunk == raw["biped"]["trunk"]
+        assert cfg.limits.torque == tuple(raw["limits"]["torque"])
+    src = open("configs/exoskeleton.toml").read()
+    for bad, key in ((src.replace("zmp_laws = [[1, 1], [2, 2]]", "zmp_laws = [[6, 1]]"), "synergies.zmp_laws"),
+                     (src.replace('hips = ["hip_flexion_l", "hip_flexion_r"]', 'hips = ["hip_flexion_l"]'), "biped.hips")):
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+            f.write(bad)
+        with pytest.raises(RobotConfigError, match=key.replace(".", r"\.")) as e:
+            load_robot(f.name)
+        assert "\n" not in str(e.value)
 
 
 # ------------------------------------------------------------------ selection and transitions
