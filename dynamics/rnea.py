@@ -24,6 +24,7 @@ sample and on (N,) component arrays for a batch.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -41,6 +42,17 @@ CHUNK = 4096  # samples per block: bounds memory and keeps the working set in ca
 # From this many samples a compiled rnea call runs over the cores (kernels/tree.py rnea_parallel);
 # below, the start of the threads costs more than it saves (docs/kernels.md)
 PARALLEL_FROM = 1024
+_threads_pid: int | None = None     # the process whose numba (GNU OpenMP) threads rnea_parallel started
+
+
+def _may_run_parallel() -> bool:
+    """Whether this process may run rnea_parallel: not in a child forked (ProcessPoolExecutor's
+    default on Linux) after the parent started numba's OpenMP threads — GNU OpenMP cannot run there
+    and numba terminates the child ("fork() called from a process already using GNU OpenMP")."""
+    global _threads_pid
+    if _threads_pid is None:
+        _threads_pid = os.getpid()
+    return _threads_pid == os.getpid()
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,7 +199,8 @@ def rnea(model: Model, q, v, a, f_ext: Sequence[Wrench] | None = None, data: wor
         F = segment_wrenches(d, external_wrenches(model, f_ext, N, batched), N) if f_ext else d.no_ext
         tau = np.empty((N, model.nv))
         # a large batch over the cores
-        kernel = kernels.entry("tree.rnea") if N < PARALLEL_FROM else kernels.kernel("tree.rnea_parallel")
+        parallel = N >= PARALLEL_FROM and _may_run_parallel()
+        kernel = kernels.kernel("tree.rnea_parallel") if parallel else kernels.entry("tree.rnea")
         status = kernel(d.itab, d.ftab, d.gravity, Q, V, A, F, tau, d.no_cent)
         if status != -1:
             kernel_input_failed(model, status, q, v, a)

@@ -374,6 +374,43 @@ def test_parallel_rnea_equals_the_one_thread_kernel_and_the_numpy_path(monkeypat
     np.testing.assert_allclose(parallel, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())
 
 
+_FORK_AFTER_PARALLEL = textwrap.dedent("""
+    import multiprocessing, numpy as np, dynamics
+    from dynamics.samples import random_configuration
+    model = dynamics.load_model("human15")
+    rng = np.random.default_rng(0)
+    N = 2 * sys_N
+    q = random_configuration(model, rng, N)
+    v, a = rng.normal(size=(2, N, model.nv))
+    tau = dynamics.rnea(model, q, v, a)          # the parent starts numba's OpenMP threads
+
+    def child(conn):
+        conn.send(dynamics.rnea(model, q, v, a))
+        conn.close()
+
+    if __name__ == "__main__":
+        ctx = multiprocessing.get_context("fork")
+        here, there = ctx.Pipe()
+        p = ctx.Process(target=child, args=(there,))
+        p.start()
+        got = here.recv() if here.poll(300) else None
+        p.join(60)
+        print("exit", p.exitcode, "equal", got is not None and bool(np.array_equal(got, tau)))
+""")
+
+
+def test_a_child_forked_after_a_parallel_rnea_runs_its_batches_on_one_thread():
+    """GNU OpenMP cannot run in a child forked after the parent used it (numba terminates the
+    child). ProcessPoolExecutor forks on Linux (controller/analyze.py), so a child of a parent that
+    ran a parallel rnea takes the one-thread kernel: same torques, exit 0."""
+    rnea_mod = importlib.import_module("dynamics.rnea")
+    code = _FORK_AFTER_PARALLEL.replace("sys_N", str(rnea_mod.PARALLEL_FROM))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=REPO,
+                       env=dict(os.environ, WALKLAB_JIT="1", PYTHONPATH=str(REPO)))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "exit 0 equal True", (r.stdout, r.stderr)
+
+
 @pytest.mark.parametrize("name", ["tree.rnea", "tree.rnea_parallel", "tree.aba"])
 def test_kernels_report_the_first_non_finite_sample(name):
     """The kernels check finiteness themselves (the Python side checks only shapes): a NaN or inf
