@@ -9,6 +9,10 @@ from typing import Any
 
 #: Longest `walklab replay` waits at the end for its subscribers to take the frames still queued [s].
 DRAIN_S = 120.0
+#: Where `walklab replay` publishes by default: a port no shipped lab config binds or connects to — above
+#: all not a control loop's operator endpoint (tcp://127.0.0.1:5610), where a live loop would take the
+#: recording's replayed controller/request and controller/estop frames as the operator's.
+DEFAULT_BIND = "tcp://127.0.0.1:5690"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,8 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "a full subscriber makes the replay wait, nothing is dropped). Subscribers (`walklab bus "
                     "monitor --connect ENDPOINT`, the dynamics service, a recorder) connect to --bind.")
     parser.add_argument("file", metavar="FILE", help="session file (.mcap) written by `walklab record`")
-    parser.add_argument("--bind", metavar="ENDPOINT", default="tcp://127.0.0.1:5610",
-                        help="where to publish (default tcp://127.0.0.1:5610)")
+    parser.add_argument("--bind", metavar="ENDPOINT", default=DEFAULT_BIND,
+                        help=f"where to publish (default {DEFAULT_BIND}, used by no lab config)")
     from daq.replay import add_options
 
     add_options(parser)

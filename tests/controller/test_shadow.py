@@ -141,3 +141,41 @@ def test_the_shadow_lab_is_the_config_as_a_table_with_only_the_analysis_on_free_
     torques = list(procs["torques"].args)
     assert float(torques[torques.index("--max-wait-s") + 1]) == NO_HOST_WAIT_S and torques.count("--max-wait-s") == 1
     assert lab.devices["FP1"].corners == ((0.6, -0.4, 0.0), (0.0, -0.4, 0.0), (0.0, 0.4, 0.0), (0.6, 0.4, 0.0))
+
+
+def test_replay_publishes_by_default_where_no_lab_config_binds_or_connects(tmp_path):
+    """`walklab replay`'s default --bind is no endpoint of any shipped lab config (above all not a control
+    loop's operator endpoint, where a live loop would obey the recording's requests and e-stops). Truth: every
+    config in configs/ read with controller.config (supervisor, processes' bind/connect, their endpoint args;
+    copied beside keys made with `walklab keys`, which the real-lab template needs)."""
+    import shutil
+
+    import configs
+    from controller.cli import build_parser, main
+    from controller.config import load
+
+    default = build_parser().parse_args(["replay", "x.mcap"]).bind
+    port = default.rsplit(":", 1)[1]
+    labs = [p for p in sorted(configs.path("sim.toml").parent.glob("*.toml"))
+            if tomllib_has(p, "processes")]
+    assert len(labs) >= 5, labs
+    for name in ("server", "client"):
+        assert main(["keys", "--dir", str(tmp_path / "keys"), name]) == 0
+    (tmp_path / "keys" / "authorized").mkdir()
+    (tmp_path / "keys" / "client.key").rename(tmp_path / "keys" / "authorized" / "client.key")
+    used = set()
+    for path in labs:
+        lab = load(shutil.copy(path, tmp_path))
+        used |= {lab.supervisor.bind, lab.supervisor.connect}
+        for p in lab.processes:
+            used |= {p.bind, p.connect} | {a for a in map(str, p.args) if "://" in a}
+    used.discard("")
+    assert "tcp://127.0.0.1:5610" in used  # the control loops' operator endpoint is among them
+    assert not [e for e in used if e.rsplit(":", 1)[-1] == port], (default, sorted(used))
+
+
+def tomllib_has(path, key: str) -> bool:
+    """Whether the TOML file at `path` has the top-level `key` (a lab config has ``processes``)."""
+    import tomllib
+
+    return key in tomllib.loads(path.read_text())
