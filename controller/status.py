@@ -9,7 +9,9 @@
    recording, or in the temporary folder) start;
 3. once every process reports a health frame (start-up excluded from ``--duration``), the script's
    operator commands (`load_script`, TOML ``[[command]]`` tables ``at``/``speed``/``turn``/``label``)
-   are published on ``controller/request`` at the control loop's operator endpoint, each at its time;
+   are sent on ``controller/request`` to the control loop, each at its time, as `walklab command` sends
+   one (`controller.commands.estop.send_to_loop`: the operator endpoint bound only while the command is
+   delivered and confirmed, so `walklab estop` and `walklab command` reach the loop between them);
 4. the status (`Monitor`, from health frames, ``sim/walker``, ``controller/events`` and the
    supervisor's events; a `rich` table refreshed 4 times a second on a terminal) shows the streams
    (frames/s as published, frames lost on the way as their subscribers count them: `lost_frames`), the dynamics service's latency
@@ -316,16 +318,8 @@ def ensure_libraries(lab: Any) -> None:
             build_with_progress(cfg)
 
 
-def _operator(lab: Any):
-    """A publisher bound at the control loop's operator endpoint; ValueError unless the lab has one loop."""
-    from controller.loop import parse_args
-    from controller.proc import publisher_for
-
-    loops = [p for p in lab.processes if p.module == "controller.loop" and p.enabled]
-    if len(loops) != 1:
-        raise ValueError(f"{lab.source}: a command script needs one process with module = \"controller.loop\", "
-                         f"found {len(loops)}")
-    return publisher_for(lab, parse_args(loops[0].name, loops[0].args).operator)
+#: How long a scripted command waits for the control loop to subscribe and confirm it [s] (a loaded machine).
+SCRIPT_TIMEOUT_S = 30.0
 
 
 def run_live(lab: Any, *, duration: float | None, script: list[Command], record: str | None,
@@ -334,6 +328,7 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
     from rich.console import Console
     from rich.live import Live
 
+    from controller.commands.estop import loop_of, send_to_loop
     from controller.commands.record import start_beside, stop_beside
     from controller.loop import REQUEST_STREAM
 
@@ -341,7 +336,8 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
         raise ValueError(f"--duration {duration}: expected a positive number of seconds")
     console = Console()
     ensure_libraries(lab)
-    op = _operator(lab) if script else None  # before anything starts: a lab without a loop is one line
+    if script:
+        loop_of(lab)  # before anything starts: a script for a lab without one control loop is one line
     mon = Monitor(lab)
     log = Path(record).with_suffix(".log") if record else Path(tempfile.mkstemp(prefix="walklab-run-", suffix=".log")[1])
     logf = open(log, "w")
@@ -369,7 +365,7 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
                 console.print(f"walklab run: the supervisor exited ({sup.returncode}); see {log}")
                 break
             if t_up is None:
-                if mon.up() and (op is None or op.wait_for_subscribers(1, 0.0)):
+                if mon.up():
                     t_up = now
                 elif now - t_start > startup_s:
                     status = 1
@@ -379,14 +375,16 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
             else:
                 while pending and now - t_up >= pending[0].at:
                     c = pending.pop(0)
-                    if op is not None:
-                        op.publish(REQUEST_STREAM, np.array([[c.speed, c.turn]]), kind="operator", rate_hz=0.0,
-                                   channels=["speed", "turn"], units=["m/s", "rad/s"],
-                                   meta={"source": "walklab run script", "label": c.label})
-                    mon.events.append(f"{now - t_up:5.1f} s script: {c.label or 'command'} speed {c.speed} m/s "
-                                      f"turn {c.turn} rad/s")
-                if op is not None:
-                    op.poll_subscriptions()
+                    what = f"{now - t_up:5.1f} s script: {c.label or 'command'} speed {c.speed} m/s turn {c.turn} rad/s"
+                    try:
+                        send_to_loop(lab, REQUEST_STREAM, np.array([[c.speed, c.turn]]), ["speed", "turn"],
+                                     ["m/s", "rad/s"], {"source": "walklab run script", "label": c.label}, {"request"},
+                                     SCRIPT_TIMEOUT_S)
+                    except (OSError, ValueError, LookupError) as exc:  # not delivered, or refused: the run says so
+                        status = 1
+                        what += f" FAILED: {exc}"
+                        console.print(f"walklab run: {what}")
+                    mon.events.append(what)
                 if duration is not None and now - t_up >= duration:
                     break
             if live is not None:
@@ -413,8 +411,6 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
         mon.poll(0.2)  # the last events (the supervisor's stop)
         if recorder is not None:
             stop_beside(recorder)
-        if op is not None:
-            op.close()
         mon.close()
         logf.close()
     print(mon.summary(elapsed, record, log, status))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import numpy as np
 
@@ -38,23 +39,42 @@ def _estop(args: argparse.Namespace) -> int:
 
 def send_operator(config: str | None, stream: str, data, channels, units, meta: dict, confirm: set[str],
                   timeout_s: float) -> str:
-    """Publish one operator frame to the lab's control loop and wait for its event whose cause is in
-    `confirm` (returns its detail); OSError with one line if the loop is not there or does not answer."""
+    """`send_to_loop` to the control loop of the lab config `config` (default configs/jansen_sim.toml)."""
     import configs
     from controller.config import load
-    from controller.loop import EVENT_STREAM, parse_args
-    from controller.proc import publisher_for, subscriber_for
 
     if not (timeout_s > 0):
         raise ValueError(f"--timeout: expected > 0 s, got {timeout_s}")
-    lab = load(config or configs.path("jansen_sim.toml"))
-    loops = [p for p in lab.processes if p.module == "controller.loop"]
+    return send_to_loop(load(config or configs.path("jansen_sim.toml")), stream, data, channels, units, meta, confirm,
+                        timeout_s)
+
+
+def loop_of(lab: Any) -> tuple[Any, str]:
+    """The lab's one enabled ``controller.loop`` process and its operator endpoint; LookupError otherwise."""
+    from controller.loop import parse_args
+
+    loops = [p for p in lab.processes if p.module == "controller.loop" and p.enabled]
     if len(loops) != 1:
         raise LookupError(f"{lab.source}: expected one process with module = \"controller.loop\", found {len(loops)}")
-    spec = loops[0]
-    operator = parse_args(spec.name, spec.args).operator
+    return loops[0], parse_args(loops[0].name, loops[0].args).operator
+
+
+def send_to_loop(lab: Any, stream: str, data, channels, units, meta: dict, confirm: set[str], timeout_s: float) -> str:
+    """Publish one operator frame (`data`: (1, C) array, time first) to the control loop of the loaded `lab`
+    and wait for its event whose cause is in `confirm` (returns its detail). The loop's operator endpoint is
+    bound only for this call — the one publisher a moment, so `walklab estop`, `walklab command` and a
+    scripted `walklab run` each get their turn. OSError with one line if the endpoint is taken or the loop is
+    not there or does not answer; ValueError if the loop refuses the request."""
+    from controller.loop import EVENT_STREAM
+    from controller.proc import publisher_for, subscriber_for
+
+    spec, operator = loop_of(lab)
     pub = publisher_for(lab, operator)
-    sub = subscriber_for(lab, [spec.connect or spec.bind], [EVENT_STREAM], expect=())
+    try:
+        sub = subscriber_for(lab, [spec.connect or spec.bind], [EVENT_STREAM], expect=())
+    except BaseException:
+        pub.close()
+        raise
     try:
         if not pub.wait_for_subscribers(1, timeout_s):
             raise TimeoutError(f"no control loop subscribed at {operator} within {timeout_s} s "

@@ -8,6 +8,7 @@ keep up loses exactly the frames it never received.
 """
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -16,6 +17,8 @@ from controller.status import lost_frames
 from daq.bus import Publisher, Subscriber
 from daq.health import Health, parse_health
 from daq.ports import free_tcp_ports
+
+from .test_run_sim import robot  # noqa: F401  (a fixture: a one-nominal robot and its library)
 
 STREAM = "x/y"
 BLOCK = 10          # samples per frame at 1 kHz
@@ -91,3 +94,49 @@ def test_frames_a_slow_subscriber_never_received_are_counted_exactly():
     lost = n + 1 - len(got)
     assert got == sorted(got) and got[-1] == n and lost > 0
     assert lost_frames(h)[STREAM] == (lost, "reader")
+
+
+def test_walklab_estop_reaches_the_loop_during_a_scripted_run(tmp_path, robot):  # noqa: F811
+    """A scripted `walklab run` leaves the loop's operator endpoint free between its commands, so `walklab
+    estop` (which binds it for a moment) reaches the loop. Truth: the loop's own ``controller/events`` frames
+    on a real socket (the script's request taken, then an ``estop`` latch) and the e-stop command's exit status."""
+    import signal
+    import subprocess
+    import sys
+
+    from controller.config import load
+    from controller.loop import EVENT_STREAM
+
+    from .test_run_sim import REPO, private_lab
+
+    script = tmp_path / "script.toml"
+    script.write_text("[[command]]\nat = 0.0\nlabel = 'walk'\nspeed = 0.2\n")
+    cfg = private_lab(tmp_path, robot)
+    loop = next(p for p in load(cfg).processes if p.module == "controller.loop")
+    run = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(cfg), "--duration", "300", "--script",
+                            str(script)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    causes: list[str] = []
+    try:
+        with Subscriber([loop.bind], [EVENT_STREAM], expect=()) as events:
+            deadline = time.monotonic() + 300.0
+            while "request" not in causes:  # the script's command was taken: its publisher has had its turn
+                assert run.poll() is None and time.monotonic() < deadline, f"no scripted request; events {causes}"
+                f = events.recv(timeout_s=0.5)
+                if f is not None:
+                    causes.append(str((f.meta or {}).get("cause")))
+            estop = subprocess.run([sys.executable, "-m", "controller.cli", "estop", str(cfg), "--timeout", "60"],
+                                   cwd=REPO, capture_output=True, text=True, timeout=300)
+            assert estop.returncode == 0, estop.stdout + estop.stderr
+            assert estop.stdout.startswith("e-stop latched")
+            deadline = time.monotonic() + 60.0
+            while "estop" not in causes:
+                assert time.monotonic() < deadline, f"the loop did not latch; events {causes}"
+                f = events.recv(timeout_s=0.5)
+                if f is not None:
+                    causes.append(str((f.meta or {}).get("cause")))
+    finally:
+        if run.poll() is None:
+            run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=300)
+    assert run.returncode == 0, out[-3000:]
+    assert re.search(r"safety: .*; [1-9]\d* safety event\(s\)\n(    .*\n)*    estop: ", out), out[-3000:]  # the summary
