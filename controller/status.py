@@ -14,8 +14,9 @@
    delivered and confirmed, so `walklab estop` and `walklab command` reach the loop between them);
 4. the status (`Monitor`, from health frames, ``sim/walker``, ``controller/events`` and the
    supervisor's events; a `rich` table refreshed 4 times a second on a terminal) shows the streams
-   (frames/s as published, frames lost on the way as their subscribers count them: `lost_frames`), the dynamics service's latency
-   p50/p99, the distance walked, the energy per crank cycle, the safety state;
+   (frames/s as published, frames lost on the way as their subscribers count them: `lost_frames`), the walker
+   dynamics' latency p50/p99 (``dynamics.service_torques``' per-frame ``latency`` health subject: host time
+   of a torques frame's publication minus the receipt of the newest input sample it used), the distance walked, the energy per crank cycle, the safety state;
 5. after ``--duration`` seconds (or Ctrl-C) the supervisor and the recorder stop cleanly (SIGINT) and
    the summary is printed: what the status showed over the whole run, the recording's and the log's paths.
 
@@ -140,7 +141,8 @@ class Monitor:
         self.health: dict[str, dict] = {}
         self.state: dict[str, str] = {}
         self.rates: dict[str, list[float]] = {}
-        self.latency: list[tuple[float, float]] = []   # (p50, p99) s of the dynamics service per health period
+        self.latency: list[tuple[float, float]] = []   # (p50, p99) s of the walker dynamics per health period
+        self.walker_dynamics = {p.name for p in lab.processes if p.enabled and p.module == "dynamics.service_torques"}
         self.walker = _Walker()
         self.events: list[str] = []
         self.safety: list[str] = []
@@ -169,9 +171,9 @@ class Monitor:
                 for subject, fields in v.items():
                     if "sent_per_s" in fields:
                         self.rates.setdefault(subject, []).append(fields["sent_per_s"])
-                proc = v.get("processing", {})
-                if name == "dynamics" and proc.get("latency_p99_s", math.nan) == proc.get("latency_p99_s"):
-                    self.latency.append((proc["latency_p50_s"], proc["latency_p99_s"]))
+                lat = v.get("latency", {})
+                if name in self.walker_dynamics and math.isfinite(lat.get("latency_p99_s", math.nan)):
+                    self.latency.append((lat["latency_p50_s"], lat["latency_p99_s"]))
             elif f.stream == "sim/walker":
                 self._walker(f)
             elif f.stream == "controller/events":
@@ -221,7 +223,7 @@ class Monitor:
         return float(np.mean(w.s - w.s0)) / (2 * math.pi) * w.advance
 
     def latency_figures(self) -> tuple[float, float]:
-        """(median of the per-second p50, largest per-second p99) of the dynamics service, s."""
+        """(median of the per-second p50, largest per-second p99) of the walker dynamics' latency, s."""
         if not self.latency:
             return math.nan, math.nan
         a = np.array(self.latency)
@@ -253,7 +255,7 @@ class Monitor:
         cycle = self.walker.cycles[-1] if self.walker.cycles else math.nan
         info = Table.grid(padding=(0, 2))
         info.add_row("processes", ", ".join(f"{n} {self.state.get(n, '…')}" for n in self.processes))
-        info.add_row("dynamics latency", f"p50 {_num(p50 * 1e3, 2)} ms, p99 {_num(p99 * 1e3, 2)} ms")
+        info.add_row("walker dynamics latency", f"p50 {_num(p50 * 1e3, 2)} ms, p99 {_num(p99 * 1e3, 2)} ms")
         info.add_row("distance walked", f"{_num(self.distance(), 2)} m (no-slip {_num(self.expected_distance(), 2)} m)")
         info.add_row("energy per cycle", f"{_num(cycle, 2)} J (last left-shaft revolution)")
         info.add_row("safety", f"{self.safety_state()}; safety events: {len(self.safety)}")
@@ -265,7 +267,8 @@ class Monitor:
         p50, p99 = self.latency_figures()
         drops = sum(n for n, _ in self.drops().values())
         return (f"walklab run: {elapsed:5.1f} s, {len(self.rates)} streams, {drops} frames lost, distance "
-                f"{_num(self.distance(), 2)} m, dynamics latency p99 {_num(p99 * 1e3, 2)} ms, "
+                f"{_num(self.distance(), 2)} m, walker dynamics latency p50 {_num(p50 * 1e3, 2)} ms p99 "
+                f"{_num(p99 * 1e3, 2)} ms, "
                 f"{self.safety_state()}, {len(self.safety)} safety event(s)")
 
     def summary(self, elapsed: float, record: str | None, log: Path, status: int) -> str:
@@ -283,7 +286,7 @@ class Monitor:
                          f"revolutions (last {w.cycles[-1]:.2f} J; the legs' load work)")
         else:
             lines.append("  energy per cycle: no complete crank revolution")
-        lines.append(f"  dynamics latency: p50 {_num(p50 * 1e3, 3)} ms, p99 {_num(p99 * 1e3, 3)} ms (largest 1-s p99)")
+        lines.append(f"  walker dynamics latency: p50 {_num(p50 * 1e3, 3)} ms, p99 {_num(p99 * 1e3, 3)} ms (largest 1-s p99)")
         lines.append(f"  safety: {self.safety_state()}; {len(self.safety)} safety event(s)"
                      + ("".join(f"\n    {e}" for e in self.safety[:10])))
         lines.append(f"  commands: {len(self.events)}" + "".join(f"\n    {e}" for e in self.events[:20]))
@@ -339,8 +342,12 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
     if script:
         loop_of(lab)  # before anything starts: a script for a lab without one control loop is one line
     mon = Monitor(lab)
-    log = Path(record).with_suffix(".log") if record else Path(tempfile.mkstemp(prefix="walklab-run-", suffix=".log")[1])
-    logf = open(log, "w")
+    if record:
+        log = Path(record).with_suffix(".log")
+        logf = open(log, "w")
+    else:
+        fd, name = tempfile.mkstemp(prefix="walklab-run-", suffix=".log")
+        log, logf = Path(name), open(fd, "w")  # the file object owns (and closes) mkstemp's descriptor
     recorder = start_beside(lab, record) if record else None
     # nothing that can fail between here and the try: the finally stops both
     sup = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(lab.source), "--supervise-only"],

@@ -103,6 +103,9 @@ def test_walklab_estop_reaches_the_loop_during_a_scripted_run(tmp_path, robot): 
     import signal
     import subprocess
     import sys
+    from pathlib import Path
+
+    import psutil
 
     from controller.config import load
     from controller.loop import EVENT_STREAM
@@ -124,6 +127,9 @@ def test_walklab_estop_reaches_the_loop_during_a_scripted_run(tmp_path, robot): 
                 f = events.recv(timeout_s=0.5)
                 if f is not None:
                     causes.append(str((f.meta or {}).get("cause")))
+            # its log (no --record: a temporary file) is open once: mkstemp's descriptor was leaked beside it
+            logs = [o.path for o in psutil.Process(run.pid).open_files() if Path(o.path).name.startswith("walklab-run-")]
+            assert len(logs) == 1, logs
             estop = subprocess.run([sys.executable, "-m", "controller.cli", "estop", str(cfg), "--timeout", "60"],
                                    cwd=REPO, capture_output=True, text=True, timeout=300)
             assert estop.returncode == 0, estop.stdout + estop.stderr
@@ -140,3 +146,43 @@ def test_walklab_estop_reaches_the_loop_during_a_scripted_run(tmp_path, robot): 
         out, _ = run.communicate(timeout=300)
     assert run.returncode == 0, out[-3000:]
     assert re.search(r"safety: .*; [1-9]\d* safety event\(s\)\n(    .*\n)*    estop: ", out), out[-3000:]  # the summary
+
+
+def test_the_status_shows_the_walker_dynamics_latency(tmp_path, robot):  # noqa: F811
+    """The status's latency is the walker dynamics' (``dynamics.service_torques``' per-frame ``latency``
+    health subject), not the plate service's ``processing`` time. Truth: the figures the test published in
+    real health frames on the two processes' endpoints (the plate service's 100 times smaller)."""
+    import io
+
+    from rich.console import Console
+
+    from controller.config import load
+    from controller.status import Monitor
+
+    from .test_run_sim import private_lab
+
+    lab = load(private_lab(tmp_path, robot))
+    binds = {p.module: p.bind for p in lab.processes}
+    torques = next(p.name for p in lab.processes if p.module == "dynamics.service_torques")
+    mon = Monitor(lab)
+    pubs = [Publisher(binds["dynamics.service"]), Publisher(binds["dynamics.service_torques"])]
+    try:
+        assert all(p.wait_for_subscribers(1, TIMEOUT) for p in pubs)
+        for pub, name, subject, p50, p99 in ((pubs[0], "dynamics", "processing", 4e-5, 9e-5),
+                                             (pubs[1], torques, "latency", 4e-3, 9e-3)):
+            pub.publish(f"health/{name}", np.array([[p50, p99]]), kind="health", rate_hz=1.0,
+                        channels=[f"{subject}:latency_p50_s", f"{subject}:latency_p99_s"], units=["s", "s"],
+                        meta={"process": name, "pid": 1, "uptime_s": 1.0, "state": "running"})
+        deadline = time.monotonic() + TIMEOUT
+        while not {"dynamics", torques} <= set(mon.state):
+            assert time.monotonic() < deadline, f"health frames not received: {sorted(mon.state)}"
+            mon.poll(0.1)
+    finally:
+        for p in pubs:
+            p.close()
+        mon.close()
+    assert mon.latency_figures() == (4e-3, 9e-3)
+    out = Console(file=io.StringIO(), force_terminal=True, width=120, record=True)
+    out.print(mon.table(1.0, None))
+    assert "walker dynamics latency  p50 4.00 ms, p99 9.00 ms" in out.export_text(), out.export_text()
+    assert "walker dynamics latency p50 4.00 ms p99 9.00 ms" in mon.line(1.0)
