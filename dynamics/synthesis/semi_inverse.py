@@ -56,11 +56,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.interpolate import CubicSpline
 
+from ..centroidal import centroidal_momentum
 from ..energetics import work
+from ..kinematics import forward_kinematics, tree_state
 from ..model import G, Model
 from ..rnea import Wrench, rnea
-from ..zmp import ground_wrench, zmp_model
+from ..zmp import com_of_state, ground_wrench, zmp_model
 from .biped import BipedError, ShootingSettings, collocate, flow, shoot, zmp_law, SINGLE_SUPPORT
+from .transition import blend
 
 ROLL = 0.3           # roll-over radius / leg length (Hansen et al. 2004)
 SAMPLES_SPLINE = 400  # phases per cycle of the joint-channel splines
@@ -555,7 +558,8 @@ def build_nominal(model: Model, joints: BipedJoints, cycle: LegCycle, S: float, 
 
 
 def _full_state(tree, leg, laws, P, t, psi, dpsi, ddpsi, Sh):
-    """The 3-D model's q, v, a along the stride (pelvis upright; its position from the stance ankle)."""
+    """The 3-D model's q, v, a along the stride (pelvis upright; its position from the stance foot);
+    leg: one leg synergy, or one per half-step."""
     m = tree.model
     M = len(t)
     q = np.tile(m.neutral(), (M, 1))
@@ -566,7 +570,8 @@ def _full_state(tree, leg, laws, P, t, psi, dpsi, ddpsi, Sh):
     for side in (0, 1):
         k = stance == side
         tl = t[k] - side * P
-        jq, jd, jdd = _joint_angles(tree, leg, tl, side, psi[k], dpsi[k], ddpsi[k])
+        jq, jd, jdd = _joint_angles(tree, leg[side] if isinstance(leg, tuple) else leg, tl, side,
+                                    psi[k], dpsi[k], ddpsi[k])
         st = planar_state(tree, jq, jd, jdd)
         sp, sv, sa = _on_ground(tree, st, side, side * Sh)
         q[k, 0], q[k, 2] = sp[:, 0], sp[:, 1]       # the base (pelvis origin) sits at the planar origin
@@ -606,10 +611,6 @@ def figures(nom: BipedNominal) -> NominalFigures:
     tree, m = nom.tree, nom.tree.model
     z = zmp_model(m, nom.q, nom.v, nom.a)
     p = np.asarray(z.point)
-    from ..centroidal import centroidal_momentum
-    from ..kinematics import forward_kinematics
-    from ..zmp import com_of_state
-    from ..kinematics import tree_state
     _, dh = centroidal_momentum(m, nom.q, nom.v, nom.a)
     c = com_of_state(m, tree_state(m, nom.q))
     f, nO = ground_wrench(m.total_mass, c, dh[:, :3], dh[:, 3:])
@@ -652,3 +653,60 @@ def energy(nom: BipedNominal, tau: np.ndarray, v_index) -> tuple[float, float, f
     t = np.append(nom.t, nom.T)
     e = work(t, np.append(P, P[0]))
     return float(e.net[0]), float(e.positive[0]), float(e.absolute[0])
+
+
+# ------------------------------------------------------------------------------ transitions
+
+
+@dataclass(frozen=True, eq=False)
+class BlendedLeg:
+    """The prescribed legs during a transition from nominal a's to b's over one stride (T s): the
+    controller's setpoint blend (`transition.blend`, quintic weight, C2 at both ends) of the two leg
+    synergies; t0 (s) the half-step's start within the stride."""
+
+    a: LegSynergy
+    b: LegSynergy
+    t0: float
+    T: float
+
+    def at(self, t, offset: float = 0.0):
+        ga, gb = self.a.at(t, offset), self.b.at(t, offset)
+        tt = (np.asarray(t, dtype=float) + self.t0)[:, None]
+        return blend(tt, self.T, ga, gb)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A stride from nominal a to nominal b (same T and double support): q, v, a (M, nq / nv) of the
+    3-D model, the nominal ZMP path x (M,) m (the blend of the two nominals' law paths) and the ZMP by
+    `dynamics.zmp.zmp_model`: deviation (M,) m, its maximum d_max (methods.md d.4, j.6) and accepted
+    (d_max < eps)."""
+
+    q: np.ndarray
+    v: np.ndarray
+    a: np.ndarray
+    zmp_law_x: np.ndarray
+    deviation: np.ndarray
+    d_max: float
+    accepted: bool
+
+
+def transition(a: BipedNominal, b: BipedNominal, eps: float = 0.01) -> Transition:
+    """The transition stride from a to b (module doc; methods.md j.6): legs and trunk blended over one
+    stride with the quintic weight (C2 joins at both ends, so no setpoint step), the feet placed by the
+    blended motion (the right foot's flat place the blend of the two step lengths at mid-stride), the
+    ZMP recomputed by dynamics from the blended motion and compared with the blended law path.
+    Accepted when d_max < eps (m). Surla's iterations A/B that move interior spline nodes to lower
+    d_max are not applied: a rejected transition is reported, not repaired."""
+    if not (a.T == b.T and len(a.t) == len(b.t) and a.laws[0].share == b.laws[0].share and a.tree.model is b.tree.model):
+        raise BipedError("transition: the two nominals need the same model, period T, samples and double support")
+    T, P = a.T, a.T / 2
+    legs = tuple(BlendedLeg(a.halves[0].leg, b.halves[0].leg, side * P, T) for side in (0, 1))
+    psi, dpsi, ddpsi = blend(a.t, T, (a.psi, a.dpsi, a.ddpsi), (b.psi, b.dpsi, b.ddpsi))
+    Sh = 0.5 * (a.step + b.step)
+    q, v, acc, _, _, _ = _full_state(a.tree, legs, a.laws, P, a.t, psi, dpsi, ddpsi, Sh)
+    w = blend(a.t, T, (np.zeros_like(a.t),) * 3, (np.ones_like(a.t),) * 3)[0]
+    law_x = (1 - w) * a.zmp_law_x + w * b.zmp_law_x
+    dev = np.abs(zmp_model(a.tree.model, q, v, acc).point[:, 0] - law_x)
+    d = float(dev.max())
+    return Transition(q, v, acc, law_x, dev, d, d < eps)

@@ -155,3 +155,26 @@ def test_shipped_gait_cycle_is_the_shared_trial_through_the_analysis_pipeline():
     assert again.double_support == pytest.approx(shipped.double_support, abs=1e-5)
     # a human walking cycle: knee flexion peaks in swing near 60 deg, hip flexion range ~45 deg
     assert 50 < np.degrees(shipped.knee.max()) < 70 and 35 < np.degrees(np.ptp(shipped.hip)) < 55
+
+
+def test_transition_between_neighbours_is_accepted_by_its_zmp_deviation(model, noms):
+    """methods.md j.6 / d.4: the transition stride's ZMP, recomputed by dynamics from the blended
+    motion, against the blended law path. A transition to itself is the nominal (deviation ~0); the
+    deviation grows with the distance between the nominals; the near neighbour passes eps = 1 cm, the far
+    one does not; the setpoints join both nominals with equal angle, rate and acceleration (no step)."""
+    from dynamics.synthesis.semi_inverse import transition
+
+    base = noms["base"]
+    assert transition(base, base).d_max < 1e-9
+    c = read_cycle()
+    near, far = (build_nominal(model, JOINTS, c, S, 1.2, single=(2, 2), double=(2, 2), samples=200) for S in (0.81, 0.85))
+    tn, tf = transition(base, near), transition(base, far)
+    assert 0 < tn.d_max < tf.d_max
+    assert tn.accepted and not tf.accepted
+    z = zmp_model(model, tn.q, tn.v, tn.a).point[:, 0]
+    np.testing.assert_allclose(np.abs(z - tn.zmp_law_x).max(), tn.d_max)
+    iv = [model.idx_v[model.index[s]] for s in ("thigh_l", "shank_l", "foot_l", "trunk")]
+    for arr_t, arr_a, arr_b in ((tn.v, base.v, near.v), (tn.a, base.a, near.a)):
+        np.testing.assert_allclose(arr_t[0, iv], arr_a[0, iv], atol=1e-9)      # starts on nominal a
+    # ends on nominal b: the last sample against b's last sample, within one sample's blend weight
+    np.testing.assert_allclose(tn.q[-1, 7:], near.q[-1, 7:], atol=1e-4)
