@@ -724,6 +724,11 @@ def record(sub: Any, writer: SessionWriter, should_stop: Callable[[], bool], *,
 
     Every new loss seen by the subscriber (seq gap, frames missed at join, malformed) is recorded
     as a ``drops`` event. ``tick`` is called about every 50 ms (health), ``progress`` once a second.
+
+    Frames of ``events/recorder`` from the bus are not written: the writer writes its own events
+    there as it raises them, and a lab recorder publishes them too, so its subscriber (connected to
+    every publisher of the lab, its own included) gets each one back; writing those would record
+    every event twice, a second seq series in one channel.
     """
     end = None if duration_s is None else time.monotonic_ns() + round(duration_s * 1e9)
     reported: dict[str, tuple[int, int, int]] = {}
@@ -741,7 +746,8 @@ def record(sub: Any, writer: SessionWriter, should_stop: Callable[[], bool], *,
         frame = sub.recv(timeout_s=wait_ns * 1e-9)
         n = 0
         while frame is not None:
-            writer.write(frame, frame.t_recv)
+            if frame.stream != EVENTS_STREAM:
+                writer.write(frame, frame.t_recv)
             n += 1
             if n >= 200:  # give poll() a turn on a busy bus: chunks stay within chunk_ms
                 break
@@ -774,7 +780,8 @@ def record(sub: Any, writer: SessionWriter, should_stop: Callable[[], bool], *,
     # frame (bounded: a flood must not hold the stop for ever)
     drain_end = time.monotonic() + 2.0
     while time.monotonic() < drain_end and (frame := sub.recv(timeout_s=0.2)) is not None:
-        writer.write(frame, frame.t_recv)
+        if frame.stream != EVENTS_STREAM:
+            writer.write(frame, frame.t_recv)
         writer.poll()
     return reason
 

@@ -190,9 +190,53 @@ def test_disk_full_stops_cleanly_with_an_alarm_and_a_readable_file(tmp_path, lim
     assert [a["meta"]["event"] for a in alarms] == ["disk_full"]
     seqs: dict[str, list[int]] = {}
     for d in docs:
-        if d["stream"] != "events/recorder":
-            seqs.setdefault(d["stream"], []).append(d["seq"])
+        seqs.setdefault(d["stream"], []).append(d["seq"])
     if complete:
         assert {s.stream for s in lab_streams()} <= set(seqs)  # it recorded the load before it stopped
     for name, s in seqs.items():  # whatever was kept is contiguous: no frame lost inside the file
         assert s == list(range(s[0], s[0] + len(s))), name
+
+
+def test_a_lab_recorder_records_each_of_its_drops_events_once(tmp_path):
+    """The recorder writes its own events and publishes them; its subscriber connects to every publisher
+    of the lab, its own included, so each event also comes back over the bus: it must not be written
+    again (a second seq series in ``events/recorder``). Drops are made by a publisher skipping seqs."""
+    out = tmp_path / "drops.mcap"
+    cfg = _lab(tmp_path, out, [])
+    from controller.config import load as load_config
+
+    lab = load_config(cfg)
+    watcher = Subscriber(lab.process("recorder").endpoint, ["events/recorder"])
+    rec = _proc(cfg, "recorder")
+    gaps = 3
+    try:
+        assert watcher.wait_connected(60), "the recorder's publisher never welcomed the watcher"
+        with Publisher(lab.process("load").endpoint) as pub:  # in the place of the lab's "load" process
+            assert pub.wait_for_subscribers(1, 60), "the recorder never subscribed"
+            for i in range(gaps):
+                pub.publish("forceplate/FP1", np.zeros((1, 1)), kind="force", rate_hz=1000.0, channels=("fz",),
+                            units=("N",))
+                skipped = pub.publish("forceplate/FP1", np.zeros((1, 1)), kind="force", rate_hz=1000.0,
+                                      channels=("fz",), units=("N",))
+                skipped.seq += 2  # two frames "lost on the way": a gap the recorder reports as a drops event
+                pub.send(skipped)
+                event = None
+                deadline = time.monotonic() + 60
+                while event is None and time.monotonic() < deadline:
+                    f = watcher.recv(timeout_s=1.0)
+                    if f is not None and f.meta.get("event") == "drops":
+                        event = f
+                assert event is not None, f"no drops event for gap {i + 1}"
+                assert event.meta["gaps"] == i + 1
+            pub.publish("forceplate/FP1", np.zeros((1, 1)), kind="force", rate_hz=1000.0, channels=("fz",),
+                        units=("N",))
+            rec.send_signal(signal.SIGTERM)
+            assert rec.wait(60) == 0
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+        rec.communicate(timeout=30)
+        watcher.close()
+    events = [d for d in read_mcap(out) if d["stream"] == "events/recorder"]
+    assert [d["meta"]["gaps"] for d in events if d["meta"]["event"] == "drops"] == list(range(1, gaps + 1))
+    assert [d["seq"] for d in events] == list(range(len(events)))
