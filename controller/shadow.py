@@ -58,7 +58,8 @@ NO_HOST_WAIT_S = 3600.0
 
 
 class ShadowError(ValueError):
-    """A session that cannot be re-analysed (no lab config, no analysis process); one line."""
+    """A session that cannot be re-analysed (no lab config, no analysis process), or a shadow recording
+    that stopped (a disk error); one line."""
 
 
 def lab_text(file: str | Path, config: str | Path | None) -> str:
@@ -182,7 +183,7 @@ def paced(inputs: Iterable, progress: dict[str, int], streams: list[str], poll: 
 
 @dataclass
 class ShadowResult:
-    """frames replayed, frames recorded per output stream, the output file."""
+    """frames replayed, frames written to the output per output stream, the output file."""
     replayed: int
     recorded: dict[str, int]
     output: Path
@@ -221,10 +222,12 @@ def run_shadow(file: str | Path, output: str | Path, *, config: str | Path | Non
         def record() -> None:
             sub = subscriber_for(lab, [p.bind for p in procs], ["dynamics/*", "events/*", "health/*", "controller/*"])
             try:
-                while not done.is_set():
+                while not done.is_set() and not writer.stopped:
                     f = sub.recv(timeout_s=0.05)
                     if f is not None:
                         writer.write(f, f.t_recv)
+                        if writer.stopped:  # a disk error: this frame was not written, nor will any be
+                            break
                         counts[f.stream] = counts.get(f.stream, 0) + 1
                         if not f.stream.startswith("health/"):     # those come every second regardless
                             last[0] = time.monotonic()
@@ -236,20 +239,24 @@ def run_shadow(file: str | Path, output: str | Path, *, config: str | Path | Non
 
         sup = Supervisor(lab)
         logs = [Path(tmp) / f"{p.name}.log" for p in procs]
-        children = []
-        for p, log in zip(procs, logs):
-            with open(log, "wb") as fh:
-                children.append(subprocess.Popen(sup.command(p), stdin=subprocess.DEVNULL, stdout=fh, stderr=fh,
-                                                 start_new_session=True))
+        children: list[subprocess.Popen] = []
         thread = threading.Thread(target=record, name="shadow-recorder", daemon=True)
-        thread.start()
         n = 0
+
+        def stop() -> bool:  # a failed recording stops the replay (and is an error below, not a result)
+            return should_stop() or writer.stopped
+
         try:
+            for p, log in zip(procs, logs):  # inside the try: a failed start stops the ones already started
+                with open(log, "wb") as fh:
+                    children.append(subprocess.Popen(sup.command(p), stdin=subprocess.DEVNULL, stdout=fh, stderr=fh,
+                                                     start_new_session=True))
+            thread.start()
             with Publisher(bind, replay_s=0.0) as pub:
                 if speed is None:
                     set_backpressure(pub)
                 deadline = time.monotonic() + start_timeout_s
-                while not pub.wait_for_subscribers(len(procs), 0.2):
+                while not pub.wait_for_subscribers(len(procs), 0.2) and not writer.stopped:  # stopped: below
                     dead = [f"{p.name} ({_last_line(log)})" for p, c, log in zip(procs, children, logs)
                             if c.poll() is not None]
                     if dead or time.monotonic() > deadline or should_stop():
@@ -257,12 +264,12 @@ def run_shadow(file: str | Path, output: str | Path, *, config: str | Path | Non
                                           f"start (or subscribe within {start_timeout_s:.0f} s)")
                 source = merged(frames(file, inputs), requests(file))
                 if speed is None:
-                    source = paced(source, reached, paced_by, pub.poll_subscriptions, should_stop)
-                n = replay(source, pub, speed=speed, should_stop=should_stop,
+                    source = paced(source, reached, paced_by, pub.poll_subscriptions, stop)
+                n = replay(source, pub, speed=speed, should_stop=stop,
                            progress=None if progress is None else (lambda k, f: progress(k)))
                 # the processes finish what is in flight (the last samples an input never covers stay pending)
                 last[0] = time.monotonic()
-                while time.monotonic() - last[0] < QUIET_S and not should_stop():
+                while time.monotonic() - last[0] < QUIET_S and not stop():
                     pub.poll_subscriptions()
                     time.sleep(0.05)
         finally:
@@ -275,8 +282,13 @@ def run_shadow(file: str | Path, output: str | Path, *, config: str | Path | Non
                 except subprocess.TimeoutExpired:
                     c.kill()
             done.set()
-            thread.join(timeout=10)
+            if thread.is_alive():
+                thread.join(timeout=10)
+            failed = writer.stop_reason if writer.stopped else None  # close() sets "stopped" when none
             writer.close()
+        if failed:
+            raise ShadowError(f"{writer.files[-1] if writer.files else output}: the shadow recording stopped ({failed}: see its events/recorder); "
+                              f"the file holds only what was written before")
     return ShadowResult(n, counts, Path(output))
 
 

@@ -26,6 +26,15 @@ def series(docs):
     return np.concatenate(t), np.concatenate(d), list(docs[0]["channels"])
 
 
+def limit_file_size() -> None:
+    """In a child before exec: no file may grow past 1 MB (writes beyond fail with EFBIG, SIGXFSZ ignored)."""
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
+
+
 def test_shadow_replay_recomputes_the_live_results(tmp_path, robot):  # noqa: F811
     script = tmp_path / "script.toml"
     script.write_text("[[command]]\nat = 0.0\nlabel = 'walk'\nspeed = 0.2\n")
@@ -43,6 +52,15 @@ def test_shadow_replay_recomputes_the_live_results(tmp_path, robot):  # noqa: F8
     rep = subprocess.run([sys.executable, "-m", "controller.cli", "replay", str(rec), "--shadow", "--fast", "--quiet",
                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert rep.returncode == 0, rep.stdout[-3000:] + rep.stderr[-3000:]
+    # a shadow recording the disk refuses (files limited to 1 MB: EFBIG) is an error, not a result
+    full = tmp_path / "full.shadow.mcap"
+    rep2 = subprocess.run([sys.executable, "-m", "controller.cli", "replay", str(rec), "--shadow", "--fast", "--quiet",
+                           "--out", str(full)], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          preexec_fn=limit_file_size)
+    assert rep2.returncode == 2, rep2.stdout[-3000:] + rep2.stderr[-3000:]
+    last = rep2.stderr.strip().splitlines()[-1]
+    assert last.startswith("walklab replay: error: ") and "shadow recording stopped (disk_full" in last, last
+    assert "recomputed" not in rep2.stdout
     live, again = frames(rec), frames(out)
     for stream in ("dynamics/grf/FP1", "dynamics/grf/FP2"):
         t1, a, _ = series(live[stream])
