@@ -19,10 +19,11 @@ and ⁱX_pᵀ takes a force from the child to the parent. Y (v, ω) = (m v − h
 with h = m c and I_O = I_c + m (|c|² E − c cᵀ).
 
 Every kernel runs a batch: (N, ·) C-contiguous float64 inputs, a loop over samples inside the
-compiled code, outputs written into arrays the caller allocates; one sample is N = 1. A kernel
-returns −1, or the first failure encoded as sample · nseg + segment (a quaternion or (cos θ,
-sin θ) block of q off unit norm by more than QUAT_TOL; in aba, a non-positive articulated
-inertia pivot), which the Python side turns into its clear error. Quaternion and (cos θ, sin θ)
+compiled code, outputs written into arrays the caller allocates; one sample is N = 1 (rnea also
+has rnea_one, 1-D and fewer arguments, and rnea_parallel over the cores). A kernel returns −1, or
+the first failure encoded as sample · nseg + segment (a quaternion or (cos θ, sin θ) block of q
+off unit norm by more than QUAT_TOL; in aba, a non-positive articulated inertia pivot), or in rnea
+and aba −2 − sample for a non-finite q, v, a (τ), which the Python side turns into its clear error. Quaternion and (cos θ, sin θ)
 blocks are normalised as in the numpy path (joints.normalized_configuration).
 
 Each joint type's transform and subspace are the branches of `joint_rt`, `subspace` (and
@@ -723,8 +724,8 @@ def axis_subspace(jt, ftab, i):
 @njit(cache=True)
 def aba(itab, ftab, g, Q, V, T, Fext, out):
     """Accelerations (N, nv) = aba(q, v, τ) with external forces Fext as in rnea (p^A_i −= w_i in
-    the body frame); a non-finite entry in Q[s], V[s] or T[s] stops it with the status −2 − s. A one-coordinate joint (revolute, prismatic) keeps U = Y^A s, D and u in
-    local scalars; the others go through S, U, D⁻¹ arrays (LDLᵀ). Y^A_i is overwritten by Y^a_i and
+    the body frame); a non-finite entry in Q[s], V[s] or T[s] stops it with the status −2 − s.
+    A one-coordinate joint (revolute, prismatic) keeps U = Y^A s, D and u in local scalars; the others go through S, U, D⁻¹ arrays (LDLᵀ). Y^A_i is overwritten by Y^a_i and
     p^A_i by p^a_i in pass 2 (pass 3 needs neither)."""
     n, N = itab.shape[0], Q.shape[0]
     ext = Fext.shape[0] > 0
