@@ -42,7 +42,6 @@ def replay_handler(args: argparse.Namespace) -> int:
 
     from daq.bus import REPLAY_S, Publisher
     from daq.replay import replay, set_backpressure, wire_frames
-    from daq.sessions import scan
 
     if args.wait_subscribers < 0:
         raise ValueError("--wait-subscribers must be >= 0")
@@ -50,8 +49,6 @@ def replay_handler(args: argparse.Namespace) -> int:
         return shadow_handler(args)
     if args.out or args.config:
         raise ValueError("--out and --config go with --shadow")
-    total = None if (args.stream or args.start is not None or args.end is not None) else \
-        sum(s.messages for s in scan(args.file))
     source = wire_frames(args.file, args.stream, args.start, args.end)
     stop = {"flag": False}
 
