@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from .test_run_sim import REPO, frames, private_lab, robot  # noqa: F401  (robot: a fixture)
 
@@ -197,3 +198,40 @@ def tomllib_has(path, key: str) -> bool:
     import tomllib
 
     return key in tomllib.loads(path.read_text())
+
+
+def test_a_failed_start_stops_the_analysis_processes_already_started(tmp_path, monkeypatch):
+    """Starting the second analysis process fails (an OSError injected into its spawn): the error comes out
+    and the first, a real `dynamics.service` process, is stopped, not left running. Truth: the child's own
+    exit status (None while it runs: it was left running before the fix)."""
+    import subprocess as sp
+
+    import controller.shadow as shadow
+    from daq.frames import Frame
+    from daq.record import SessionWriter
+
+    session = tmp_path / "in.mcap"
+    with_frame = SessionWriter(session)
+    with_frame.write(Frame("forceplate/FP1", "forceplate", 0, None, 1, 1, 1000.0, ("Fz",), ("N",), np.zeros((10, 1))))
+    with_frame.close()
+    config = tmp_path / "lab.toml"
+    config.write_text(LAB)
+    started: list[sp.Popen] = []
+    real = sp.Popen
+
+    def popen(*args, **kwargs):
+        if started:
+            raise OSError("injected: cannot start the second process")
+        started.append(real(*args, **kwargs))
+        return started[0]
+
+    monkeypatch.setattr(shadow.subprocess, "Popen", popen)
+    try:
+        with pytest.raises(OSError, match="injected"):
+            shadow.run_shadow(session, tmp_path / "out.mcap", config=config)
+        assert len(started) == 1 and started[0].poll() is not None, "the first analysis process was left running"
+    finally:
+        for c in started:
+            if c.poll() is None:
+                c.kill()
+                c.wait()
