@@ -10,8 +10,9 @@ URL, not ``sim``), one board per plate, through `daq.context.serve`:
   (a ``t_us`` that is not the next sample time closes it; the missing samples are counted,
   ``STREAM/samples_lost``);
 - ``t_device`` is the board's clock of sample 0 [ns]; ``t`` the `daq.clock.ClockSync` mapping;
-- the cable pulled (the port fails): the link is closed and reopened every ``retry_s`` until the
-  board is back, without restarting the process; the gap is published as events on
+- the cable pulled (the port fails): the samples received before are published (the partial
+  block too: a reopened board starts a new session without it), then the link is closed and
+  reopened every ``retry_s`` until the board is back, without restarting the process; the gap is published as events on
   ``events/NAME`` (``device_lost`` with the last sample's time, ``device_back`` with the gap in s),
   so a recording shows it.
 
@@ -77,14 +78,22 @@ class ForceBoard:
         self.rows, self.t0_ns = [], None
         return [b]
 
+    def check(self) -> None:
+        """Raise DeviceLost if a read found the board gone (`serve` then closes and reopens it)."""
+        if self.lost_at is not None:
+            raise DeviceLost(f"{self.device.source}: force board disconnected")
+
     def read(self, timeout_s: float) -> Sequence[Block]:
+        """Blocks of the samples received within ``timeout_s`` [s]. A read that finds the board gone
+        returns every sample received before, the partial block included; the next one raises
+        DeviceLost."""
+        self.check()
         link = self.link
         frame = link.recv(timeout_s)
         t_recv = self.ctx.clock()
-        if not link.connected.is_set():  # the reader thread saw the port fail (reconnect is off)
-            self.lost_at = t_recv
-            self._event("device_lost", last_t_device=None if self.prev_us is None else self.prev_us * 1000)
-            raise DeviceLost(f"{self.device.source}: force board disconnected")
+        # the reader thread clears `connected` when the port fails (reconnect is off), after it
+        # queued what it received: checked before the drain, the drain holds every frame
+        lost = not link.connected.is_set()
         frames = ([frame] if frame is not None else []) + link.drain()
         out: list[Block] = []
         for f in frames:
@@ -106,6 +115,10 @@ class ForceBoard:
             self.rows.append(f.msg.channels)
             if len(self.rows) >= self.device.block:
                 out += self._flush(t_recv)
+        if lost:
+            out += self._flush(t_recv)
+            self.lost_at = t_recv
+            self._event("device_lost", last_t_device=None if self.prev_us is None else self.prev_us * 1000)
         return out
 
     def close(self) -> None:
@@ -116,7 +129,8 @@ class ForceBoard:
 
 class Boards:
     """Several boards served by one process: reads each in turn (a lost one raises for all: serve
-    reconnects them together, the others' sessions simply restart)."""
+    reconnects them together, the others' sessions simply restart, after their samples received
+    so far, partial blocks included, are published)."""
 
     def __init__(self, boards: list[ForceBoard]):
         self.boards = boards
@@ -127,9 +141,18 @@ class Boards:
                 b.open()
 
     def read(self, timeout_s: float) -> Sequence[Block]:
+        for b in self.boards:
+            b.check()  # before any board reads: what a read gathered now would be dropped by the reopen
         out: list[Block] = []
         for b in self.boards:
             out += b.read(timeout_s / len(self.boards))
+        if any(b.lost_at is not None for b in self.boards):
+            # the next read raises and serve reopens every board, each a new session without its
+            # partial block: publish what each one received
+            for b in self.boards:
+                if b.lost_at is None:
+                    out += b.read(0.0)
+                out += b._flush(b.ctx.clock())
         return out
 
     def close(self) -> None:
