@@ -210,13 +210,15 @@ def shoot(rhs: Callable, y0, P: float, W=None, angles: int | None = None,
     return ShootingResult(y, J, settings.max_iter, newton, tuple(hist), J <= settings.accept_J, Wm)
 
 
-def collocate(rhs: Callable, y0_guess, P: float, W=None, nodes: int = 81, tol: float = 1e-8, breaks=()):
+def collocate(rhs: Callable, y0_guess, P: float, W=None, nodes: int = 81, tol: float = 1e-8, breaks=(),
+              max_nodes: int = 100000):
     """The same periodic problem by collocation (`scipy.integrate.solve_bvp`, BC y(0) - W y(P) = 0),
     from the constant initial guess y0_guess on every node (no integration: an unstable system,
     such as a trunk, need not survive the half-step from a poor guess); returns y(0) (n,) and the result.
     With `breaks` (rhs jumps there), each smooth piece [a_k, b_k] is its own block of the state on a
     common s in [0, 1] (t = a_k + s (b_k - a_k)), joined by continuity conditions: collocation
-    needs a smooth right-hand side within each interval."""
+    needs a smooth right-hand side within each interval. max_nodes bounds the mesh (and the time):
+    beyond it the collocation fails (BipedError)."""
     y0 = np.asarray(y0_guess, dtype=float)
     n = y0.size
     Wm = np.eye(n) if W is None else np.diag(np.asarray(W, dtype=float))
@@ -239,7 +241,7 @@ def collocate(rhs: Callable, y0_guess, P: float, W=None, nodes: int = 81, tol: f
         joins = [ya[k * n:(k + 1) * n] - yb[(k - 1) * n:k * n] for k in range(1, K)]
         return np.concatenate([ya[:n] - Wm @ yb[(K - 1) * n:], *joins])
 
-    res = solve_bvp(f, bc, s, guess, tol=tol, max_nodes=100000)
+    res = solve_bvp(f, bc, s, guess, tol=tol, max_nodes=max_nodes)
     if not res.success:
         raise BipedError(f"collocation failed: {res.message}")
     return res.sol(0.0)[:n], res

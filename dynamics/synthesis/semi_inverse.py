@@ -70,6 +70,7 @@ SAMPLES_SPLINE = 400  # phases per cycle of the joint-channel splines
 #: Shooting settings of the trunk: BIDYN's iteration rules (biped.ShootingSettings) with J weighted
 #: 1 per rad and 0.1 per rad/s; RK45, since the prescribed channels are cubic splines (their
 #: accelerations only C0), for which an 8th-order method gains nothing (measured: 3x the calls).
+COLLOCATION_NODES = 2000   # mesh bound of the collocation per piece block: a grid point it cannot solve within it is skipped
 SETTINGS = ShootingSettings(weights=(1.0, 0.1), accept_J=1e-7, rtol=1e-9, atol=1e-11, method="RK45")
 
 
@@ -510,13 +511,13 @@ def solve_trunk(halves, laws, y0=(0.0, 0.0), symmetric: bool = True, settings: S
     except BipedError:
         res = None
     if res is None or not res.converged:
-        col, _ = collocate(rhs, guess, P, W=(1.0, 1.0), nodes=41, tol=1e-6, breaks=br)
+        col, _ = collocate(rhs, guess, P, W=(1.0, 1.0), nodes=41, tol=1e-6, breaks=br, max_nodes=COLLOCATION_NODES)
         res = shoot(rhs, col, P, W=(1.0, 1.0), angles=1, settings=settings, breaks=br)
         start = "collocation"
     if not res.converged:
         raise BipedError(f"trunk shooting did not converge: J = {res.J:.3g} after {res.iterations} iterations")
     if check and col is None:
-        col, _ = collocate(rhs, guess, P, W=(1.0, 1.0), nodes=41, tol=1e-6, breaks=br)
+        col, _ = collocate(rhs, guess, P, W=(1.0, 1.0), nodes=41, tol=1e-6, breaks=br, max_nodes=COLLOCATION_NODES)
     return TrunkSolution(res.y0, res.iterations, res.newton_steps, res.J, res.history, col, start)
 
 
