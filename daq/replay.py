@@ -10,7 +10,8 @@ the recorder received them (file order: each stream's ``seq`` order is kept). Pa
 - scaled (``speed`` 0.5, 4, ...): the same with another ``speed``;
 - as fast as the consumers keep up (``speed`` None): no pacing; the publisher's socket is switched to
   ``ZMQ_XPUB_NODROP``, so a subscriber whose queue is full makes the replay *wait* (back-pressure)
-  instead of losing frames. A subscriber that stops reading stops the replay.
+  instead of losing frames. A subscriber that stops reading stops the replay, but not its stop:
+  a send waits at most BACKPRESSURE_WAIT_MS for room, then ``should_stop`` is asked again.
 
 Selection: stream names or ``prefix*`` patterns, and a time window [start, end) in seconds from the
 first frame of the session. Deterministic: the same file and options give the same frames in the same
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import msgpack
+import zmq
 
 from daq.frames import Frame, _check_dynamic, _dynamic_header, encode
 from daq.record import MessageDecoder
@@ -140,12 +142,18 @@ def wire_frames(path: str | Path, streams: Sequence[str] = (), start_s: float | 
         yield enc.wire(m.data, key)
 
 
-def set_backpressure(publisher: Any) -> None:
-    """Make ``publisher`` (a `daq.bus.Publisher`) wait for a full subscriber queue instead of dropping."""
-    import zmq
+#: Longest a send waits for room in a full subscriber queue under back-pressure [ms]; then it
+#: raises zmq.Again (the frame not sent) and the replay checks for a stop before it tries again.
+BACKPRESSURE_WAIT_MS = 50
 
-    # daq.bus.Publisher has no option for it (yet): set it on its XPUB socket.
-    publisher._sock.setsockopt(zmq.XPUB_NODROP, 1)
+
+def set_backpressure(publisher: Any, on: bool = True) -> None:
+    """Make ``publisher`` (a `daq.bus.Publisher`) wait for a full subscriber queue instead of dropping
+    (``on``), at most BACKPRESSURE_WAIT_MS per send (then zmq.Again); ``on=False`` restores dropping."""
+    # daq.bus.Publisher has no option for it (yet): set it on its XPUB socket. Without a send
+    # timeout a subscriber alive but not reading blocks the send for ever: no stop is ever seen.
+    publisher._sock.setsockopt(zmq.XPUB_NODROP, int(on))
+    publisher._sock.setsockopt(zmq.SNDTIMEO, BACKPRESSURE_WAIT_MS if on else -1)
 
 
 def replay(source: Iterable[Frame] | Iterable[WireFrame], publisher: Any, *, speed: float | None = 1.0,
@@ -157,7 +165,8 @@ def replay(source: Iterable[Frame] | Iterable[WireFrame], publisher: Any, *, spe
     ``source``: `Frame`s (`frames`), or `WireFrame`s (`wire_frames`: the same bytes on the bus,
     about half the CPU per frame). ``speed``: replay speed (1 real time); None: as fast as the
     subscribers keep up (call `set_backpressure` on the publisher first, or frames beyond a
-    subscriber's queue are dropped for it). ``progress(n, frame)`` is called after every 500th frame.
+    subscriber's queue are dropped for it; a frame that finds no room within BACKPRESSURE_WAIT_MS
+    is sent again until ``should_stop()``). ``progress(n, frame)`` is called after every 500th frame.
     """
     if speed is not None and not speed > 0:
         raise ValueError(f"replay speed must be > 0 (or None: as fast as possible), got {speed!r}")
@@ -178,14 +187,27 @@ def replay(source: Iterable[Frame] | Iterable[WireFrame], publisher: Any, *, spe
                 sleep(min(remaining, 50_000_000) * 1e-9)
             if should_stop():
                 break
-        if type(frame) is WireFrame:
-            frame.send(publisher)
-        else:
-            publisher.send(frame)
+        if not _send(frame, publisher, should_stop):
+            break
         n += 1
         if progress is not None and n % 500 == 0:
             progress(n, frame)
     return n
+
+
+def _send(frame: Frame | WireFrame, publisher: Any, should_stop: Callable[[], bool]) -> bool:
+    """Send ``frame``, waiting for room while a subscriber's queue is full; False if stopped first."""
+    while True:
+        try:
+            if type(frame) is WireFrame:
+                frame.send(publisher)
+            else:
+                publisher.send(frame)
+            return True
+        except zmq.Again:  # back-pressure: nothing of the frame left (the first part waits for room)
+            if should_stop():
+                return False
+            publisher.poll_subscriptions()
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -211,16 +233,28 @@ def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     source = wire_frames(opts.file, opts.stream, opts.start, opts.end)
     if opts.fast:
         set_backpressure(ctx.publisher)
-    if opts.wait_subscribers:
-        while not ctx.stopping and not ctx.publisher.wait_for_subscribers(opts.wait_subscribers, 0.05):
-            ctx.tick()
 
     def stop() -> bool:
-        ctx.tick()
+        try:
+            ctx.tick()
+        except zmq.Again:  # a health frame that found a subscriber's queue full: the next one follows
+            pass
         return ctx.stopping
 
-    n = replay(source, ctx.publisher, speed=None if opts.fast else opts.speed, should_stop=stop)
-    ctx.health.count("replay/frames", n)
+    if opts.wait_subscribers:
+        while not stop() and not ctx.publisher.wait_for_subscribers(opts.wait_subscribers, 0.05):
+            pass
+
+    counted = [0]
+
+    def progress(k: int, _frame: Any = None) -> None:  # health shows the replay advancing (or stuck)
+        ctx.health.count("replay/frames", k - counted[0])
+        counted[0] = k
+
+    n = replay(source, ctx.publisher, speed=None if opts.fast else opts.speed, should_stop=stop, progress=progress)
+    progress(n)
+    if opts.fast:
+        set_backpressure(ctx.publisher, False)  # health while idle never waits for a subscriber
     ctx.health.state = "finished"
     # a finished replay idles (health keeps flowing) until the lab stops, so the supervisor does not restart it
     while ctx.sleep_until(time.monotonic_ns() + 1_000_000_000):

@@ -215,3 +215,65 @@ def test_a_bad_recorded_field_is_the_same_frame_error_on_both_paths(tmp_path):
     with pytest.raises(FrameError) as fast:
         list(wire_frames(path))
     assert str(fast.value) == str(slow.value) and "seq" in str(fast.value)
+
+
+def test_sigterm_stops_a_fast_replay_whose_subscriber_stopped_reading(tmp_path):
+    """``--fast`` (back-pressure) as a lab process, into a subscriber that is connected but never reads:
+    the replay waits for it, its health shows the frame count standing still, and SIGTERM still stops
+    it (a send blocked for ever never looked at the stop: the process had to be killed)."""
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    from controller.config import load
+    from controller.supervisor import Supervisor
+    from daq.health import parse_health
+    from daq.ports import free_tcp_ports
+
+    path = tmp_path / "s.mcap"
+    written = write_session(path, 10.0)  # ~14 MB: more than the queues and loopback socket buffers hold
+    sup, rep = free_tcp_ports(2)
+    cfg = tmp_path / "lab.toml"
+    cfg.write_text(f"""
+[lab]
+name = "stuck"
+[bus]
+sndhwm = 100
+[supervisor]
+bind = "tcp://127.0.0.1:{sup}"
+[[processes]]
+name = "replay"
+module = "daq.replay"
+bind = "tcp://127.0.0.1:{rep}"
+args = ["--file", "{path}", "--fast", "--wait-subscribers", "2"]
+""")
+    lab = load(cfg)
+    endpoint = lab.process("replay").endpoint
+    stuck = Subscriber(endpoint, sorted({f.stream for f in written}), rcvhwm=1)  # never reads
+    watcher = Subscriber(endpoint, ["health/replay"])
+    proc = subprocess.Popen(Supervisor(lab).command(lab.process("replay")), cwd=Path(__file__).resolve().parents[2],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        counts: list[float] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (len(counts) >= 2 and counts[-1] == counts[-2] > 0):
+            f = watcher.recv(timeout_s=1.0)
+            if f is not None:
+                h = parse_health(f)
+                assert f.meta["state"] != "finished", "the replay finished: the subscriber never held it up"
+                counts.append(h.get("replay/frames", {}).get("count", 0.0))
+        assert len(counts) >= 2 and counts[-1] == counts[-2] > 0, f"the replay never stood still: {counts}"
+        assert counts[-1] < len(written)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            status = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            status = None
+        assert status == 0, "SIGTERM did not stop the waiting replay within 60 s"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        err = proc.communicate(timeout=30)[1]
+        stuck.close()
+        watcher.close()
+    assert "Traceback" not in err, err
