@@ -163,8 +163,8 @@ args = ["--retry-s", "0.1"]
             os.write(m, b"\x00" + frames)  # a delimiter first: the host's decoder syncs on it
         # the full blocks of both boards are out: the partial ones are in the daemon
         wait_for(watch, lambda f: collect(f) or all(len(v) >= 20 for v in got.values()))
-        os.close(ptys["FP2"][0])
-        os.close(ptys["FP2"][1])
+        for fd in ptys.pop("FP2"):
+            os.close(fd)
         wait_for(watch, lambda f: collect(f) or f.meta.get("event") == "device_lost")
         try:
             wait_for(watch, lambda f: collect(f) or all(len(v) >= sent for v in got.values()), 30.0)
@@ -175,7 +175,7 @@ args = ["--retry-s", "0.1"]
         watch.close()
         daemon.send_signal(signal.SIGTERM)
         err = daemon.communicate(timeout=30)[1]
-        os.close(ptys["FP1"][0])
-        os.close(ptys["FP1"][1])
+        for fd in (fd for pair in ptys.values() for fd in pair):
+            os.close(fd)
     assert daemon.returncode == 0, err
     assert got == {k: [float(i) for i in range(sent)] for k in got}
