@@ -33,7 +33,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .markers import MarkerError, PlanarFrame, planar_segments, to_planar_lab, unwrap_finite
+from .markers import MarkerError, PlanarFrame, merge_segments, mobility, planar_segments, to_planar_lab, unwrap_finite
 from .model import G, Model
 from .planar import PlanarChain, external_generalized_forces, joint_moments, planar_chain_from_model, \
     planar_inverse_dynamics
@@ -216,3 +216,76 @@ def planar_kinetics(pm: PlanarMarkerModel, q, v, a, forces: Sequence[ExternalFor
     psidot = v[:, 2:].copy()
     psidot[:, 1:] -= v[:, 2:][:, pm.parent[1:]]
     return PlanarKinetics(reaction=Q[:, :2], moments=moments, power=moments * psidot)
+
+
+def joint_mobility(pm: PlanarMarkerModel, psi, t) -> np.ndarray:
+    """(n,) rad: the mobility S of each joint's relative angle ψ (N, n) rad over times t (N,) s
+    (``markers.mobility``, methods.md f.3) on its finite frames; NaN for the support (ψ₁ is
+    absolute) and for a joint seen in fewer than 3 frames."""
+    psi, t = np.asarray(psi, float), np.asarray(t, float)
+    out = np.full(pm.chain.n, np.nan)
+    for i in range(1, pm.chain.n):
+        ok = np.isfinite(psi[:, i])
+        if ok.sum() >= 3:
+            out[i] = mobility(psi[ok, i], t[ok])
+    return out
+
+
+def merge_joint(pm: PlanarMarkerModel, c: int, psi0: float) -> tuple[PlanarMarkerModel, float]:
+    """Freeze joint c (0-based segment c, c ≥ 1) at the relative angle psi0 (rad): segment c and
+    its parent p become one body (``markers.merge_segments``, methods.md f.4) whose proximal joint
+    is p's and whose distal joint is c's, taking p's place; c's children hang on it. Returns the
+    model with n − 1 segments and δ (rad), the merged body's angle φ′ = φ_p + δ (its axis is
+    p's proximal → c's distal joint in the frozen posture). MarkerError if p has another child
+    (the merged body would have two distal joints)."""
+    ch = pm.chain
+    p = int(pm.parent[c]) if c >= 1 else -1
+    if p < 0:
+        raise MarkerError(f"joint {pm.joints[c]!r} is the support: it has no parent segment to merge with")
+    if int(np.sum(pm.parent == p)) != 1:
+        raise MarkerError(f"joint {pm.joints[c]!r}: its parent segment {pm.segments[p]!r} carries "
+                          f"{', '.join(pm.segments[k] for k in np.flatnonzero(pm.parent == p))}: not merged "
+                          "(the merged body would have two distal joints)")
+    # the frozen posture in p's frame (φ_p = 0: e₁ = (0, −1), e₂ = (1, 0)), p's proximal joint at 0
+    e1c, e2c = np.array([np.sin(psi0), -np.cos(psi0)]), np.array([np.cos(psi0), np.sin(psi0)])
+    joint = np.array([0.0, -pm.lengths[p]])
+    coms = [np.array([ch.a2[p], -ch.a1[p]]), joint + ch.a1[c] * e1c + ch.a2[c] * e2c]
+    distal = joint + pm.lengths[c] * e1c
+    mg = merge_segments(ch.m[[p, c]], coms, ch.Jc[[p, c]], np.zeros(2), distal)
+    delta = float(np.arctan2(distal[0], -distal[1]))
+    keep = [i for i in range(ch.n) if i != c]
+    parent1 = ch.parent.copy()  # 1-based numbers: c's children → p, numbers above c shift down
+    parent1[parent1 == c + 1] = p + 1
+    parent1[parent1 > c + 1] -= 1
+    l, m, a1, a2, jc, lengths = (x.astype(float) for x in (ch.l, ch.m, ch.a1, ch.a2, ch.Jc, pm.lengths))
+    l[p] = mg.length if ch.l[c] > 0 else 0.0
+    m[p], a1[p], a2[p], jc[p], lengths[p] = mg.mass, mg.a1, mg.a2, mg.jc, mg.length
+    chain = PlanarChain(parent=parent1[keep], l=l[keep], m=m[keep], a1=a1[keep], a2=a2[keep], Jc=jc[keep])
+    return PlanarMarkerModel(chain=chain, segments=tuple(pm.segments[i] for i in keep),
+                             joints=tuple(pm.joints[i] for i in keep), lengths=lengths[keep],
+                             parent=chain.parent - 1), delta
+
+
+def frozen_kinetics(pm: PlanarMarkerModel, q, v, a, frozen: Sequence[int], forces: Sequence[ExternalForce] = (),
+                    g: float = G) -> PlanarKinetics:
+    """``planar_kinetics`` with the joints ``frozen`` (0-based segment indices ≥ 1) locked at their
+    circular-mean relative angle over the trial and their two segments merged (``merge_joint``):
+    q, v, a (N, n + 2) of the full model; the merged body moves as its proximal segment
+    (φ′ = φ_p + δ). Results have the full model's n columns, NaN (not computed) at frozen joints."""
+    q, v, a = (np.atleast_2d(np.asarray(x, float)).copy() for x in (q, v, a))
+    cols = list(range(pm.chain.n))
+    forces = list(forces)
+    for c in sorted(set(int(k) for k in frozen), reverse=True):  # higher first: lower indices stay put
+        p = int(pm.parent[c])
+        d = q[:, 2 + c] - q[:, 2 + p]
+        psi0 = float(np.angle(np.nanmean(np.exp(1j * d[np.isfinite(d)]))))
+        pm, delta = merge_joint(pm, c, psi0)
+        q, v, a = (np.delete(x, 2 + c, axis=1) for x in (q, v, a))
+        q[:, 2 + p] += delta
+        forces = [ExternalForce(np.where(f.segment == c, p, np.where(f.segment > c, f.segment - 1, f.segment)),
+                                f.force, f.point) for f in forces]
+        cols.pop(c)
+    kin = planar_kinetics(pm, q, v, a, forces, g)
+    moments, power = (np.full((len(q), len(cols) + len(set(frozen))), np.nan) for _ in range(2))
+    moments[:, cols], power[:, cols] = kin.moments, kin.power
+    return PlanarKinetics(reaction=kin.reaction, moments=moments, power=power)

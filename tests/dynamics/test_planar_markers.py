@@ -14,7 +14,8 @@ import configs
 from dynamics import load_model
 from dynamics.markers import MarkerError, reference_frame
 from dynamics.model import G
-from dynamics.planar_markers import (ExternalForce, marker_points, nearest_segment, planar_coordinates,
+from dynamics.planar_markers import (ExternalForce, frozen_kinetics, joint_mobility, marker_points, nearest_segment,
+                                     planar_coordinates,
                                      planar_kinetics, planar_model)
 
 FS = 500.0
@@ -223,3 +224,51 @@ def test_nearest_segment_of_a_point():
 def test_not_a_planar_model():
     with pytest.raises(ValueError, match="planar"):
         planar_model(load_model("human15"))
+
+
+def rigid(m, rows, joints):
+    """The motion m = (φ, φ̇, φ̈, P, Ṗ, P̈) with each joint in ``joints`` held rigid: φ_c = φ_p + its
+    first-frame angle (parents first, so a chain of rigid joints stays rigid)."""
+    phi, dphi, ddphi = (x.copy() for x in m[:3])
+    for c in sorted(joints):
+        p = rows[c]["parent"]
+        off = phi[0, c] - phi[0, p]
+        phi[:, c], dphi[:, c], ddphi[:, c] = phi[:, p] + off, dphi[:, p], ddphi[:, p]
+    return (phi, dphi, ddphi) + tuple(m[3:])
+
+
+@pytest.mark.parametrize("joints", [[1], [5], [1, 2], [2, 5]])
+def test_a_rigid_joint_is_frozen_and_the_merged_model_keeps_the_other_moments(joints):
+    """Joints held rigid (a middle one, the forearms' leaf, a chain of two): their mobility S is 0
+    and every moving joint's is not; the model with those segments merged (methods.md f.4) gives the
+    unmerged model's moments at every other joint — a rigid joint transmits the same loads whether
+    it is a joint or not (conservation), with a measured force on a merged segment too — and NaN
+    at the frozen ones."""
+    n = 300
+    rows = table("zinkovsky_4_1")
+    pm = planar_model(load_model("zinkovsky_4_1"))
+    m = rigid(motion(rows, n=n), rows, joints)
+    phi, dphi, ddphi, P, dP, ddP = m
+    R, _, _ = kinematics(rows, *m)
+    q, v, a = (np.concatenate(x, axis=1) for x in ((P, phi), (dP, dphi), (ddP, ddphi)))
+    c = planar_coordinates(pm, marker_points(pm, lab_markers(pm, R)))
+    s = joint_mobility(pm, c.psi, np.arange(n) / FS)
+    assert np.isnan(s[0])
+    np.testing.assert_allclose(s[joints], 0, atol=1e-9)
+    assert np.all(np.delete(s, [0] + joints) > 0.05)
+    F = np.column_stack([10 + np.arange(n) * 0.1, -30.0 * np.ones(n)])
+    X = R[:, 2] + [0.03, 0.01]  # near the shanks' distal joint, on segment 1
+    forces = [ExternalForce(np.full(n, 1), F, X)]
+    full = planar_kinetics(pm, q, v, a, forces)
+    kin = frozen_kinetics(pm, q, v, a, joints, forces)
+    assert np.all(np.isnan(kin.moments[:, joints])) and np.all(np.isnan(kin.power[:, joints]))
+    keep = np.delete(np.arange(len(rows)), joints)
+    np.testing.assert_allclose(kin.moments[:, keep], full.moments[:, keep], rtol=1e-9, atol=1e-7)
+    np.testing.assert_allclose(kin.power[:, keep], full.power[:, keep], rtol=1e-9, atol=1e-7)
+    np.testing.assert_allclose(kin.reaction, full.reaction, rtol=1e-9, atol=1e-7)
+
+
+def test_a_joint_whose_parent_has_another_child_is_not_merged():
+    rows, pm, _, _, (q, v, a) = moving("zinkovsky_4_1", 20)
+    with pytest.raises(MarkerError, match="upper_arms|head"):
+        frozen_kinetics(pm, q, v, a, [4])  # the trunk carries the upper arms and the head
