@@ -94,6 +94,7 @@ def synergy_of(nom, fg, job: dict, model_hash: str) -> Synergy:
                      "history": list(tr.history), "y0": [float(x) for x in tr.y0],
                      "started_from": tr.started_from},
         "collocation_y0": None if tr.collocation_y0 is None else [float(x) for x in tr.collocation_y0],
+        "other_periodic_y0": None if tr.other_y0 is None else [float(x) for x in tr.other_y0],
         "zmp_lateral_max": float(np.abs(fg.lateral).max()),
         "trailing_foot_height": nom.trailing_height, "trailing_foot_speed": nom.trailing_speed,
         "base_residual": fg.base_residual,

@@ -450,7 +450,8 @@ def step_length(tree: PlanarTree, leg: LegSynergy) -> tuple[float, float, float]
 class TrunkSolution:
     """The periodic trunk: y0 [psi, psi'] at the start of the stride; how it was found (shooting
     iterations, Newton steps, residual J, history); the collocation's y0 when cross-checked or used as
-    the start (started_from: "guess" or "collocation")."""
+    the start (started_from: "guess" or "collocation"); other_y0: a second periodic trunk when shooting
+    and collocation found different ones (the one with the smaller initial lean |psi| is kept)."""
 
     y0: np.ndarray
     iterations: int
@@ -459,6 +460,7 @@ class TrunkSolution:
     history: tuple[float, ...]
     collocation_y0: np.ndarray | None = None
     started_from: str = "guess"
+    other_y0: np.ndarray | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -518,7 +520,16 @@ def solve_trunk(halves, laws, y0=(0.0, 0.0), symmetric: bool = True, settings: S
         raise BipedError(f"trunk shooting did not converge: J = {res.J:.3g} after {res.iterations} iterations")
     if check and col is None:
         col, _ = collocate(rhs, guess, P, W=(1.0, 1.0), nodes=41, tol=1e-6, breaks=br, max_nodes=COLLOCATION_NODES)
-    return TrunkSolution(res.y0, res.iterations, res.newton_steps, res.J, res.history, col, start)
+    other = None
+    if col is not None and np.abs(col - res.y0).max() > 1e-4:
+        # two periodic trunks (the problem is nonlinear): keep the one leaning less, record the other
+        res2 = shoot(rhs, col, P, W=(1.0, 1.0), angles=1, settings=settings, breaks=br)
+        if res2.converged and np.abs(res2.y0 - res.y0).max() > 1e-4:
+            if abs(res2.y0[0]) < abs(res.y0[0]):
+                res, other, start = res2, res.y0, "collocation"
+            else:
+                other = res2.y0
+    return TrunkSolution(res.y0, res.iterations, res.newton_steps, res.J, res.history, col, start, other)
 
 
 def stride_rhs(halves, laws):
