@@ -72,7 +72,9 @@ class Options:
     PNGs and the HTML report; identify: search the marker cutoff and the leg segment masses that
     minimise the pelvis residual (``identify_cgm``) and report them; filter: "butterworth" (zero
     lag at ``cutoff``) or "spline" (smoothing spline, parameter by GCV per coordinate); subject:
-    (PROCESSING name, value) pairs as Vicon writes them (mm, rad, kg), over the file's."""
+    (PROCESSING name, value) pairs as Vicon writes them (mm, rad, kg), over the file's;
+    freeze: rad, a planar model's joint whose mobility S over the trial (methods.md f.3) is below it
+    is frozen and its two segments merged (f.4) — the angle-measurement error level (0: never)."""
 
     model: str = "cgm"
     mass: float | None = None
@@ -83,6 +85,7 @@ class Options:
     subject: tuple[tuple[str, float], ...] = ()
     reference: tuple[str, str, float, bool] | None = None
     static: str | None = None
+    freeze: float = float(np.radians(1.0))
 
 
 @dataclass(frozen=True)
@@ -756,7 +759,7 @@ def _planar_trial(data: TrialData, res: TrialResult, options: Options, pm: pmk.P
         seg = np.where(loaded, pmk.nearest_segment(pm, c.q, point), -1)
         unplaced += int(np.sum(loaded & (seg < 0)))
         forces.append(pmk.ExternalForce(seg, pmk.vectors_to_plane(force, frame), np.nan_to_num(point)))
-    kin = pmk.planar_kinetics(pm, c.q, v, acc, forces)
+    kin = pmk.frozen_kinetics(pm, c.q, v, acc, _frozen_joints(res, options, pm, c.psi, time), forces)
     for i, joint in enumerate(pm.joints):
         res.series[f"{joint}Moment"] = np.column_stack([kin.moments[:, i] / mass, np.full((n, 2), np.nan)])
         res.series[f"{joint}Power"] = np.column_stack([np.zeros((n, 2)), kin.power[:, i] / mass])
@@ -777,6 +780,33 @@ def _planar_trial(data: TrialData, res: TrialResult, options: Options, pm: pmk.P
     if unplaced:
         res.notes.append(f"{unplaced} loaded plate samples have their COP more than 0.15 m from every segment: "
                          "their force is applied to no segment (it shows in SupportForce)")
+
+
+def _frozen_joints(res: TrialResult, options: Options, pm: pmk.PlanarMarkerModel, psi: np.ndarray,
+                   time: np.ndarray) -> list[int]:
+    """The joints (0-based segment indices) whose mobility S over the trial (methods.md f.3, on ψ
+    (N, n) rad at time (N,) s) is below options.freeze: the planar kinetics merge their segments
+    (f.4). Records S per joint (…_mobility_deg) and a note per frozen or unmergeable joint."""
+    s = pmk.joint_mobility(pm, psi, time)
+    frozen = []
+    for i in range(1, pm.chain.n):
+        if not np.isfinite(s[i]):
+            continue
+        res.metrics[f"{pm.joints[i]}_mobility_deg"] = float(np.degrees(s[i]))
+        if not s[i] < options.freeze:
+            continue
+        siblings = [pm.segments[k] for k in np.flatnonzero(pm.parent == pm.parent[i])]
+        if len(siblings) > 1:
+            res.notes.append(f"joint {pm.joints[i]}: mobility S = {np.degrees(s[i]):.3g}° below the freeze threshold "
+                             f"{np.degrees(options.freeze):.3g}° (methods.md f.3), but its parent segment carries "
+                             f"{', '.join(siblings)}: not frozen, its moment is computed")
+            continue
+        frozen.append(i)
+        res.notes.append(f"joint {pm.joints[i]} frozen: mobility S = {np.degrees(s[i]):.3g}° below the threshold "
+                         f"{np.degrees(options.freeze):.3g}° (methods.md f.3); {pm.segments[pm.parent[i]]} and "
+                         f"{pm.segments[i]} merged into one body for the dynamics (f.4), {pm.joints[i]}Moment and "
+                         "…Power NaN (not computed)")
+    return frozen
 
 
 def _hold_unmarked(model, mset: h15.MarkerSet, q: np.ndarray) -> list[str]:

@@ -476,13 +476,14 @@ def test_human15_on_a_lower_body_trial_names_the_missing_segments(shared_data, t
 
 # --- planar models (--model zinkovsky_…) -----------------------------------------------------------
 
-def _planar_trial(name="zinkovsky_4_1", n=600, fs=500.0):
+def _planar_trial(name="zinkovsky_4_1", n=600, fs=500.0, rigid=()):
     """A planar model moved along known sines (absolute angles φ about π: upright over the support;
     the support point walking forward),
     its joint-point markers by forward kinematics from the model file's table (lab x, z = planar x,
     y), and a plate under the support point carrying the reaction the motion requires (linear
     momentum, analytic). Returns (TrialData, φ (N, S), relative ψ (N, S), required support moment
-    about the support point (N,) N·m (angular momentum, analytic), total mass kg)."""
+    about the support point (N,) N·m (angular momentum, analytic), total mass kg). rigid: segment
+    indices whose joint is held at its first-frame angle (φ_c = φ_parent + const)."""
     import tomllib
 
     import configs
@@ -504,6 +505,8 @@ def _planar_trial(name="zinkovsky_4_1", n=600, fs=500.0):
     phi = c + A * np.sin(w * t[:, None] + p)
     dd = -A * w**2 * np.sin(w * t[:, None] + p)
     dphi = A * w * np.cos(w * t[:, None] + p)
+    for k in sorted(rigid):
+        phi[:, k], dd[:, k], dphi[:, k] = phi[:, par[k]] + phi[0, k] - phi[0, par[k]], dd[:, par[k]], dphi[:, par[k]]
     P = np.stack([0.5 * t, np.zeros(n)], axis=1)
     R = np.zeros((n, S + 1, 2))
     aR = np.zeros((n, S + 1, 2))
@@ -557,6 +560,9 @@ def test_planar_model_angles_and_kinetics_of_a_synthetic_motion(tmp_path):
     np.testing.assert_allclose(res.series["toeMoment"][inner, 0] * mass, moment[inner], atol=2e-3 * np.abs(moment).max())
     assert res.mass == pytest.approx(mass)
     assert not any("measured length" in n or "more than 0.15 m" in n for n in res.notes), res.notes
+    assert not any("frozen" in n for n in res.notes), res.notes  # every joint moves: none frozen
+    assert all(res.metrics[f"{j}_mobility_deg"] > 1.0 for j in joints[1:])
+    assert all(np.isfinite(res.series[f"{j}Moment"][inner, 0]).all() for j in joints)
     from controller import report
     html = report.trial_report(res, tmp_path, data).read_text()
     assert 'alt="planar"' in html and 'alt="scheme"' in html
@@ -835,3 +841,23 @@ def test_planar_model_on_a_record_with_its_own_axes_and_scale():
     np.testing.assert_allclose(res.series["hipAngles"][:, 0], np.degrees(psi[:, 3]), atol=1e-9)
     assert np.abs(res.series["SupportForce"][2:-2]).max() < 1e-3 * 9.81
     assert any("reference segment ref1 → ref2 (2 m, horizontal): scale 1.25" in s for s in res.notes), res.notes
+
+
+def test_planar_model_freezes_a_rigid_joint():
+    """The knee held rigid (mobility S ~ 0, methods.md f.3): it is frozen, shanks and thighs merged
+    (f.4), its moment NaN; a rigid joint transmits the same loads whether it is a joint or not, so
+    every other moment equals the unmerged model's (--freeze 0), and the support moment is still
+    the rate of angular momentum about the support point (analytic)."""
+    data, phi, psi, moment, mass = _planar_trial(rigid=(2,))
+    res = analyze.analyze_trial(data, analyze.Options(model="zinkovsky_4_1", cutoff=0.0, figures=False))
+    full = analyze.analyze_trial(data, analyze.Options(model="zinkovsky_4_1", cutoff=0.0, figures=False, freeze=0.0))
+    assert res.metrics["knee_mobility_deg"] < 1e-6 and res.metrics["hip_mobility_deg"] > 1.0
+    assert sum("knee frozen" in n and "shanks and thighs merged" in n for n in res.notes) == 1, res.notes
+    assert not any("frozen" in n for n in full.notes)
+    assert np.isnan(res.series["kneeMoment"][:, 0]).all() and np.isnan(res.series["kneePower"][:, 2]).all()
+    inner = slice(2, -2)
+    for j in ("toe", "ankle", "hip", "shoulder", "elbow", "neck"):
+        np.testing.assert_allclose(res.series[f"{j}Moment"][inner, 0], full.series[f"{j}Moment"][inner, 0],
+                                   rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(res.series["toeMoment"][inner, 0] * mass, moment[inner], atol=2e-3 * np.abs(moment).max())
+    np.testing.assert_allclose(res.series["SupportForce"][inner], full.series["SupportForce"][inner], atol=1e-9)
