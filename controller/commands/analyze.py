@@ -14,6 +14,7 @@ docs/analysis.md.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -31,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--reference", metavar="A,B,M[,vertical]",
                    help="planar models: markers A and B on a horizontal (or vertical) reference segment M metres "
                         "long give the axes and scale of the record (default: lab x forward, z up, metres)")
+    p.add_argument("--freeze", type=float, default=1.0, metavar="DEG",
+                   help="planar models: a joint whose mobility over the trial (methods.md f.3) is below DEG degrees "
+                        "is frozen, its two segments merged for the kinetics (default 1; 0 = never)")
     p.add_argument("--mass", type=float, metavar="KG", help="body mass in kg (overrides the file's)")
     p.add_argument("--cutoff", type=float, default=6.0, metavar="HZ",
                    help="zero-lag Butterworth cutoff for the markers in Hz, 0 = none (default 6)")
@@ -86,6 +90,8 @@ def _analyze(args: argparse.Namespace) -> int:
             raise ValueError(f"--reference {args.reference!r}: expected A,B,METRES[,vertical] (two marker names and "
                              "a length > 0), e.g. floor1,floor2,2.0")
         reference = (parts[0], parts[1], length, len(parts) == 4)
+    if not (math.isfinite(args.freeze) and args.freeze >= 0):
+        raise ValueError(f"--freeze {args.freeze}: expected a finite angle >= 0 in degrees")
     if args.static and not Path(args.static).is_file():
         raise FileNotFoundError(f"--static {args.static}: no such file")
     if Path(args.out).exists() and not Path(args.out).is_dir():
@@ -93,7 +99,8 @@ def _analyze(args: argparse.Namespace) -> int:
     paths = analyze.expand_inputs(args.inputs)
     options = analyze.Options(model=args.model, mass=args.mass, cutoff=args.cutoff, figures=not args.no_figures,
                               identify=args.identify, filter=args.filter, subject=tuple(subject),
-                              reference=reference, static=args.static)
+                              reference=reference, static=args.static,
+                              freeze=math.radians(args.freeze))
     errors = 0
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=False, disable=not sys.stderr.isatty()) as bar:

@@ -585,6 +585,14 @@ def test_planar_model_from_a_trc_through_the_command(tmp_path, capsys):
     metrics = (out / "jump" / "metrics.csv").read_text()
     assert "shin_support_length_m,0.5" in metrics
     assert "support_force_rms_pct_bw" in metrics
+    assert np.isfinite(res["knee_swingMoment"][:, 0]).mean() > 0.9  # NaN only where a derivative has no neighbours
+    # --freeze reaches the analysis: above every joint's mobility, the swing knee is frozen (moment NaN)
+    assert main(["analyze", str(trc), "--out", str(tmp_path / "frozen"), "--model", "zinkovsky_5_1", "--mass", "60",
+                 "--cutoff", "0", "--workers", "1", "--no-figures", "--freeze", "1e6"]) == 0
+    assert np.isnan(np.load(tmp_path / "frozen" / "jump" / "results.npz")["knee_swingMoment"][:, 0]).all()
+    capsys.readouterr()
+    assert main(["analyze", str(trc), "--out", str(out), "--freeze", "-1"]) == 2
+    assert capsys.readouterr().err.strip() == "walklab analyze: error: --freeze -1.0: expected a finite angle >= 0 in degrees"
     drop = analyze.c3d.Markers(data.markers.labels[:-1], data.markers.positions[:, :-1], 200.0)
     osim.write_trc(tmp_path / "short.trc", drop)
     assert main(["analyze", str(tmp_path / "short.trc"), "--out", str(out), "--model", "zinkovsky_5_1",
