@@ -357,7 +357,9 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
     def on_term(*_: Any) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    # SIGINT too, explicitly: a shell starts a background job with SIGINT ignored, and Python then
+    # installs no KeyboardInterrupt handler, so Ctrl-C's signal sent by a script would be lost
+    previous = {s: signal.signal(s, on_term) for s in (signal.SIGINT, signal.SIGTERM)}
     live = Live(console=console, refresh_per_second=4, transient=False) if console.is_terminal else None
     t_start = time.monotonic()
     next_line = t_start
@@ -402,7 +404,8 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
     except KeyboardInterrupt:
         pass  # Ctrl-C or SIGTERM: a normal end, as for the supervisor
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         if live is not None:
             live.stop()
         elapsed = 0.0 if t_up is None else time.monotonic() - t_up

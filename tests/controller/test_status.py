@@ -117,7 +117,9 @@ def test_walklab_estop_reaches_the_loop_during_a_scripted_run(tmp_path, robot): 
     cfg = private_lab(tmp_path, robot)
     loop = next(p for p in load(cfg).processes if p.module == "controller.loop")
     run = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(cfg), "--duration", "300", "--script",
-                            str(script)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            str(script)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           # started as a shell's background job is: SIGINT ignored (the run must still stop on it)
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     causes: list[str] = []
     try:
         with Subscriber([loop.bind], [EVENT_STREAM], expect=()) as events:
@@ -143,7 +145,7 @@ def test_walklab_estop_reaches_the_loop_during_a_scripted_run(tmp_path, robot): 
     finally:
         if run.poll() is None:
             run.send_signal(signal.SIGINT)
-        out, _ = run.communicate(timeout=300)
+        out, _ = run.communicate(timeout=150)  # the run's --duration is 300 s: a lost SIGINT fails here
     assert run.returncode == 0, out[-3000:]
     assert re.search(r"safety: .*; [1-9]\d* safety event\(s\)\n(    .*\n)*    estop: ", out), out[-3000:]  # the summary
 
