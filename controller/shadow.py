@@ -141,10 +141,13 @@ def requests(file: str | Path) -> list:
 
 
 def merged(inputs: Iterable, extra: list) -> Iterator:
-    """`inputs` in their order with each of `extra` (sorted by t) just before the first input after it."""
+    """`inputs` in their order with each of `extra` (sorted by t) just before the first input that holds a
+    sample at or after its t: a block's last sample, not its first, decides, since a consumer may act up to
+    a block's end as soon as it has the block (the shadow loop's cycles), and a request must be there first."""
     k = 0
     for f in inputs:
-        while k < len(extra) and extra[k].t <= f.t:
+        last = int(f.sample_times()[-1]) if f.samples > 1 and f.rate_hz > 0 else f.t
+        while k < len(extra) and extra[k].t <= last:
             yield extra[k]
             k += 1
         yield f

@@ -235,3 +235,26 @@ def test_a_failed_start_stops_the_analysis_processes_already_started(tmp_path, m
             if c.poll() is None:
                 c.kill()
                 c.wait()
+
+
+def test_a_request_goes_out_before_the_first_block_holding_a_sample_at_or_after_its_time():
+    """The shadow loop runs its cycles up to a block's last sample as soon as it has the block, so a request
+    at t must reach it before any block with a sample at or after t — not only before blocks starting after
+    t (a request inside a block was applied one cycle late in a clean-clone run). Truth: the sample times of
+    blocks built by hand (10 samples at 1 kHz from 0 and from 10 ms)."""
+    from controller.shadow import merged
+    from daq.frames import Frame
+
+    def block(seq, t0):
+        return Frame("encoder/left_shaft", "encoder", seq, None, t0, t0, 1000.0, ("angle",), ("rad",),
+                     np.zeros((10, 1)))
+
+    def request(t):
+        return Frame("controller/request", "command", 0, None, t, t, 0.0, ("speed", "turn"), ("m/s", "rad/s"),
+                     np.array([[0.1, 0.0]]))
+
+    ms = 1_000_000
+    blocks = [block(0, 0), block(1, 10 * ms)]
+    for t, before in ((0, 0), (5 * ms, 0), (9 * ms, 0), (9 * ms + 1, 1), (19 * ms, 1), (19 * ms + 1, 2)):
+        order = [f.stream for f in merged(blocks, [request(t)])]
+        assert order.index("controller/request") == before, (t, order)
