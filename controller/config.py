@@ -134,6 +134,9 @@ class Process:
         "long, s (0 = never; else at least 2: the frames come once a second, give or take)", min=0.0))
     startup_s: float = field(default=30.0, metadata=_doc(
         "time allowed from a start to the first health frame, s, before ``liveness_s`` applies", gt=0.0))
+    stop_grace_s: float | None = field(default=None, metadata=_doc(
+        "seconds between SIGTERM and SIGKILL for this process; unset = ``[supervisor] stop_grace_s`` "
+        "(a ``daq.record`` process needs up to 60 s to write what is still queued in its socket)", min=0.0))
 
     @property
     def endpoint(self) -> str:

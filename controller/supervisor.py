@@ -147,12 +147,16 @@ class Supervisor:
         live = [c for c in self.children if c.state in ("running", "silent")]
         for c in live:
             _signal_group(c.popen.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.lab.supervisor.stop_grace_s
-        while any(c.popen.poll() is None for c in live) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        for c in live:
-            if c.popen.poll() is None:
-                self._kill(c)
+        t0 = time.monotonic()
+        waiting = list(live)
+        while waiting:
+            now = time.monotonic()
+            for c in [c for c in waiting if c.popen.poll() is not None or now - t0 >= self._grace(c)]:
+                waiting.remove(c)
+                if c.popen.poll() is None:
+                    self._kill(c)
+            if waiting:
+                time.sleep(0.01)
         for c in live:
             c.popen.wait()
             c.last_status = c.popen.returncode
@@ -193,9 +197,14 @@ class Supervisor:
         return [sys.executable, "-m", "controller.proc", "--config", str(self.lab.source.resolve()),
                 "--name", spec.name, *spec.args]
 
+    def _grace(self, child: Child) -> float:
+        """Seconds from SIGTERM to SIGKILL for `child` (its own ``stop_grace_s``, else the supervisor's)."""
+        own = child.spec.stop_grace_s
+        return self.lab.supervisor.stop_grace_s if own is None else own
+
     def _kill(self, child: Child) -> None:
         log.warning("%s (pid %d) ignored SIGTERM for %.1f s: SIGKILL", child.spec.name, child.popen.pid,
-                    self.lab.supervisor.stop_grace_s)
+                    self._grace(child))
         _signal_group(child.popen.pid, signal.SIGKILL)
 
     def _spawn(self, child: Child) -> None:
@@ -238,7 +247,7 @@ class Supervisor:
     def _on_silence(self, child: Child, now: float) -> None:
         silent_s = self._silent_for(child, now)
         child.state = "silent"
-        child.kill_at = now + self.lab.supervisor.stop_grace_s
+        child.kill_at = now + self._grace(child)
         self._event("silent", child, now, pid=child.popen.pid, silent_s=round(silent_s, 3),
                     liveness_s=child.spec.liveness_s, first=child.heard is None)
         _signal_group(child.popen.pid, signal.SIGTERM)

@@ -714,6 +714,10 @@ def loss_stats(sub: Any) -> dict[str, dict[str, int]]:
 #: then read in batches (~14 frames at lab load) rather than one wake-up per frame; it adds at most
 #: this to the time a frame spends before its chunk is written (chunk_ms + 10 ms <= 100 ms).
 BATCH_NS = 10_000_000
+#: longest final drain at a clean stop [s] (`drain`); `walklab run --record` waits this and more
+DRAIN_CAP_S = 60.0
+#: the drain ends after this long without a frame published before the stop [ns]
+QUIET_NS = 200_000_000
 
 
 def record(sub: Any, writer: SessionWriter, should_stop: Callable[[], bool], *,
@@ -776,14 +780,40 @@ def record(sub: Any, writer: SessionWriter, should_stop: Callable[[], bool], *,
         if progress is not None and now >= next_progress:
             next_progress = now + 1_000_000_000
             progress(writer)
-    # what reached the socket before the stop belongs in the file: read until 0.2 s pass without a
-    # frame (bounded: a flood must not hold the stop for ever)
-    drain_end = time.monotonic() + 2.0
-    while time.monotonic() < drain_end and (frame := sub.recv(timeout_s=0.2)) is not None:
+    drain(sub, writer)
+    return reason
+
+
+def drain(sub: Any, writer: SessionWriter, cap_s: float = DRAIN_CAP_S) -> None:
+    """The final read at a clean stop: every frame published before the stop goes into the file,
+    however far behind its socket the recorder has fallen (a CPU-starved machine queues seconds of
+    frames there).
+
+    Reads until 0.2 s pass without a frame published before the stop (``t_pub`` < the stop's time,
+    host monotonic ns): the lab stopped and the socket is empty, or the lab goes on and every frame
+    still arriving is new. Bounded by ``cap_s``; a cut drain is a ``drain_cut`` event (the frames
+    left are lost, and said to be). Publishers on another host stamp ``t_pub`` on their own clock:
+    a clock behind ours keeps the drain to ``cap_s``, one ahead ends it at the 0.2 s rule.
+    """
+    stop_ns = time.monotonic_ns()
+    cap_ns = stop_ns + round(cap_s * 1e9)
+    quiet_until = stop_ns + QUIET_NS
+    while True:
+        now = time.monotonic_ns()
+        if now >= quiet_until:
+            return
+        if now >= cap_ns:
+            writer.event("drain_cut", "warning", waited_s=round(cap_s, 3),
+                         action="frames published before the stop may be missing at the end of the file")
+            return
+        frame = sub.recv(timeout_s=(min(quiet_until, cap_ns) - now) * 1e-9)
+        if frame is None:
+            continue
         if frame.stream != EVENTS_STREAM:
             writer.write(frame, frame.t_recv)
+        if frame.t_pub < stop_ns:
+            quiet_until = time.monotonic_ns() + QUIET_NS
         writer.poll()
-    return reason
 
 
 def parser() -> argparse.ArgumentParser:

@@ -88,8 +88,12 @@ def start_beside(lab: Any, output: str) -> subprocess.Popen:
                              str(lab.source), "-o", str(output)], env=env)
 
 
-def stop_beside(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
-    """Stop the recorder cleanly (SIGINT: it writes what it holds and its index), SIGKILL if it hangs."""
+def stop_beside(proc: subprocess.Popen, timeout_s: float | None = None) -> None:
+    """Stop the recorder cleanly (SIGINT: it writes what it holds, what is still queued in its socket
+    and its index), SIGKILL if it hangs past ``timeout_s`` (default: its longest drain, and 15 s)."""
+    from daq.record import DRAIN_CAP_S
+
+    timeout_s = DRAIN_CAP_S + 15.0 if timeout_s is None else timeout_s
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
         try:

@@ -361,6 +361,42 @@ def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     assert not alive(pid) and all(port_free(p) for p in ports)
 
 
+SLOW_TO_STOP = '''
+import sys
+import time
+from pathlib import Path
+
+def run(ctx, args):
+    """Take 1 s to stop after SIGTERM (a recorder writing its backlog), then leave a mark."""
+    while not ctx.stopping:
+        ctx.tick()
+        time.sleep(0.02)
+    time.sleep(1.0)
+    Path(args[0]).write_text("stopped cleanly")
+    return 0
+'''
+
+
+def test_a_process_own_grace_period_outlasts_the_supervisors(tmp_path):
+    """``processes[].stop_grace_s`` = 30 beside ``supervisor.stop_grace_s`` = 0.2: the slow process
+    finishes its 1 s stop (its mark is written, no SIGKILL) while the stubborn one is killed."""
+    (tmp_path / "slow.py").write_text(SLOW_TO_STOP)
+    (tmp_path / "stubborn.py").write_text(STUBBORN)
+    mark = tmp_path / "mark"
+    config, ports = lab_of(tmp_path, "grace", [("slow", "slow", f'args = ["{mark}"]\nstop_grace_s = 30'),
+                                              ("stubborn", "stubborn", "")], supervisor="stop_grace_s = 0.2")
+    proc = start(config, tmp_path)
+    try:
+        with Subscriber([f"tcp://127.0.0.1:{p}" for p in ports[1:]], ["health/*"]) as sub:
+            pids = health_pids(sub, {"slow", "stubborn"}, timeout_s=60)
+    finally:
+        out, err = stop(proc)
+    assert proc.returncode == 0, err
+    assert mark.read_text() == "stopped cleanly"
+    assert "ignored SIGTERM for 30" not in err and "stubborn (pid %d) ignored SIGTERM for 0.2 s: SIGKILL" % pids["stubborn"] in err
+    assert not any(alive(p) for p in pids.values()) and all(port_free(p) for p in ports)
+
+
 FROZEN = '''
 import gc
 

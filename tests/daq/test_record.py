@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import msgpack
@@ -16,10 +18,10 @@ from mcap.reader import make_reader
 
 import configs
 from controller import config
-from daq.bus import Publisher
+from daq.bus import Publisher, Subscriber
 from daq.frames import Frame
 from daq.labload import LoadPublisher, frames, lab_streams
-from daq.record import SessionWriter, Settings, lab_metadata, part_path
+from daq.record import SessionWriter, Settings, lab_metadata, part_path, record
 
 REPO = Path(__file__).resolve().parents[2]
 #: The issue's check: 60 s at lab load (2 plates x 1 kHz, 40 markers x 200 Hz, 8 encoders x 1 kHz).
@@ -132,6 +134,80 @@ def test_lab_load_recording_frame_for_frame(tmp_path):
         for d, f in zip(got, sent):
             same_frame(d, f)
     assert sum(map(len, published.values())) == load.frames >= 1400 * LAB_LOAD_S * 0.99
+
+
+def test_a_recorder_far_behind_keeps_its_backlog_at_a_clean_stop(tmp_path):
+    """A recorder that fell behind its socket (here frozen by SIGSTOP while two minutes of lab load
+    are published, as a CPU-starved machine freezes it) and is then asked to stop writes every frame
+    published before the stop: the backlog is drained, not cut (it was cut after 2 s)."""
+    out = tmp_path / "behind.mcap"
+    sent = list(frames(lab_streams(), 120.0))
+    with Publisher("tcp://127.0.0.1:*", sndhwm=0) as pub:  # 0: the publisher queues it all, drops nothing
+        proc = recorder(["--connect", pub.endpoint, "-o", str(out)])
+        try:
+            assert pub.wait_for_subscribers(1, 60), proc.stderr.read() if proc.poll() is not None else "no recorder"
+            proc.send_signal(signal.SIGSTOP)
+            for f in sent:
+                pub.send(f)
+            proc.send_signal(signal.SIGINT)  # pending until it runs again: the stop comes after every frame
+        finally:
+            proc.send_signal(signal.SIGCONT)
+            stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    got: dict[str, list[int]] = {}
+    for topic, _, doc in mcap_messages(out):
+        got.setdefault(topic, []).append(doc["seq"])
+    want: dict[str, list[int]] = {}
+    for f in sent:
+        want.setdefault(f.stream, []).append(f.seq)
+    assert {k: len(v) for k, v in got.items()} == {k: len(v) for k, v in want.items()}
+    assert got == want
+
+
+def test_a_recorder_stopped_while_the_lab_goes_on_ends_its_drain(tmp_path):
+    """Stopped while the lab keeps publishing (``walklab record`` and Ctrl-C beside a running lab),
+    the recorder's final drain ends once only frames published after the stop arrive (no
+    ``drain_cut`` event: not at its time cap) and the file holds every frame published before the
+    stop, each stream's seq contiguous from 0."""
+    out = tmp_path / "on.mcap"
+    done = threading.Event()
+    stop_at: list[int] = []
+
+    def should_stop() -> bool:
+        if time.monotonic_ns() >= t_stop:
+            stop_at.append(time.monotonic_ns())
+            return True
+        return False
+
+    with Publisher("tcp://127.0.0.1:*") as pub, Subscriber(pub.endpoint, replay=False) as sub:
+        assert pub.wait_for_subscribers(1, 60)
+        load = LoadPublisher(pub, lab_streams(), keep=True)
+        thread = threading.Thread(target=load.run, args=(600.0, done.is_set))
+        thread.start()
+        try:
+            writer = SessionWriter(out, Settings(fsync=False))
+            t_stop = time.monotonic_ns() + 2_000_000_000
+            assert record(sub, writer, should_stop) == "stopped"
+            writer.close()
+        finally:
+            done.set()
+            thread.join(60)
+    assert not thread.is_alive()
+    got: dict[str, list[int]] = {}
+    events = []
+    for topic, _, doc in mcap_messages(out):
+        if topic == "events/recorder":
+            events.append(doc["meta"]["event"])
+        else:
+            got.setdefault(topic, []).append(doc["seq"])
+    assert "drain_cut" not in events
+    before: dict[str, int] = {}
+    for f in load.published:
+        if f.t_pub < stop_at[0]:
+            before[f.stream] = before.get(f.stream, 0) + 1
+    assert set(got) == set(before) and len(before) == 11
+    for name, seqs in got.items():
+        assert seqs == list(range(len(seqs))) and len(seqs) >= before[name], name
 
 
 def test_rotation_makes_complete_parts_with_contiguous_seq(tmp_path):
