@@ -213,9 +213,13 @@ def _vee(m: np.ndarray) -> np.ndarray:
     return 0.5 * np.stack([m[:, 2, 1] - m[:, 1, 2], m[:, 0, 2] - m[:, 2, 0], m[:, 1, 0] - m[:, 0, 1]], axis=1)
 
 
-def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits) -> np.ndarray:
+def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits, previous=None) -> np.ndarray:
     """q (N, nq) from the fitted frames (module doc step 2), angles unwrapped over time; NaN for the
-    coordinates of segments not in the set or not fitted in a frame. The root must be a free flyer."""
+    coordinates of segments not in the set or not fitted in a frame. The root must be a free flyer.
+
+    previous (nq,) or None: each coordinate's last finite value before these frames (a live stream's
+    earlier blocks; NaN where none): the angles continue unwrapped from it and the root quaternion
+    stays in its hemisphere, so block by block gives the q of the whole record at once."""
     root = model.segments[0]
     if root.joint.type != "free_flyer" or root.name not in mset.segments or np.any(root.joint.translation) \
             or not np.allclose(root.joint.rotation, np.eye(3)):
@@ -228,7 +232,9 @@ def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits) -> np.nd
     if len(ok):
         quat = Rotation.from_matrix(R0[ok]).as_quat()  # (x, y, z, w), the model's layout
         # one hemisphere over time: a quaternion's sign is arbitrary, its derivative is not
-        flips = np.concatenate(([0], np.cumsum(np.einsum("ij,ij->i", quat[1:], quat[:-1]) < 0)))
+        last = np.full(4, np.nan) if previous is None else np.asarray(previous, float)[3:7]
+        first = int(np.all(np.isfinite(last)) and float(quat[0] @ last) < 0)
+        flips = first + np.concatenate(([0], np.cumsum(np.einsum("ij,ij->i", quat[1:], quat[:-1]) < 0)))
         q[ok, 3:7] = np.where((flips % 2 == 1)[:, None], -quat, quat)
     q[:, :3] = fits.translation[root.name]
     for c in chains(model, mset):
@@ -247,7 +253,7 @@ def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits) -> np.nd
             cos = 0.5 * (np.trace(rel, axis1=1, axis2=2) - np.einsum("i,nij,j->n", a, rel, a))
             ang[good, 0] = np.arctan2(w @ a, cos)
         for k, iq in enumerate(c.q_index):
-            q[:, iq] = unwrap_finite(ang[:, k])
+            q[:, iq] = unwrap_finite(ang[:, k], None if previous is None else previous[iq])
     return q
 
 
@@ -282,7 +288,8 @@ class MarkerKinetics:
     the base frame for bottom-up), NaN where not computable; residual_force (N, 3) N and
     residual_moment (N, 3) N·m about the CoM: measured − required ground wrench, NaN likewise;
     plate_below, indeterminate (N, nv) bool as in plate_id.PlateID; foot_known (N, F) bool: the
-    foot's ground load is known (module doc step 4); feet (F,) segment names."""
+    foot's ground load is known (module doc step 4); feet (F,) segment names; foot_wrench (N, F, 6):
+    the ground wrench applied to each foot (force N, moment N·m about the lab origin; zero where none)."""
 
     tau_bottom_up: np.ndarray
     tau_top_down: np.ndarray
@@ -292,6 +299,7 @@ class MarkerKinetics:
     indeterminate: np.ndarray
     foot_known: np.ndarray
     feet: tuple[str, ...]
+    foot_wrench: np.ndarray | None = None
 
 
 def _coordinate_finite(model: Model, q: np.ndarray, v: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -316,7 +324,7 @@ def _filled(model: Model, q, v, a) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 
 def _masked(model: Model, fin: np.ndarray, known: np.ndarray, feet: tuple[str, ...], tau_bu, tau_td,
-            residual_force, residual_moment, plate_below, indeterminate) -> MarkerKinetics:
+            residual_force, residual_moment, plate_below, indeterminate, foot_wrench) -> MarkerKinetics:
     """MarkerKinetics with each torque kept where computable (module doc step 4): bottom-up τ_k
     where the coordinates moving the segments below joint k are finite and every foot below it has
     a known load; top-down and the residual where everything is."""
@@ -329,7 +337,8 @@ def _masked(model: Model, fin: np.ndarray, known: np.ndarray, feet: tuple[str, .
     return MarkerKinetics(
         tau_bottom_up=np.where(ok_bu, tau_bu, nan), tau_top_down=np.where(ok_all, tau_td, nan),
         residual_force=np.where(ok_all, residual_force, nan), residual_moment=np.where(ok_all, residual_moment, nan),
-        plate_below=plate_below, indeterminate=indeterminate, foot_known=known, feet=tuple(feet))
+        plate_below=plate_below, indeterminate=indeterminate, foot_known=known, feet=tuple(feet),
+        foot_wrench=foot_wrench)
 
 
 def marker_inverse_dynamics(model: Model, q, v, a, plates: list[PlateLoad], feet: tuple[str, ...],
@@ -355,7 +364,7 @@ def marker_inverse_dynamics(model: Model, q, v, a, plates: list[PlateLoad], feet
     if swing is not None:
         known |= np.asarray(swing, bool) & ~assigned
     return _masked(model, fin, known, tuple(feet), res.tau_bottom_up, res.tau_top_down, res.residual_force,
-                   res.residual_moment, res.plate_below, res.indeterminate)
+                   res.residual_moment, res.plate_below, res.indeterminate, res.foot_wrench)
 
 
 def foot_inverse_dynamics(model: Model, q, v, a, wrenches, feet: tuple[str, ...]) -> MarkerKinetics:
@@ -386,4 +395,4 @@ def foot_inverse_dynamics(model: Model, q, v, a, wrenches, feet: tuple[str, ...]
     tau_td = np.where(plate_below, tau_bu + np.einsum("nkj,nj->nk", st.S, r), tau_bu)
     c = com_of_state(model, st)
     return _masked(model, fin, known, tuple(feet), tau_bu, tau_td, r[:, :3], r[:, 3:] - np.cross(c, r[:, :3]),
-                   plate_below, plate_below & plate_above)
+                   plate_below, plate_below & plate_above, w)

@@ -198,15 +198,24 @@ class PlanarSegments:
     mean_length: np.ndarray
 
 
-def unwrap_finite(x) -> np.ndarray:
+def unwrap_finite(x, start=None) -> np.ndarray:
     """np.unwrap along time (axis 0) of each column of x (N, ...) rad over its finite samples: a
-    NaN gap does not break continuity (np.unwrap turns everything after a NaN into NaN)."""
+    NaN gap does not break continuity (np.unwrap turns everything after a NaN into NaN).
+
+    start (...) rad, or None: each column's last unwrapped value before x (a live stream's previous
+    block; NaN where there was none): the column continues from it, so block by block gives the
+    same angles as the whole record at once."""
     x = np.asarray(x, float)
     out = x.copy()
     flat, src = out.reshape(len(x), -1), x.reshape(len(x), -1)
+    first = np.full(flat.shape[1], np.nan) if start is None else np.broadcast_to(np.asarray(start, float),
+                                                                                 x.shape[1:]).reshape(-1)
     for j in range(flat.shape[1]):
         ok = np.isfinite(src[:, j])
-        flat[ok, j] = np.unwrap(src[ok, j])
+        if np.isfinite(first[j]):
+            flat[ok, j] = np.unwrap(np.concatenate(([first[j]], src[ok, j])))[1:]
+        else:
+            flat[ok, j] = np.unwrap(src[ok, j])
     return out
 
 

@@ -1,0 +1,432 @@
+"""Dynamics service, tree-model path: live joint torques of a human or exoskeleton from its full-body
+markers and the measured plates.
+
+The walker process (`dynamics.service_torques`, ``module = "dynamics.service_torques"``) serves this
+path when its ``--model`` file is a tree (``kind = "tree"``: configs/models/human15.toml,
+exoskeleton.toml; its `service_from` branches on the kind). It subscribes to
+
+- the full-body markers ``--markers`` (default ``markers/sim``: channels ``LABEL:x|y|z`` in m, lab
+  frame z up, NaN where occluded): its samples are the output grid;
+- each force plate's wrench ``dynamics/grf/NAME`` of the process's plate devices (``Fx Fy Fz`` N,
+  ``Mx My Mz`` N·m about the plate's surface centre, lab axes; ``valid`` 1 where F_z > the plate
+  service's threshold).
+
+Per marker frame, as it arrives (the offline pieces of `dynamics.human15_markers`):
+
+1. segment fits (`fit_segments`, marker set ``--markerset``) and joint coordinates
+   (`joint_coordinates`), the angle unwrapping and the root quaternion's hemisphere carried from the
+   frames before (``previous``: each coordinate's last finite value);
+2. rates with a fixed look-ahead of `LOOKAHEAD` = 2 marker samples: `joint_rates` (central
+   differences, np.gradient twice) over the 5 samples around each,
+   v_i = (q_{i+1} − q_{i−1})/2h, a_i = (v_{i+1} − v_{i−1})/2h (the root as the model defines it,
+   v = (Rᵀ ṫ, vee(Rᵀ Ṙ))) — the offline record's interior values exactly. A sample is computed once
+   the marker sample 2 after it has arrived (2 h = 10 ms at 200 Hz added to the alignment wait, not to
+   ``latency_s``). The first 2 samples of the stream and the 2 on each side of a gap in it have NaN
+   rates (their torques are NaN), as a NaN row does offline.
+
+Then, for the samples every plate has covered (or that have waited ``--max-wait-s``), as one batch:
+
+3. the plates as `plate_id.PlateLoad`: moment about the lab origin = centre × F + M_centre,
+   ``loaded`` = ``valid`` ≥ 0.5, linearly interpolated at the marker times;
+4. `human15_markers.marker_inverse_dynamics` (plate_id bottom-up and top-down, compiled): a loaded
+   plate under a point of a foot segment (``--feet``; its contact points at q, within
+   ``--height-tol-m`` above the plate and ``--edge-tol-m`` outside its outline) loads that foot; a
+   foot on an unloaded plate carries nothing; a foot on no plate has an unknown load, and the
+   torques of the joints above it are NaN (live there are no gait events for the swing phases).
+
+Published (stamps: the marker samples' ``t``/``t_host``/``t_device``; one frame per run of samples
+computed together; ``meta["latency_s"]``: host time of publication minus the receipt of the newest
+input sample used — the look-ahead marker sample or a plate's — also in the health frame as
+``latency``):
+
+- ``dynamics/torques``: ``tau:JOINT`` (N·m; N for a prismatic joint) bottom-up generalised force of
+  each joint coordinate below the root, ``power:JOINT`` (W, τ q̇), the root residual ``res:Fx res:Fy
+  res:Fz`` (N) ``res:Mx res:My res:Mz`` (N·m about the CoM; measured − required ground wrench, lab
+  frame; NaN unless every coordinate and foot load is known), ``stale`` (1: a plate held past its
+  newest sample);
+- ``dynamics/zmp``: ``ZMPx ZMPy`` (m) of the plates' total wrench on the plane of their surfaces,
+  ``margin`` (m, > 0 inside) to the support polygon of the stance feet's markers (a foot carrying
+  more than ``--contact-n`` vertical force; its markers placed by its fitted segment), ``support``
+  (vertices), ``valid`` (total F_z > ``--min-fz-n``);
+- ``dynamics/contact``: per foot ``FOOT:Fx :Fy :Fz`` (N) ``:Mx :My :Mz`` (N·m about the lab origin),
+  the plate wrench assigned to it, and ``:known`` (1: its ground load is known).
+
+A sample with a plate never seen (NaN) is published as NaN. Bad input never stops it: frames without
+samples, rate or the plate channels, marker frames with none of the set's markers are counted
+(``STREAM:rejected``); frames stamped further ahead of their receipt than the stream's history
+allows (``STREAM:clock_faults``), repeats (``STREAM:repeated``) are skipped. docs/service.md.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from daq.context import ProcessContext
+from dynamics import forceplate as fp
+from dynamics import human15_markers as h15
+from dynamics.loader import read_toml, resolve
+from dynamics.model import Model
+from dynamics.plate_id import PlateLoad, plate_id_workspace
+from dynamics.service_torques import CLOCK_SLACK_NS, MAX_BATCH, TORQUES, ZMP, CONTACT, ZMP_CHANNELS, ZMP_UNITS, _Input
+from dynamics.spatial import cross
+from dynamics.support import support_margin
+from dynamics.zmp import zmp_of_wrench
+
+log = logging.getLogger("walklab.dynamics.tree")
+
+#: Marker samples after a sample that its rates need (central differences of central differences).
+LOOKAHEAD = 2
+PLATE_CHANNELS = ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "valid")
+RESIDUAL = ("res:Fx", "res:Fy", "res:Fz", "res:Mx", "res:My", "res:Mz")
+_LOG_FIRST = 10
+
+
+@dataclass(frozen=True)
+class TreeSettings:
+    """Service parameters (SI): longest a marker sample waits for a lagging plate [s]; least vertical
+    force on a foot for it to stand [N]; least total vertical force for a ZMP [N]; how far above a
+    plate [m] and outside its outline [m] a foot point still counts as on it (`plate_id.assign_plates`;
+    marker-driven feet need generous values)."""
+    max_wait_s: float = 0.1
+    contact_n: float = 20.0
+    min_fz_n: float = 20.0
+    height_tol_m: float = 0.15
+    edge_tol_m: float = 0.03
+
+    def __post_init__(self) -> None:
+        if not (self.max_wait_s > 0 and math.isfinite(self.max_wait_s)) or not all(
+                math.isfinite(x) for x in (self.contact_n, self.min_fz_n)) or not (
+                0 <= self.height_tol_m < 10 and 0 <= self.edge_tol_m < 10):
+            raise ValueError(f"dynamics tree: need --max-wait-s > 0, finite forces and tolerances in [0, 10) m, "
+                             f"got {self}")
+
+
+Publish = Callable[..., Any]
+
+
+class TreeService:
+    """Marker and plate-wrench frames in; ``dynamics/torques``, ``/zmp``, ``/contact`` out (module doc).
+    model: a tree with a free-flyer root; mset: its marker set; feet: foot segment names (in the set,
+    with contact points); plates: (name, `fp.Plate`) whose ``dynamics/grf/NAME`` it reads; markers: the
+    marker stream. Give `feed` the received frames in arrival order."""
+
+    def __init__(self, model: Model, mset: h15.MarkerSet, feet: Sequence[str], plates: Sequence[tuple[str, fp.Plate]],
+                 markers: str, settings: TreeSettings, publish: Publish,
+                 count: Callable[[str, int], None] = lambda subject, n=1: None,
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+        h15.chains(model, mset)                     # MarkerError naming a segment the set cannot drive
+        missing = [f for f in feet if f not in mset.segments]
+        if not feet or missing:
+            raise ValueError(f"dynamics tree: feet {list(feet)}: need foot segments of the marker set {mset.name!r} "
+                             f"({', '.join(mset.segments)})")
+        if not plates:
+            raise ValueError("dynamics tree: the process needs its force plates among its devices")
+        plate_id_workspace(model, list(feet))      # PlateIDError: a root that is not a free flyer, feet without contacts
+        self.model, self.mset, self.feet = model, mset, tuple(feet)
+        self.settings, self.publish, self.count, self.clock = settings, publish, count, clock
+        self.stream = markers
+        self.plates = [_Input(f"dynamics/grf/{n}", len(PLATE_CHANNELS), 1000.0) for n, _ in plates]
+        self.plate_geo = [(n, np.asarray(p.centre, float), np.asarray(p.corners, float)) for n, p in plates]
+        self.ground_z = float(np.mean([c[:, 2].mean() for _, _, c in self.plate_geo]))
+        self.inputs: dict[str, _Input | None] = {markers: None, **{p.stream: p for p in self.plates}}
+        # output channels: every velocity coordinate below the root
+        names = []
+        for seg in model.segments[1:]:              # the model's velocity order (idx_v grows with the segments)
+            j = seg.joint_name or seg.name
+            names += [j] if seg.joint.nv == 1 else [f"{j}_{k}" for k in range(seg.joint.nv)]
+        self.torque_channels = (*(f"tau:{j}" for j in names), *(f"power:{j}" for j in names), *RESIDUAL, "stale")
+        self.torque_units = ("N*m",) * len(names) + ("W",) * len(names) + ("N",) * 3 + ("N*m",) * 3 + ("1",)
+        self.contact_channels = tuple(f"{f}:{c}" for f in self.feet for c in ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "known"))
+        self.contact_units = ("N",) * 3 + ("N*m",) * 3 + ("1",)
+        self.contact_units *= len(self.feet)
+        # the feet's markers, placed by their fitted segments (the support polygon)
+        s = h15.scale(mset, model)
+        self.foot_points = [(f, s * np.array(list(mset.segments[f].values()))) for f in self.feet]
+        self.point_foot = np.concatenate([np.full(len(p), k) for k, (_, p) in enumerate(self.foot_points)])
+        # state carried from marker frame to frame
+        self.layout: tuple[str, ...] = ()
+        self.cols = np.empty(0, dtype=np.intp)
+        self.previous = np.full(model.nq, np.nan)    # last finite value of each coordinate (unwrapping)
+        self.rate = 0.0
+        self.hist_q = np.full((LOOKAHEAD, model.nq), np.nan)   # the last 2 LOOKAHEAD samples (start: NaN rows)
+        self.hist: list[tuple | None] = [None] * LOOKAHEAD     # per history row: its sample, or None (virtual)
+        self.last_t: int | None = None
+        self.pending: list[tuple] = []    # (t, q, v, a, foot points, (t_host, t_device), receipt of the newest used)
+        self.first_recv: int | None = None
+        self.latencies: list[float] = []
+        self.rejected = 0
+        self.floors: dict[str, int] = {}     # least lead (receipt minus lab time of the last sample) per stream [ns]
+        # a root the coordinates cannot come from (not a free flyer at the origin, not in the set): MarkerError now
+        h15.joint_coordinates(model, mset, h15.fit_segments(model, mset, {m: np.full((1, 3), np.nan) for m in mset.labels}))
+
+    def warm(self) -> None:
+        """Run the computation once on the neutral posture (loads the compiled kernels now, not in the
+        first live batch); publishes nothing."""
+        q = self.model.neutral()[None].astype(float)
+        z = np.zeros((1, self.model.nv))
+        loads = [PlateLoad(np.zeros((1, 3)), np.zeros((1, 3)), c, np.zeros(1, bool), n) for n, _, c in self.plate_geo]
+        h15.marker_inverse_dynamics(self.model, q, z, z, loads, self.feet, None, self.settings.height_tol_m,
+                                    self.settings.edge_tol_m)
+        zmp_of_wrench(np.zeros((1, 3)), np.zeros((1, 3)))
+        support_margin(np.zeros((1, self.point_foot.size, 3)), np.zeros((1, self.point_foot.size), bool),
+                       np.zeros((1, 2)))
+
+    # -- input ------------------------------------------------------------------------------
+
+    def feed(self, frames: Sequence[Any]) -> None:
+        """Take received frames (`daq.frames.Frame`, in arrival order; other streams are ignored) and
+        compute every marker sample that is ready."""
+        for f in frames:
+            if f.stream not in self.inputs:
+                continue
+            inp = self.inputs[f.stream]
+            why = self._check(inp, f)
+            if why is not None:
+                self._reject(f, "rejected", why)
+                continue
+            step = 1e9 / f.rate_hz
+            t = f.t + np.round(np.arange(f.samples) * step).astype(np.int64)
+            recv = f.t_recv if f.t_recv is not None else (f.t_pub or int(f.t_host + t[-1] - t[0]))
+            lead = recv - int(t[-1])        # as WalkerService: a sample is never received before it is measured
+            floor = self.floors.get(f.stream)
+            if floor is not None and lead < min(floor, 0) - CLOCK_SLACK_NS:
+                self._reject(f, "clock_faults", f"stamped {(floor - lead) * 1e-9:.3f} s ahead of its receipt")
+                continue
+            self.floors[f.stream] = lead if floor is None else min(floor, lead)
+            newest = self.last_t if inp is None else inp.newest
+            if newest is not None and t[-1] <= newest:
+                self.count(f"{f.stream}:repeated", 1)        # nothing new: a repeat or out of order
+                continue
+            if inp is None:
+                new = t > (newest if newest is not None else -(2 ** 62))    # a block overlapping the last
+                th = f.t_host + np.round(np.arange(f.samples) * step).astype(np.int64)
+                td = None if f.t_device is None else f.t_device + np.round(np.arange(f.samples) * step).astype(np.int64)
+                self._markers(np.asarray(f.data, dtype=float)[new], t[new], th[new], None if td is None else td[new],
+                              recv, f.rate_hz)
+            else:
+                cols = [f.channels.index(c) for c in PLATE_CHANNELS]
+                inp.add(t, np.asarray(f.data, dtype=float)[:, cols], recv)
+        self._compute()
+
+    def _reject(self, f: Any, counter: str, why: str) -> None:
+        self.count(f"{f.stream}:{counter}", 1)
+        if self.rejected < _LOG_FIRST:
+            log.warning("%s: frame seq %d %s: %s", f.stream, f.seq, counter, why)
+        self.rejected += 1
+
+    def _check(self, inp: _Input | None, f: Any) -> str | None:
+        """Why frame `f` cannot be a block of input `inp` (None: the markers), or None."""
+        data = np.asarray(f.data)
+        if data.ndim != 2 or f.samples == 0 or data.dtype.kind not in "fiu":
+            return f"data of shape {data.shape} and dtype {data.dtype}: expected (samples >= 1, channels), numbers"
+        if not (f.rate_hz > 0 and math.isfinite(f.rate_hz)):
+            return f"rate {f.rate_hz} Hz: expected a sample rate > 0"
+        if inp is not None and not set(PLATE_CHANNELS) <= set(f.channels):
+            return f"channels {list(f.channels)} lack {sorted(set(PLATE_CHANNELS) - set(f.channels))}"
+        if inp is None and f.channels != self.layout:
+            have = set(f.channels)
+            labels = [m for m in self.mset.labels if all(f"{m}:{a}" in have for a in "xyz")]
+            if not labels:
+                return f"none of the {len(self.mset.labels)} markers of the set {self.mset.name!r}"
+            index = {c: i for i, c in enumerate(f.channels)}
+            # an absent marker reads the extra NaN column appended in _markers
+            self.cols = np.array([[index.get(f"{m}:{a}", len(f.channels)) for a in "xyz"] for m in self.mset.labels])
+            self.layout = tuple(f.channels)
+        return None
+
+    def _markers(self, data: np.ndarray, t: np.ndarray, th: np.ndarray, td: np.ndarray | None, recv: int,
+                 rate: float) -> None:
+        """Joint coordinates of a marker frame's samples (steps 1-2): data (n, channels) m at lab times
+        t (n,) ns (host and device stamps th, td), received at recv ns; rates of those now LOOKAHEAD behind."""
+        data = np.concatenate([data, np.full((data.shape[0], 1), np.nan)], axis=1)
+        pos = data[:, self.cols]                                            # (n, M, 3)
+        fits = h15.fit_segments(self.model, self.mset, {m: pos[:, k] for k, m in enumerate(self.mset.labels)})
+        q = h15.joint_coordinates(self.model, self.mset, fits, self.previous)
+        seen = np.isfinite(q)
+        last = np.where(seen.any(axis=0), q[::-1][np.argmax(seen[::-1], axis=0), np.arange(q.shape[1])], np.nan)
+        self.previous = np.where(np.isfinite(last), last, self.previous)
+        feet = np.concatenate([np.einsum("nij,kj->nki", fits.rotation[s], p) + fits.translation[s][:, None]
+                               for s, p in self.foot_points], axis=1)     # (n, K, 3)
+        rows_q, rows = [self.hist_q], list(self.hist)
+        if self.last_t is not None and self.rate == rate:
+            missing = round((t[0] - self.last_t) * rate * 1e-9) - 1
+            if missing > 0:     # a gap: NaN rows in the missing slots (enough to cut every stencil)
+                k = min(missing, 2 * LOOKAHEAD)
+                rows_q.append(np.full((k, self.model.nq), np.nan))
+                rows += [None] * k
+        elif self.last_t is not None:       # another rate: a new stream, start again
+            rows_q.append(np.full((2 * LOOKAHEAD, self.model.nq), np.nan))
+            rows += [None] * (2 * LOOKAHEAD)
+        self.rate, self.last_t = rate, int(t[-1])
+        rows_q.append(q)
+        rows += [(int(t[i]), feet[i], (int(th[i]), None if td is None else int(td[i])), recv) for i in range(t.size)]
+        Q = np.concatenate(rows_q)
+        v, a = h15.joint_rates(self.model, Q, rate)
+        for i in range(LOOKAHEAD, Q.shape[0] - LOOKAHEAD):
+            if rows[i] is not None:
+                ti, pts, stamps, _ = rows[i]
+                newest = max(r[3] for r in rows[i:i + LOOKAHEAD + 1] if r is not None)
+                self.pending.append((ti, Q[i], v[i], a[i], pts, stamps, newest))
+        self.hist_q, self.hist = Q[-2 * LOOKAHEAD:], rows[-2 * LOOKAHEAD:]
+
+    # -- computation ------------------------------------------------------------------------
+
+    def _compute(self) -> None:
+        if not self.pending:
+            return
+        now = self.clock()
+        if self.first_recv is None:
+            self.first_recv = self.pending[0][6]
+        # a plate silent for --max-wait-s since the first marker sample is not waited for until it appears
+        absent = now - self.first_recv > self.settings.max_wait_s * 1e9
+        awaited = [p for p in self.plates if p.newest is not None or not absent]
+        cover = min((p.newest if p.newest is not None else -(2 ** 62)) for p in awaited) if awaited else 2 ** 62
+        ready = 0
+        while ready < len(self.pending) and self.pending[ready][0] <= cover:
+            ready += 1
+        if ready < len(self.pending):
+            # the laggards held for the samples that waited --max-wait-s since their receipt (a prefix:
+            # receipts grow with lab time), or for all while a plate holds KEEP_S of samples
+            limit = now - self.settings.max_wait_s * 1e9
+            due = ready
+            if any(p.full for p in self.plates):
+                due = len(self.pending)
+            else:
+                while due < len(self.pending) and self.pending[due][6] < limit:
+                    due += 1
+            ready = due
+        if not ready:
+            return
+        batch, self.pending = self.pending[:ready], self.pending[ready:]
+        for p in self.plates:
+            behind = sum(1 for s in batch if p.newest is None or s[0] > p.newest)
+            if behind:
+                self.count(f"{p.stream}:held_samples", behind)
+        period = 1e9 / self.rate
+        cuts = [0] + [j for j in range(1, ready) if abs(batch[j][0] - batch[j - 1][0] - period) > period / 2] + [ready]
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            for c in range(a, b, MAX_BATCH):
+                self._run(batch[c:min(b, c + MAX_BATCH)])
+        for p in self.plates:
+            p.trim(batch[-1][0])
+
+    def _run(self, samples: list[tuple]) -> None:
+        """Steps 3-4 and the outputs for consecutive marker samples."""
+        n, m = len(samples), self.model
+        t = np.array([s[0] for s in samples], dtype=np.int64)
+        q, v, a = (np.array([s[k] for s in samples]) for k in (1, 2, 3))
+        recv, known = [max(s[6] for s in samples)], np.ones(n, bool)
+        loads, have = [], np.ones(n, bool)
+        for p, (name, centre, corners) in zip(self.plates, self.plate_geo):
+            w, kp, r = p.at(t)
+            recv.append(r)
+            known &= kp
+            have &= np.isfinite(w).all(axis=1)
+            loads.append(PlateLoad(w[:, :3], cross(centre, w[:, :3]) + w[:, 3:6], corners, w[:, 6] >= 0.5, name))
+        kin = h15.marker_inverse_dynamics(m, q, v, a, loads, self.feet, None, self.settings.height_tol_m,
+                                          self.settings.edge_tol_m)
+        tau = kin.tau_bottom_up[:, 6:]
+        torques = np.concatenate([tau, tau * v[:, 6:], kin.residual_force, kin.residual_moment,
+                                  (~known)[:, None].astype(float)], axis=1)
+        # ZMP of the plates' total wrench, margin to the stance feet's markers
+        f_tot = sum(ld.force for ld in loads)
+        n_tot = sum(ld.moment for ld in loads)
+        z = zmp_of_wrench(f_tot, n_tot, self.ground_z, self.settings.min_fz_n)
+        pts = np.array([s[4] for s in samples])                             # (n, K, 3)
+        stance = kin.foot_wrench[:, :, 2] > self.settings.contact_n         # (n, F)
+        on = stance[:, self.point_foot] & np.isfinite(pts).all(axis=2)
+        margin, nvert = support_margin(np.nan_to_num(pts), on, z.point)
+        zmp = np.column_stack([z.point[:, :2], margin, nvert, z.valid])
+        contact = np.concatenate([kin.foot_wrench, kin.foot_known[..., None]], axis=2).reshape(n, -1)
+        torques[~have, :-1] = zmp[~have] = contact[~have] = np.nan     # a plate never seen: nothing is known
+        th0, td0 = samples[0][5]
+        common = dict(rate_hz=self.rate, t=int(t[0]), t_host=th0, t_device=td0)
+        latency = (self.clock() - max(recv)) * 1e-9
+        meta = {"latency_s": latency}
+        self.publish(TORQUES, torques, kind="torques", channels=self.torque_channels, units=self.torque_units,
+                     meta=meta, **common)
+        self.publish(ZMP, zmp, kind="zmp", channels=ZMP_CHANNELS, units=ZMP_UNITS, meta=meta, **common)
+        self.publish(CONTACT, contact, kind="contact", channels=self.contact_channels, units=self.contact_units,
+                     meta=meta, **common)
+        self.latencies.append(latency)
+
+
+# -------------------------------------------------------------------------------- process ----
+
+def _parser() -> argparse.ArgumentParser:
+    d = TreeSettings()
+    p = argparse.ArgumentParser(prog="dynamics.service_torques", description="live joint torques of a tree model")
+    p.add_argument("--model", default="human15", help="tree model file or shipped name (configs/models)")
+    p.add_argument("--markerset", default=None, help="marker set (configs/markersets/NAME.toml); default: the model's name")
+    p.add_argument("--markers", default="markers/sim", help="the full-body marker stream")
+    p.add_argument("--feet", default="foot_l,foot_r", help="foot segments, comma-separated")
+    p.add_argument("--mass", type=float, default=None, help="subject mass [kg]: human15 / exoskeleton scaled to it")
+    p.add_argument("--height", type=float, default=None, help="subject stature [m] (with --mass)")
+    p.add_argument("--sex", default="male", choices=("male", "female"), help="anthropometric table (with --mass)")
+    p.add_argument("--max-wait-s", type=float, default=d.max_wait_s,
+                   help="longest a marker sample waits for a lagging plate [s]")
+    p.add_argument("--contact-n", type=float, default=d.contact_n, help="least vertical force on a standing foot [N]")
+    p.add_argument("--min-fz-n", type=float, default=d.min_fz_n, help="least total vertical force for a ZMP [N]")
+    p.add_argument("--height-tol-m", type=float, default=d.height_tol_m, help="foot point above a plate still on it [m]")
+    p.add_argument("--edge-tol-m", type=float, default=d.edge_tol_m, help="plate outline grown by [m]")
+    return p
+
+
+def model_kind(args: Sequence[str], default: str = "jansen_walker") -> str:
+    """The ``kind`` (``tree`` or ``linkage``) of the model file ``--model`` in args names (`default`
+    without one); ``linkage`` when the file is not found (the walker's own error then names it)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--model", default=default)
+    name = parser.parse_known_args(list(args))[0].model
+    try:
+        return str(read_toml(resolve(name)).get("kind", "tree"))
+    except FileNotFoundError:
+        return "linkage"
+
+
+def tree_model(name: str, mass: float | None, height: float | None, sex: str) -> Model:
+    """The tree model `name`; human15 or exoskeleton scaled to mass [kg] and height [m]
+    (`dynamics.anthropometry`) when both are given. ValueError naming a bad value."""
+    from dynamics.anthropometry import exoskeleton_table, human15_table
+    from dynamics.loader import load_model, model_from_dict
+
+    if mass is None and height is None:
+        model = load_model(name)
+    elif mass is None or height is None or not (20 <= mass <= 300 and 1.0 <= height <= 2.5):
+        raise ValueError(f"--mass and --height: give both, 20-300 kg and 1.0-2.5 m, got {mass}, {height}")
+    elif name in ("human15", "exoskeleton"):
+        table = human15_table if name == "human15" else exoskeleton_table
+        model = model_from_dict(table(mass, height, sex), name)
+    else:
+        raise ValueError(f"--mass/--height scale the shipped human15 and exoskeleton models, not {name!r}")
+    if not isinstance(model, Model):
+        raise ValueError(f"--model {name!r} is not a tree model")
+    return model
+
+
+def service_from(ctx: ProcessContext, args: Sequence[str], publish: Publish | None = None) -> TreeService:
+    """The `TreeService` of process `ctx` (its devices: force plates) with `args`, kernels loaded."""
+    from daq.devices.markers_sim import load_marker_set
+
+    o = _parser().parse_args(list(args))
+    model = tree_model(o.model, o.mass, o.height, o.sex)
+    try:
+        mset = load_marker_set(o.markerset or model.name)
+    except ValueError:
+        if o.markerset:
+            raise
+        mset = load_marker_set("human15")     # e.g. the exoskeleton: the human wearing it carries the markers
+    plates = [(n, fp.Plate(type=d.type, corners=d.corners, origin=d.origin, cal_matrix=d.cal_matrix, name=n))
+              for n, d in ctx.devices.items() if d.kind == "forceplate"]
+    service = TreeService(model, mset, [f for f in o.feet.split(",") if f], plates, o.markers,
+                          TreeSettings(o.max_wait_s, o.contact_n, o.min_fz_n, o.height_tol_m, o.edge_tol_m),
+                          publish or ctx.publisher.publish, ctx.health.count, ctx.clock)
+    service.warm()
+    log.info("tree model %s (%.1f kg), marker set %s, feet %s", model.name, model.total_mass, mset.name, o.feet)
+    return service

@@ -1,0 +1,289 @@
+"""The tree-model path of the live dynamics service (`dynamics.service_tree.TreeService`) fed frames of
+a synthetic human15 motion.
+
+The motion is analytic (q, v, a known at any time): the base walks, bobs and turns from −2 to +2 rad
+about a tilted axis (scipy's quaternion of it changes hemisphere), the left elbow swings through ±π
+(its angle wraps), every other joint a sine. Markers (200 Hz, 2 samples per frame, the mocap daemon's layout) are
+placed by the model's forward kinematics; the plate under the right foot (1 kHz, the plate service's
+``dynamics/grf/NAME`` layout: moment about its surface centre) carries the ground wrench the motion
+requires, computed by Pinocchio's rnea; a second plate elsewhere reads nothing.
+
+Truths: Pinocchio's rnea with that wrench on the right foot (the joint torques), the analytic rates
+(the joint power), the ZMP formula of methods.md d.2 on Pinocchio's wrench, scipy's convex hull of the
+foot markers (the margin), and the offline pipeline run on the whole record at once (what the
+incremental carrying must reproduce)."""
+from __future__ import annotations
+
+import functools
+import tomllib
+
+import numpy as np
+import pytest
+from scipy.spatial import ConvexHull
+from scipy.spatial.transform import Rotation
+
+import configs
+from daq.frames import Frame
+from dynamics import forceplate as fp
+from dynamics import load_model
+from dynamics.human15_markers import (fit_segments, joint_coordinates, joint_rates, marker_inverse_dynamics,
+                                      marker_set_from_dict)
+from dynamics.kinematics import contact_positions
+from dynamics.plate_id import PlateLoad
+from dynamics.service_torques import CONTACT, TORQUES, ZMP
+from dynamics.service_tree import TreeService, TreeSettings
+
+from .test_human15_markers import pinocchio_truth, synthetic_markers
+from .test_service_torques import Bus
+
+pytestmark = pytest.mark.usefixtures("kernel_path")     # the compiled plate_id and the numpy path
+
+T0 = 10 ** 12          # lab time of the first sample [ns]
+FS, FS_PLATE = 200.0, 1000.0
+SECONDS = 1.5
+FEET = ("foot_r",)
+SETTINGS = TreeSettings(max_wait_s=1.0, height_tol_m=2.0)
+
+
+@functools.lru_cache(maxsize=None)
+def model():
+    return load_model("human15")
+
+
+@functools.lru_cache(maxsize=None)
+def mset():
+    return marker_set_from_dict(tomllib.loads(configs.path("markersets/human15.toml").read_text()))
+
+
+def motion(t: np.ndarray):
+    """Analytic q (N, nq), v, a (N, nv) at times t (N,) s (module doc)."""
+    m = model()
+    n, k = t.size, m.nv - 6
+    rng = np.random.default_rng(5)
+    amp, w, ph = rng.uniform(0.05, 0.25, k), 2 * np.pi * rng.uniform(0.7, 1.3, k), rng.uniform(0, 2 * np.pi, k)
+    off = np.zeros(k)
+    elbow = m.idx_v[m.index["forearm_l"]] - 6
+    amp[elbow], off[elbow], w[elbow] = 2.0, 1.6, 2 * np.pi * 0.8      # through +-pi: the angle wraps
+    q, v, a = np.zeros((n, m.nq)), np.zeros((n, m.nv)), np.zeros((n, m.nv))
+    q[:, 7:] = off + amp * np.sin(w * t[:, None] + ph)
+    v[:, 6:] = amp * w * np.cos(w * t[:, None] + ph)
+    a[:, 6:] = -amp * w ** 2 * np.sin(w * t[:, None] + ph)
+    u = np.array([0.1, 0.2, 1.0]) / np.linalg.norm([0.1, 0.2, 1.0])
+    th, thd, thdd = -2.0 + 2.6 * t + 0.2 * np.sin(2 * t), 2.6 + 0.4 * np.cos(2 * t), -0.8 * np.sin(2 * t)
+    R = Rotation.from_rotvec(th[:, None] * u).as_matrix()
+    q[:, 3:7] = Rotation.from_matrix(R).as_quat()
+    p = np.column_stack([0.3 * t, 0.01 * np.sin(3 * t), 0.95 + 0.02 * np.sin(6 * t)])
+    pd = np.column_stack([np.full(n, 0.3), 0.03 * np.cos(3 * t), 0.12 * np.cos(6 * t)])
+    pdd = np.column_stack([np.zeros(n), -0.09 * np.sin(3 * t), -0.72 * np.sin(6 * t)])
+    q[:, :3] = p
+    vl, om = np.einsum("nji,nj->ni", R, pd), thd[:, None] * u
+    v[:, :3], v[:, 3:6] = vl, om
+    a[:, :3] = np.einsum("nji,nj->ni", R, pdd) - np.cross(om, vl)      # d/dt (Rᵀ ṗ)
+    a[:, 3:6] = thdd[:, None] * u
+    return q, v, a
+
+
+@functools.lru_cache(maxsize=None)
+def record():
+    """(marker times, q, v, a at them, Pinocchio's torques there, plate times, the wrench (f, n) about
+    the lab origin at the plate times, the plates)."""
+    tp = np.arange(round(SECONDS * FS_PLATE)) / FS_PLATE
+    qp, vp, ap = motion(tp)
+    f, n, tau = pinocchio_truth(model(), qp, vp, ap)
+    every = round(FS_PLATE / FS)
+    heel_toe = contact_positions(model(), qp, ["heel_r", "toe_r"])
+    lo, hi = heel_toe[..., :2].reshape(-1, 2).min(0) - 0.05, heel_toe[..., :2].reshape(-1, 2).max(0) + 0.05
+    z = float(heel_toe[..., 2].min()) - 1e-3
+    c1 = np.array([[hi[0], hi[1], z], [lo[0], hi[1], z], [lo[0], lo[1], z], [hi[0], lo[1], z]])
+    c2 = c1 + [hi[0] - lo[0] + 0.5, 0.0, 0.0]                         # beyond the first: never stepped on
+    plates = [(name, fp.Plate(type=2, corners=c, origin=np.array([0.0, 0.0, -0.04]), name=name))
+              for name, c in (("FP1", c1), ("FP2", c2))]
+    return (tp[::every], qp[::every], vp[::every], ap[::every], tau[::every], tp, f, n, plates)
+
+
+def frames_of(drop_marker_frame: int | None = None, block: int = 2) -> list[Frame]:
+    """Marker frames (`block` samples each, 200 Hz) and plate frames (5 samples, 1 kHz), in the order of
+    their last sample's time; `drop_marker_frame`: that marker frame is lost."""
+    tm, qm, _, _, _, tp, f, n, plates = record()
+    pos = synthetic_markers(model(), mset(), qm)
+    labels = list(pos)
+    chans = tuple(f"{lab}:{ax}" for lab in labels for ax in "xyz")
+    data = np.stack([pos[lab] for lab in labels], axis=1).reshape(len(tm), -1)
+    out, seq = [], {}
+
+    def frame(stream, kind, rate, channels, rows, t0_s, t_last_s):
+        seq[stream] = seq.get(stream, -1) + 1
+        t0 = T0 + round(t0_s * 1e9)
+        out.append((T0 + round(t_last_s * 1e9), Frame(stream, kind, seq[stream], t0, t0, t0, rate, tuple(channels),
+                                                      ("m",) * len(channels), np.asarray(rows, float))))
+
+    for k, i in enumerate(range(0, len(tm) - block + 1, block)):
+        if k != drop_marker_frame:
+            frame("markers/sim", "markers", FS, chans, data[i:i + block], tm[i], tm[i + block - 1])
+        else:
+            seq["markers/sim"] += 1
+    for name, plate in plates:
+        centre = np.asarray(plate.corners, float).mean(axis=0)
+        loaded = name == "FP1"
+        F = f if loaded else np.zeros_like(f)
+        M = (n - np.cross(centre, f)) if loaded else np.zeros_like(n)    # about the plate's surface centre
+        valid = np.full((len(tp), 1), float(loaded))
+        rows = np.column_stack([F, M, valid])
+        for i in range(0, len(tp) - 4, 5):
+            frame(f"dynamics/grf/{name}", "grf", FS_PLATE, ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "valid"),
+                  rows[i:i + 5], tp[i], tp[i + 4])
+    out.sort(key=lambda x: x[0])
+    return [fr for _, fr in out]
+
+
+def serve(frames, chunk: int = 3, settings: TreeSettings = SETTINGS, clock=lambda: 0) -> Bus:
+    bus = Bus()
+    svc = TreeService(model(), mset(), FEET, record()[-1], "markers/sim", settings, bus.publish, clock=clock)
+    for i in range(0, len(frames), chunk):
+        svc.feed(frames[i:i + chunk])
+    return bus
+
+
+def columns(channels, prefix):
+    return [k for k, c in enumerate(channels) if c.startswith(prefix)]
+
+
+def at_markers(t):
+    """Marker sample index of lab times t (N,) ns."""
+    return np.round((t - T0) * 1e-9 * FS).astype(int)
+
+
+def test_torques_equal_pinocchios_rnea_with_the_plate_wrench_on_the_foot():
+    """Every marker sample but the last 2 (the look-ahead) is published, the first 2 NaN (no sample
+    before them for their rates); the others' bottom-up torques equal
+    Pinocchio's rnea on the true motion with the plate's wrench on the right foot within the central
+    differences' O(h²) error (measured 6.5e-5 of the peak torque, 274 N·m); the power is τ·q̇ of those; the root
+    residual (measured − required wrench) is small against body weight."""
+    tm, _, vm, _, tau, *_ = record()
+    bus = serve(frames_of())
+    t, tq, ch = bus.series(TORQUES)
+    i = at_markers(t)
+    assert np.array_equal(i, np.arange(len(tm) - 2))          # every sample, once, in order
+    assert np.all(tq[:, ch.index("stale")] == 0)
+    assert np.isnan(tq[:2, :-1]).all()
+    t, tq, i = t[2:], tq[2:], i[2:]
+    got, truth = tq[:, columns(ch, "tau:")], tau[i, 6:]
+    scale = np.abs(truth).max()
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, truth, atol=5e-4 * scale)
+    np.testing.assert_allclose(tq[:, columns(ch, "power:")], truth * vm[i, 6:], atol=5e-4 * scale * np.abs(vm).max())
+    weight = model().total_mass * 9.81
+    assert np.abs(tq[:, columns(ch, "res:")]).max() < 5e-4 * weight
+    assert [c[4:] for c in ch if c.startswith("tau:")] == [s.joint_name for s in model().segments[1:]]
+
+
+def test_the_incremental_service_equals_the_offline_pipeline_on_the_whole_record():
+    """Frames of 2 marker samples carry the unwrapping (the elbow passes ±π, the root quaternion changes
+    hemisphere in scipy's conversion) and the rates' look-ahead: q, v, a and the torques equal those of
+    the offline pipeline run on all samples at once (its interior), whatever the feeding."""
+    tm, qm, *_ = record()
+    raw = Rotation.from_matrix(Rotation.from_quat(qm[:, 3:7]).as_matrix()).as_quat()
+    assert (np.einsum("ij,ij->i", raw[1:], raw[:-1]) < 0).any()        # the hemisphere does change
+    elbow = model().idx_q[model().index["forearm_l"]]
+    assert qm[:, elbow].max() > np.pi
+    pos = synthetic_markers(model(), mset(), qm)
+    q = joint_coordinates(model(), mset(), fit_segments(model(), mset(), pos))
+    v, a = joint_rates(model(), q, FS)
+    _, _, _, _, _, tp, f, n, plates = record()
+    every = round(FS_PLATE / FS)
+    loads = [PlateLoad(f[::every] if name == "FP1" else 0 * f[::every], n[::every] if name == "FP1" else 0 * n[::every],
+                       p.corners, np.full(len(tm), name == "FP1"), name) for name, p in plates]
+    kin = marker_inverse_dynamics(model(), q, v, a, loads, FEET, None, SETTINGS.height_tol_m, SETTINGS.edge_tol_m)
+    frames = frames_of()
+    for chunk in (1, 5, len(frames)):
+        t, tq, ch = serve(frames, chunk).series(TORQUES)
+        t, tq = t[2:], tq[2:]
+        i = at_markers(t)
+        np.testing.assert_allclose(tq[:, columns(ch, "tau:")], kin.tau_bottom_up[i, 6:], rtol=1e-9, atol=1e-7)
+        np.testing.assert_allclose(tq[:, columns(ch, "res:Fx")[0]:][:, :3], kin.residual_force[i], atol=1e-7)
+
+
+def test_zmp_margin_and_contact_follow_the_plate_wrench():
+    """ZMP = ((z f_x − n_y)/f_z, (z f_y + n_x)/f_z) of Pinocchio's wrench on the plate plane (d.2); the
+    margin is the signed distance to scipy's convex hull of the right foot's 3 markers (inside: the
+    least distance to an edge line; outside: negative); the right foot carries the plate's wrench,
+    known."""
+    tm, qm, *_, plates = record()
+    _, _, _, _, _, tp, f, n, _ = record()
+    bus = serve(frames_of())
+    t, zmp, zch = bus.series(ZMP)
+    _, con, cch = bus.series(CONTACT)
+    t, zmp, con = t[2:], zmp[2:], con[2:]       # the first 2: no rates, NaN
+    i = at_markers(t)
+    j = i * round(FS_PLATE / FS)
+    z = plates[0][1].corners[:, 2].mean()
+    expected = np.column_stack([(z * f[j, 0] - n[j, 1]) / f[j, 2], (z * f[j, 1] + n[j, 0]) / f[j, 2]])
+    np.testing.assert_allclose(zmp[:, :2], expected, atol=1e-9)
+    assert np.all(zmp[:, zch.index("valid")] == 1) and np.all(zmp[:, zch.index("support")] == 3)
+    pos = synthetic_markers(model(), mset(), qm)
+    foot = np.stack([pos[m] for m in mset().segments["foot_r"]], axis=1)[i, :, :2]
+    margin = zmp[:, zch.index("margin")]
+    inside = 0
+    for k in range(len(t)):
+        hull = ConvexHull(foot[k])
+        s = hull.equations[:, :2] @ expected[k] + hull.equations[:, 2]      # < 0 inside
+        if s.max() < 0:
+            inside += 1
+            assert margin[k] == pytest.approx(-s.max(), abs=1e-9)
+        else:
+            assert margin[k] < 0 and -margin[k] >= s.max() - 1e-9
+    assert inside > 0
+    np.testing.assert_allclose(con[:, [cch.index(f"foot_r:{c}") for c in ("Fx", "Fy", "Fz")]], f[j], rtol=1e-12)
+    np.testing.assert_allclose(con[:, [cch.index(f"foot_r:{c}") for c in ("Mx", "My", "Mz")]], n[j], rtol=1e-9,
+                               atol=1e-9)
+    assert np.all(con[:, cch.index("foot_r:known")] == 1)
+
+
+def test_a_lost_marker_frame_leaves_its_neighbours_nan_and_the_rest_exact():
+    """Marker frame 100 (samples 200, 201) lost: the 2 samples each side of the gap have no rates (NaN
+    torques, as a NaN row offline), the output stamps jump over the gap, every other sample is as
+    without the loss."""
+    whole = serve(frames_of()).series(TORQUES)
+    t, tq, ch = serve(frames_of(drop_marker_frame=100)).series(TORQUES)
+    i = at_markers(t)
+    assert not np.isin([200, 201], i).any()
+    cut = np.isin(i, [198, 199, 202, 203])
+    assert cut.sum() == 4 and np.isnan(tq[cut][:, columns(ch, "tau:")]).all()
+    ref = dict(zip(at_markers(whole[0]), whole[1]))
+    np.testing.assert_allclose(tq[~cut], np.array([ref[k] for k in i[~cut]]), rtol=1e-12, atol=1e-9)
+
+
+def test_samples_wait_for_the_plates_and_a_silent_plate_is_held():
+    """Markers fed long before the plates: nothing is computed until the plates cover the samples, then
+    the same numbers. A plate that stops: once the samples waited --max-wait-s (host clock) they are
+    computed with it held at its last value, flagged stale and counted."""
+    frames = frames_of()
+    markers = [fr for fr in frames if fr.stream == "markers/sim"]
+    plates = [fr for fr in frames if fr.stream != "markers/sim"]
+    bus = Bus()
+    svc = TreeService(model(), mset(), FEET, record()[-1], "markers/sim", SETTINGS, bus.publish, clock=lambda: 0)
+    svc.feed(markers)
+    assert TORQUES not in bus.frames
+    svc.feed(plates)
+    np.testing.assert_allclose(bus.series(TORQUES)[1], serve(frames).series(TORQUES)[1], rtol=1e-12, atol=1e-9)
+    now = [0]
+    counts: dict[str, int] = {}
+    bus = Bus()
+    svc = TreeService(model(), mset(), FEET, record()[-1], "markers/sim", TreeSettings(max_wait_s=0.5, height_tol_m=2.0),
+                      bus.publish, count=lambda s, k=1: counts.__setitem__(s, counts.get(s, 0) + k),
+                      clock=lambda: now[0])
+    stop = T0 + 500_000_000          # FP2 stops after 0.5 s
+    for fr in frames:
+        if not (fr.stream == "dynamics/grf/FP2" and fr.t >= stop):
+            now[0] = fr.t_host
+            svc.feed([fr])
+    now[0] += 600_000_000
+    svc.feed([])
+    t, tq, ch = bus.series(TORQUES)
+    t, tq = t[2:], tq[2:]
+    late = t > stop - 1_000_000      # after FP2's last sample
+    assert late.any() and np.all(tq[late, ch.index("stale")] == 1) and np.all(tq[~late, ch.index("stale")] == 0)
+    assert counts["dynamics/grf/FP2:held_samples"] == late.sum()
+    i = at_markers(t)
+    # FP2 read nothing before it stopped: held at nothing, the torques are still the truth
+    np.testing.assert_allclose(tq[:, columns(ch, "tau:")], record()[4][i, 6:], atol=2e-3 * np.abs(record()[4]).max())

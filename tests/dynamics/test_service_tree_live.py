@@ -1,0 +1,112 @@
+"""The tree-model path as a real `controller.proc` subprocess on real ZeroMQ sockets: the lab's
+``dynamics.service_torques`` process with ``--model human15`` (a tree: `service_from` builds the
+`TreeService`), fed the synthetic human15 frames of test_service_tree by the test, its outputs read
+back with a Subscriber.
+
+Truth: the same frames fed in process (`test_service_tree.serve`, checked against Pinocchio's rnea
+there) — the process computes the same numbers with the same stamps — and every output frame carries
+its latency, also reported in the health frames."""
+from __future__ import annotations
+
+import signal
+import textwrap
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from daq.bus import Publisher, Subscriber
+from daq.health import parse_health
+from daq.ports import free_tcp_ports
+
+from .test_service_live import start
+from .test_service_torques import Bus
+from .test_service_tree import CONTACT, TORQUES, ZMP, frames_of, record, serve
+
+STREAMS = (TORQUES, ZMP, CONTACT)
+
+
+def lab(tmp_path, ports):
+    plates = "".join(f"""
+        [devices.{name}]
+        kind = "forceplate"
+        source = "test"
+        corners = {p.corners.tolist()}
+        origin = [0.0, 0.0, -0.04]
+        """ for name, p in record()[-1])
+    text = textwrap.dedent(f"""
+        [lab]
+        name = "treetest"
+        [supervisor]
+        bind = "tcp://127.0.0.1:{ports[0]}"
+        [[processes]]
+        name = "torques"
+        module = "dynamics.service_torques"
+        bind = "tcp://127.0.0.1:{ports[1]}"
+        devices = ["FP1", "FP2"]
+        args = ["--model", "human15", "--markers", "markers/sim", "--feet", "foot_r", "--height-tol-m", "2.0",
+                "--max-wait-s", "2.0"]
+        # not started: the test publishes the frames there
+        [[processes]]
+        name = "feed"
+        module = "controller.healthmon"
+        bind = "tcp://127.0.0.1:{ports[2]}"
+    """) + textwrap.dedent(plates)
+    path = tmp_path / "lab.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_tree_process_computes_what_the_service_computes_in_process(tmp_path):
+    ports = free_tcp_ports(3)
+    config = lab(tmp_path, ports)
+    frames = frames_of()
+    expected: Bus = serve(frames)
+    feed = Publisher(f"tcp://127.0.0.1:{ports[2]}")
+    proc = start(config, "torques", tmp_path)
+    got = defaultdict(list)
+    sub = Subscriber([f"tcp://127.0.0.1:{ports[1]}"], ["dynamics/*", "health/torques"], expect=list(STREAMS))
+    try:
+        assert sub.wait_connected(timeout_s=60.0), "the service did not come up"
+        assert feed.wait_for_subscribers(1, timeout_s=60.0), "the service never subscribed"
+        for k, f in enumerate(frames):
+            feed.publish(f.stream, f.data, kind=f.kind, rate_hz=f.rate_hz, channels=f.channels, units=f.units,
+                         t=f.t, t_host=f.t_host, t_device=f.t_device)
+            if k % 4 == 3:
+                time.sleep(0.003)       # about real time: 1.5 s of frames in a few seconds
+                while (g := sub.recv(timeout_s=0)) is not None:
+                    got[g.stream].append(g)
+        n_expected = sum(d.shape[0] for d, _ in expected.frames[TORQUES])
+        deadline = time.monotonic() + 60.0
+        while sum(g.samples for g in got[TORQUES]) < n_expected and time.monotonic() < deadline:
+            g = sub.recv(timeout_s=0.2)
+            if g is not None:
+                got[g.stream].append(g)
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            g = sub.recv(timeout_s=0.2)
+            if g is not None:
+                got[g.stream].append(g)
+                if g.stream == "health/torques" and g.meta["state"] == "stopped":
+                    break
+        stats = sub.stats()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        sub.close()
+        feed.close()
+    for stream in STREAMS:
+        live = np.concatenate([g.data for g in got[stream]])
+        mine = np.concatenate([d for d, _ in expected.frames[stream]])
+        assert live.shape == mine.shape
+        assert np.allclose(live, mine, rtol=1e-12, atol=1e-9, equal_nan=True)
+        assert got[stream][0].channels == expected.frames[stream][0][1]["channels"]
+    t_live = np.concatenate([g.t + np.arange(g.samples) * 5_000_000 for g in got[TORQUES]])
+    t_mine = np.concatenate([kw["t"] + np.arange(d.shape[0]) * 5_000_000 for d, kw in expected.frames[TORQUES]])
+    assert np.array_equal(t_live, t_mine)
+    assert all(0 <= g.meta["latency_s"] < 5.0 for g in got[TORQUES])
+    assert all(stats[s].gaps == 0 and stats[s].dropped == 0 for s in STREAMS)
+    health = [parse_health(g) for g in got["health/torques"]]
+    assert sum(h["latency"]["latency_n"] for h in health if "latency" in h) == len(got[TORQUES])
