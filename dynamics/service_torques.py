@@ -545,7 +545,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def service_from(ctx: ProcessContext, args: Sequence[str], publish: Publish | None = None) -> WalkerService:
-    """The `WalkerService` of process `ctx` (its devices: force plates and one mcu) with `args`."""
+    """The `WalkerService` of process `ctx` (its devices: force plates and one mcu) with `args`; for a
+    ``--model`` file of kind tree (a human, an exoskeleton) the `dynamics.service_tree.TreeService`."""
+    from dynamics import service_tree
+
+    if service_tree.model_kind(args) == "tree":
+        return service_tree.service_from(ctx, args, publish)
     o = _parser().parse_args(list(args))
     world = jansen_world(o.model, law=NormalLaw("hunt_crossley_constant", o.stiffness, damping=o.damping),
                          friction=Friction(o.mu, kind="tanh", v_s=o.slip_velocity))
