@@ -147,7 +147,6 @@ class WorldSource:
 
     def __init__(self, ctx: ProcessContext, opts: argparse.Namespace) -> None:
         from dynamics.contact import Friction, NormalLaw
-        from dynamics.forceplate import Plate
         from dynamics.plants.jansen_world import JansenSim, jansen_world, marker_labels
 
         self.ctx, self.opts = ctx, opts
@@ -160,17 +159,34 @@ class WorldSource:
                                                             damping=opts.damping),
                                   friction=Friction(opts.mu, kind="tanh", v_s=opts.slip_velocity) if opts.mu > 0
                                   else None)
-        self.devices = [d for d in ctx.devices.values() if d.kind == "forceplate" and d.source == "sim"]
         h = 1.0 / (2 * opts.control_hz)  # the motor plant's two substeps per control tick
+        every = self._instruments(h, marker_labels(self.world), MOTORS)
+        self.mcu = None
+        self.sim = JansenSim(self.world, h, record_every=every, x0=opts.x0,
+                             aux=lambda: self.mcu.bank.i, n_aux=len(MOTORS))
+        rate = self.rate
+        self.truth = _Out(SIM_STREAM, "sim", rate / round(rate / 100.0), SIM_CHANNELS, SIM_UNITS, 10,
+                          round(rate / 100.0), meta={"advance_per_cycle_m": self.world.advance_per_cycle,
+                                                     "mass_kg": self.world.mass})
+        self.n = 0  # world samples published so far
+        self._reported: dict[str, int] = {}
+        self.handle = ""
+        self.t0 = 0
+        self.port = os.path.abspath(opts.port or mcu.port)
+
+    def _instruments(self, h: float, labels: Sequence[str], motors: Sequence[str]) -> int:
+        """The plates' (``kind = "forceplate"``, ``source = "sim"``), markers' (`labels`) and encoders'
+        (`motors`) outputs of a world stepped every h s; returns the world steps per plate sample."""
+        from dynamics.forceplate import Plate
+
+        ctx, opts = self.ctx, self.opts
+        self.devices = [d for d in ctx.devices.values() if d.kind == "forceplate" and d.source == "sim"]
         rate = self.devices[0].rate_hz if self.devices else 1000.0
         every = round(1.0 / (h * rate))
         if any(d.rate_hz != rate for d in self.devices) or abs(every * h * rate - 1.0) > 1e-9:
             raise ValueError(f"{ctx.lab.source}: process {ctx.name!r}: every plate's rate_hz must be the same "
                              f"whole fraction of the world's {1 / h:g} Hz step")
         self.rate = rate
-        self.mcu = None
-        self.sim = JansenSim(self.world, h, record_every=every, x0=opts.x0,
-                             aux=lambda: self.mcu.bank.i, n_aux=len(MOTORS))
         self.rng = np.random.default_rng(opts.seed)
         self.plates, self.offsets, self.noise, self.outs = [], [], [], []
         for d in self.devices:
@@ -181,7 +197,7 @@ class WorldSource:
             self.noise.append(opts.plate_noise_n * noise)
             units = tuple("m" if c.startswith("COP") else "N*m" if c[0] in "MT" else "N" for c in d.channels)
             self.outs.append(_Out(d.stream_name, "force", rate, tuple(d.channels), units, int(d.block)))
-        self.labels = marker_labels(self.world)
+        self.labels = tuple(labels)
         m_every = round(rate / opts.marker_rate_hz)
         if abs(m_every * opts.marker_rate_hz - rate) > 1e-9:
             raise ValueError(f"--marker-rate-hz {opts.marker_rate_hz}: expected a whole fraction of {rate:g} Hz")
@@ -190,15 +206,8 @@ class WorldSource:
                             2, m_every)
         self.occluded_until = np.zeros(len(self.labels), dtype=np.int64)
         self.encoders = [_Out(f"encoder/{m}", "encoder", rate, ("angle", "velocity", "current"), ("rad", "rad/s", "A"),
-                              10) for m in MOTORS]
-        self.truth = _Out(SIM_STREAM, "sim", rate / round(rate / 100.0), SIM_CHANNELS, SIM_UNITS, 10,
-                          round(rate / 100.0), meta={"advance_per_cycle_m": self.world.advance_per_cycle,
-                                                     "mass_kg": self.world.mass})
-        self.n = 0  # world samples published so far
-        self._reported: dict[str, int] = {}
-        self.handle = ""
-        self.t0 = 0
-        self.port = os.path.abspath(opts.port or mcu.port)
+                              10) for m in motors]
+        return every
 
     def open(self) -> None:
         from dynamics.plants.motor import MotorParams
@@ -235,19 +244,8 @@ class WorldSource:
         self.n += N
         self.ctx.health.count("world/steps", N * self.sim.record_every)
         t_ns = np.round(s.t * 1e9).astype(np.int64)
-        out: list[Block] = []
-        for p, off, noise, o, (F, M) in zip(self.plates, self.offsets, self.noise, self.outs,
-                                            plate_loads(s.foot, s.force, self.plates)):
-            raw = p.raw_channels(F, M) + off + self.rng.normal(size=(N, p.n_channels)) * noise
-            out += o.push(t_ns, raw, None, now)
-        cpr = self.opts.cpr
-        for j, o in enumerate(self.encoders):
-            angle = np.floor(s.q[:, 3 + j] * cpr / (2 * np.pi)) * (2 * np.pi / cpr)
-            out += o.push(t_ns, np.column_stack([angle, s.u[:, 3 + j], s.aux[:, j]]), None, now)
-        sel = k % self.markers.every == 0
-        if sel.any():
-            pos, res = self._markers(marker_positions(self.world, s)[sel], k[sel] // self.markers.every)
-            out += self.markers.push(t_ns[sel], pos.reshape(pos.shape[0], -1), res, now)
+        out = self._instrument_blocks(t_ns, k, now, plate_loads(s.foot, s.force, self.plates), s.q[:, 3:5], s.u[:, 3:5],
+                                      s.aux, lambda sel: marker_positions(self.world, s)[sel])
         sel = k % self.truth.every == 0
         if sel.any():
             tau = s.tau_load[sel]
@@ -255,6 +253,28 @@ class WorldSource:
             q = s.q[sel]
             out += self.truth.push(t_ns[sel], np.column_stack([q[:, 0], q[:, 1], q[:, 2], s.u[sel, 0], q[:, 3], q[:, 4],
                                                                om, tau, tau * om]), None, now)
+        return out
+
+    def _instrument_blocks(self, t_ns: np.ndarray, k: np.ndarray, now: int, loads, angle: np.ndarray,
+                           velocity: np.ndarray, current: np.ndarray, markers) -> list[Block]:
+        """The instruments' blocks of world samples numbered k (N,) stamped t_ns (N,) ns: the plates' raw
+        channels of `loads` (`jansen_world.plate_loads`) with offsets and noise; the encoders of the
+        motors' angle, velocity and current (N, motors) (rad, rad/s, A; the angle in whole counts);
+        the markers of the samples a marker frame falls on: ``markers(sel)`` their true positions
+        (n, M, 3) m, with noise and occlusions (`_markers`)."""
+        N = t_ns.size
+        out: list[Block] = []
+        for p, off, noise, o, (F, M) in zip(self.plates, self.offsets, self.noise, self.outs, loads):
+            raw = p.raw_channels(F, M) + off + self.rng.normal(size=(N, p.n_channels)) * noise
+            out += o.push(t_ns, raw, None, now)
+        cpr = self.opts.cpr
+        for j, o in enumerate(self.encoders):
+            counts = np.floor(angle[:, j] * cpr / (2 * np.pi)) * (2 * np.pi / cpr)
+            out += o.push(t_ns, np.column_stack([counts, velocity[:, j], current[:, j]]), None, now)
+        sel = k % self.markers.every == 0
+        if sel.any():
+            pos, res = self._markers(markers(sel), k[sel] // self.markers.every)
+            out += self.markers.push(t_ns[sel], pos.reshape(pos.shape[0], -1), res, now)
         return out
 
     def _markers(self, pos: np.ndarray, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -280,7 +300,12 @@ class WorldSource:
 
 def run(ctx: ProcessContext, args: Sequence[str]) -> int:
     """Run the world until asked to stop (module doc)."""
-    src = WorldSource(ctx, parse_args(ctx.name, args))
+    return serve(ctx, WorldSource(ctx, parse_args(ctx.name, args)))
+
+
+def serve(ctx: ProcessContext, src: WorldSource) -> int:
+    """Open a world source and publish its blocks, stamped as the module doc says, until asked to stop
+    (also the exoskeleton world's loop, `daq.devices.exo_world_sim`)."""
     ctx.health.state = "running"
     try:
         src.open()

@@ -374,11 +374,12 @@ def advance(sim: JansenSim, tau: np.ndarray, t: float) -> None:
 # ------------------------------------------------------------------------------- instruments
 
 
-def plate_loads(foot: np.ndarray, force: np.ndarray, plates: Sequence[Plate]) -> list[tuple[np.ndarray, np.ndarray]]:
+def plate_loads(foot: np.ndarray, force: np.ndarray, plates: Sequence[Plate],
+                moment: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per plate, the load (F (N, 3) N, M (N, 3) N m about its surface centre, lab axes) of the foot
     forces on it: feet foot (N, L, 3) m and forces force (N, L, 3) N (ground on foot, lab frame), a foot
     counted where its ground projection lies inside the plate's corners (the form `Plate.raw_channels`
-    takes: F = Σ F_l, M = Σ (r_l − c) × F_l)."""
+    takes: F = Σ F_l, M = Σ (r_l − c) × F_l [+ Σ T_l with free moments `moment` (N, L, 3) N m])."""
     out = []
     for p in plates:
         rel = foot - p.centre
@@ -386,7 +387,10 @@ def plate_loads(foot: np.ndarray, force: np.ndarray, plates: Sequence[Plate]) ->
         half = np.abs((p.corners - p.centre) @ p.rotation).max(axis=0)
         on = (np.abs(local[..., 0]) <= half[0]) & (np.abs(local[..., 1]) <= half[1])
         f = np.where(on[..., None], force, 0.0)
-        out.append((f.sum(axis=1), np.cross(rel, f).sum(axis=1)))
+        M = np.cross(rel, f).sum(axis=1)
+        if moment is not None:
+            M = M + np.where(on[..., None], moment, 0.0).sum(axis=1)
+        out.append((f.sum(axis=1), M))
     return out
 
 

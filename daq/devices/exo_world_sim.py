@@ -1,0 +1,229 @@
+"""The simulated exoskeleton world as a lab process: the exoskeleton's MCU, its force plates, markers and encoders.
+
+``run(ctx, args)`` (``module = "daq.devices.exo_world_sim"``) runs `dynamics.plants.exo_world`: the
+wearer and exoskeleton walk one semi-inverse nominal of the robot config ``--robot`` (configs/exoskeleton.toml:
+model, joints, gait cycle; grid point ``--scale`` S, ``--period`` T s, ``--zmp-law`` single double),
+built when the process starts (`semi_inverse.build_nominal`, a few seconds); the body's motion is
+prescribed, its ground reaction computed by `dynamics.rnea`. The exoskeleton's joint motors are the
+motors of a virtual MCU on a pty (`firmware_bridge.virtual`, the ``kind = "mcu"`` device the process
+serves, whose ``motors`` must be the robot config's actuators; its path linked as in
+`daq.simulated_robot`), geared DC motors (``--gear`` 100:1, rotor 3.3e-5 kg m², the model's harmonic
+drives) loaded by the cuffs that strap them to the wearer's joints (`ExoSim.load`, stiffness
+``--cuff-stiffness``, damping ``--cuff-damping``): unpowered, they follow the nominal's joint angles;
+whoever opens the pty may command them. Instruments and stamps as `daq.devices.world_sim` (the same
+code, `WorldSource._instrument_blocks`): the world's time is the MCU's, one world sample per plate
+sample (1 kHz, two motor substeps per 500 Hz control tick):
+
+- ``forceplate/NAME`` per ``kind = "forceplate"``, ``source = "sim"`` device: the raw channels of the
+  feet's ground reactions on it (`exo_world.ground_reaction`, each foot's share at its point, free
+  moments included; `jansen_world.plate_loads`), offsets ``--plate-offset-n`` and noise
+  ``--plate-noise-n`` as the Jansen world's; the dynamics service zeroes them while the wearer walks
+  up to the plates (the left foot's first flat place at ``--x0``);
+- ``markers/exo`` (``--marker-stream``) at ``--marker-rate-hz`` (200): the marker set ``--markerset``
+  (configs/markersets/NAME.toml, human15: Plug-in Gait on the wearer's segments; ``model``: the model's
+  own markers) placed on the moving segments (`exo_world.marker_positions`), noise
+  ``--marker-noise-mm``, occlusions with probability ``--dropout`` per marker and frame;
+- ``encoder/<motor>`` per motor: angle in whole ``--cpr`` counts, rate, armature current;
+- ``sim/exo`` at 100 Hz: the world's truth — pelvis x, forward speed, the ground reaction's force
+  (Fx Fy Fz, N) and ZMP (x, y, m), per motor the prescribed joint angle ``q:JOINT`` and the cuff torque
+  ``cuff:JOINT`` (N m); meta ``mass_kg``, ``speed_m_s``, ``stride_s``, ``step_m``, ``nominal``.
+
+Health: the MCU counters (`daq.simulated_robot.count_mcu`), ``world/steps``. docs/sim.md ("The
+exoskeleton world") says what is simulated and what is prescribed.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+from typing import Sequence
+
+import numpy as np
+
+from daq.context import Block, ProcessContext
+from daq.devices.world_sim import WorldSource, _Out, serve
+
+log = logging.getLogger("walklab.exo_world_sim")
+
+SIM_STREAM = "sim/exo"
+#: Rotor inertia of the exoskeleton's harmonic-drive motors, kg m² (configs/models/exoskeleton.toml).
+ROTOR_INERTIA = 3.3e-5
+
+
+def _parser() -> argparse.ArgumentParser:
+    from dynamics.plants.exo_world import CUFF_DAMPING, CUFF_STIFFNESS
+
+    p = argparse.ArgumentParser(prog="daq.devices.exo_world_sim", description="simulated exoskeleton world")
+    p.add_argument("--port", help="pty symlink path (default: the mcu device's port)")
+    p.add_argument("--robot", default="exoskeleton", help="robot config (a file, or a shipped name)")
+    p.add_argument("--scale", type=float, default=0.6, help="step scale S of the nominal")
+    p.add_argument("--period", type=float, default=1.2, help="stride period T of the nominal, s")
+    p.add_argument("--zmp-law", type=int, nargs=2, default=[1, 1], metavar=("SINGLE", "DOUBLE"))
+    p.add_argument("--samples", type=int, default=200, help="nominal samples per stride")
+    p.add_argument("--control-hz", type=int, default=500)
+    p.add_argument("--gear", type=float, default=100.0)
+    p.add_argument("--cpr", type=int, default=16384)
+    p.add_argument("--cuff-stiffness", type=float, default=CUFF_STIFFNESS)
+    p.add_argument("--cuff-damping", type=float, default=CUFF_DAMPING)
+    p.add_argument("--x0", type=float, default=-2.0)
+    p.add_argument("--plate-noise-n", type=float, default=0.5)
+    p.add_argument("--plate-offset-n", type=float, default=5.0)
+    p.add_argument("--markerset", default="human15")
+    p.add_argument("--marker-stream", default="markers/exo")
+    p.add_argument("--marker-rate-hz", type=float, default=200.0)
+    p.add_argument("--marker-noise-mm", type=float, default=1.0)
+    p.add_argument("--dropout", type=float, default=0.002)
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def parse_args(name: str, args: Sequence[str]) -> argparse.Namespace:
+    o = _parser().parse_args(list(args))
+    bad = []
+    if o.control_hz <= 0 or 1_000_000 % o.control_hz:
+        bad.append(f"--control-hz {o.control_hz}: expected a divisor of 1000000")
+    for k in ("scale", "period", "gear", "cuff_stiffness", "marker_rate_hz"):
+        if not (math.isfinite(getattr(o, k)) and getattr(o, k) > 0):
+            bad.append(f"--{k.replace('_', '-')} {getattr(o, k)}: expected > 0")
+    for k in ("cuff_damping", "plate_noise_n", "plate_offset_n", "marker_noise_mm"):
+        if not (math.isfinite(getattr(o, k)) and getattr(o, k) >= 0):
+            bad.append(f"--{k.replace('_', '-')} {getattr(o, k)}: expected >= 0")
+    if not (1 <= o.zmp_law[0] <= 5 and 1 <= o.zmp_law[1] <= 3):
+        bad.append(f"--zmp-law {o.zmp_law[0]} {o.zmp_law[1]}: expected a single-support law 1..5 and a double 1..3")
+    if o.samples < 64 or o.cpr <= 0:
+        bad.append(f"--samples {o.samples} / --cpr {o.cpr}: expected >= 64 and > 0")
+    if not 0 <= o.dropout < 1:
+        bad.append(f"--dropout {o.dropout}: expected 0 <= p < 1")
+    if not o.marker_stream.startswith("markers/"):
+        bad.append(f"--marker-stream {o.marker_stream!r}: marker streams are named markers/NAME")
+    if bad:
+        raise ValueError(f"process {name!r}: " + "; ".join(bad))
+    return o
+
+
+def build_world(opts: argparse.Namespace):
+    """The `ExoWorld` of the options (module doc): the robot config's model, joints and gait cycle, the
+    nominal at (S, T, law), the marker set. A grid point with no periodic trunk is a ValueError."""
+    from controller.synergies.gait_cycle import read_cycle
+    from controller.synergies.robot import load_robot
+    from daq.devices.markers_sim import load_marker_set
+    from dynamics.loader import load_model
+    from dynamics.plants.exo_world import exo_world
+    from dynamics.synthesis.biped import BipedError
+    from dynamics.synthesis.semi_inverse import BipedJoints, build_nominal
+
+    cfg = load_robot(opts.robot)
+    g = cfg.biped
+    if g is None:
+        raise ValueError(f"--robot {opts.robot}: {cfg.source} has no [biped] table (a biped or exoskeleton config)")
+    joints = BipedJoints(tuple(g.hips), tuple(g.knees), tuple(g.ankles), g.trunk, tuple(g.feet))
+    single, double = opts.zmp_law
+    try:
+        nom = build_nominal(load_model(cfg.model), joints, read_cycle(g.gait), opts.scale, opts.period,
+                            single=(single, single), double=(double, double), share=g.double_support,
+                            samples=opts.samples, roll=g.roll)
+    except BipedError as exc:
+        raise ValueError(f"--scale {opts.scale} --period {opts.period} --zmp-law {single} {double}: "
+                         f"no nominal ({exc})") from None
+    mset = None if opts.markerset == "model" else load_marker_set(opts.markerset)
+    name = f"{cfg.robot}_S{opts.scale:.2f}_T{opts.period:.2f}_z{single}{double}"
+    return exo_world(nom, cfg.actuators, mset, stiffness=opts.cuff_stiffness, damping=opts.cuff_damping, name=name)
+
+
+class ExoWorldSource(WorldSource):
+    """The exoskeleton world process's device (as `WorldSource`, whose instruments, markers and close it
+    shares): the MCU and the cuffs run on the MCU's thread; `read` computes the body at the recorded
+    samples' times and drains them into instrument blocks."""
+
+    def __init__(self, ctx: ProcessContext, opts: argparse.Namespace) -> None:
+        from dynamics.plants.exo_world import ExoSim
+
+        self.ctx, self.opts = ctx, opts
+        mcu = ctx.device("mcu")
+        self.world = build_world(opts)
+        if tuple(mcu.motors) != self.world.actuators:
+            raise ValueError(f"{ctx.lab.source}: devices.{mcu.name}.motors = {list(mcu.motors)}: the exoskeleton world "
+                             f"drives {list(self.world.actuators)} (the robot config's actuators)")
+        self.mcu_device = mcu
+        h = 1.0 / (2 * opts.control_hz)  # the motor plant's two substeps per control tick
+        every = self._instruments(h, self.world.labels, self.world.actuators)
+        self.mcu = None
+        A = len(self.world.actuators)
+        self.sim = ExoSim(self.world, h, record_every=every, aux=lambda: self.mcu.bank.i, n_aux=A)
+        rate = self.rate
+        channels = (("x", "vx", "Fx", "Fy", "Fz", "zmp_x", "zmp_y") + tuple(f"q:{j}" for j in self.world.actuators)
+                    + tuple(f"cuff:{j}" for j in self.world.actuators))
+        units = ("m", "m/s", "N", "N", "N", "m", "m") + ("rad",) * A + ("N*m",) * A
+        w = self.world
+        self.truth = _Out(SIM_STREAM, "sim", rate / round(rate / 100.0), channels, units, 10, round(rate / 100.0),
+                          meta={"mass_kg": w.mass, "speed_m_s": w.speed, "stride_s": w.period, "step_m": w.step,
+                                "nominal": w.name})
+        self.n = 0
+        self._reported: dict[str, int] = {}
+        self.handle = ""
+        self.t0 = 0
+        self.port = os.path.abspath(opts.port or mcu.port)
+
+    def open(self) -> None:
+        import time
+
+        from dynamics.plants.exo_world import joint_reference
+        from dynamics.plants.motor import MotorParams
+        from firmware_bridge.virtual import VirtualMCU
+
+        from daq.simulated_robot import link_port, pty_handle
+
+        o = self.opts
+        A = len(self.world.actuators)
+        # an 80 N m harmonic drive: 100:1, 0.05 N m/A (16 A at 80 N m), 48 V bridge
+        motor = MotorParams(R=0.3, L=0.3e-3, Kt=0.05, Ke=0.05, J_m=ROTOR_INERTIA, b=1e-5, tau_c=1e-3, gear=o.gear,
+                            v_supply=48.0)
+        self.mcu = VirtualMCU(A, motor=motor, cpr=o.cpr, control_hz=o.control_hz, stream_hz=min(1000, o.control_hz),
+                              watchdog_ms=self.mcu_device.watchdog_ms, load=self.sim.load, seed=o.seed,
+                              name=f"walklab-exo-{self.ctx.name}")
+        q0, v0 = joint_reference(self.world, 0.0)  # the motors start where the cuffs hold them
+        self.mcu.bank.theta[:] = q0
+        self.mcu.bank.w_m[:] = v0 * self.mcu.bank.gear
+        self.handle = pty_handle(self.mcu)
+        link_port(self.port, self.handle)
+        self.t0 = time.monotonic_ns()  # the MCU's clock 0 on the host clock (it paces its ticks from here)
+        self.mcu.start()
+        log.info("%s: %.1f kg, %.2f m/s, stride %.2f s; plates %s; MCU on %s", self.world.name, self.world.mass,
+                 self.world.speed, self.world.period, [d.name for d in self.devices] or "none", self.port)
+
+    def read(self, timeout_s: float) -> list[Block]:
+        from daq.simulated_robot import count_mcu
+        from dynamics.plants.exo_world import ground_reaction, marker_positions, motion
+        from dynamics.plants.jansen_world import plate_loads
+
+        self.ctx.stop.wait(min(timeout_s, 0.005))  # a plate block's period: frames leave as they fill
+        if not self.mcu.running:
+            raise OSError("the virtual MCU's thread stopped (see the traceback above): the world is frozen")
+        count_mcu(self.ctx, self.mcu.stats, self._reported)
+        s = self.sim.take()
+        if s is None:
+            return []
+        now = self.ctx.clock()
+        N = s.t.size
+        k = self.n + np.arange(N)
+        self.n += N
+        self.ctx.health.count("world/steps", N * self.sim.record_every)
+        t_ns = np.round(s.t * 1e9).astype(np.int64)
+        w = self.world
+        q, v, a = motion(w, s.t, self.opts.x0)
+        g = ground_reaction(w, s.t, q, v, a)
+        loads = plate_loads(g.point, g.foot_force, self.plates, g.foot_moment)
+        out = self._instrument_blocks(t_ns, k, now, loads, s.theta, s.omega, s.aux,
+                                      lambda sel: marker_positions(w, q[sel]))
+        sel = k % self.truth.every == 0
+        if sel.any():
+            qj = q[sel][:, w.iq[w.actuated]]
+            out += self.truth.push(t_ns[sel], np.column_stack([q[sel, 0], v[sel, 0], g.force[sel], g.zmp[sel, :2], qj,
+                                                               s.tau[sel]]), None, now)
+        return out
+
+
+def run(ctx: ProcessContext, args: Sequence[str]) -> int:
+    """Run the exoskeleton world until asked to stop (module doc)."""
+    return serve(ctx, ExoWorldSource(ctx, parse_args(ctx.name, args)))

@@ -1,0 +1,421 @@
+"""The simulated world of the exoskeleton and its wearer: a prescribed walk, the ground reactions it
+requires, the joint motors strapped to it, force plates and markers as instruments. Pure computation.
+
+**Prescribed** (not integrated): the whole body follows one semi-inverse nominal
+(`dynamics.synthesis.semi_inverse.build_nominal`: the prescribed leg synergy and the compensating trunk
+whose ZMP follows its law, docs/controller.md), repeated stride after stride. The nominal's samples
+(t_i, q_i, v_i, a_i), i = 0..M−1 over one stride of period T, plus the closing knot t_M = T with the
+first sample moved forward by the stride's advance 2 S_h along x, are joined by the quintic Hermite
+interpolant per interval and coordinate (s = (t − t_i)/Δ, Δ = t_{i+1} − t_i):
+
+    p(s) = H0 p_i + Δ H1 ṗ_i + Δ² H2 p̈_i + Δ² H3 p̈_{i+1} + Δ H4 ṗ_{i+1} + H5 p_{i+1}
+    H0 = 1 − 10s³ + 15s⁴ − 6s⁵, H1 = s − 6s³ + 8s⁴ − 3s⁵, H2 = s²/2 − 3s³/2 + 3s⁴/2 − s⁵/2,
+    H3 = s³/2 − s⁴ + s⁵/2,      H4 = −4s³ + 7s⁴ − 3s⁵,     H5 = 10s³ − 15s⁴ + 6s⁵
+
+so q, v = q̇ and a = q̈ are continuous (C²), consistent with each other and equal to the nominal's at its
+samples; stride k adds k·2 S_h to the base x. One exception, `join_transfers`: the nominal's pelvis
+position and velocity jump at each support transfer (it is placed from the stance foot, and the
+closed chain of double support is not enforced), so the world spreads each jump over the half-step
+centred on the transfer (a quintic smooth step): there the world's base differs from the nominal's by
+up to the jump (1.9 cm in height for the exoskeleton at S = 0.6, T = 1.2 s), and its ZMP from the law. The base (pelvis) stays upright, as in the nominal: its
+quaternion is the identity and its angular velocity zero (checked when the world is built), so the free
+flyer's linear velocity and acceleration are the pelvis origin's, lab axes. World time t = 0 is the
+support transfer to the left foot (mid double support), the left foot's flat place at x = x0.
+
+**Computed by `dynamics`**: the ground reaction the motion requires. `dynamics.rnea.rnea` of (q, v, a)
+with no external load leaves the free flyer's six rows, the residual base wrench (force F, moment n_b about
+the pelvis origin, base axes = lab axes), which the ground alone must supply (the body has no other
+external load than gravity):  F = τ[0:3],  n_O = τ[3:6] + p_base × F  (about the lab origin).
+Its ZMP p on z = 0 (`dynamics.zmp.zmp_of_wrench`, n_p = n_O − p × F = (0, 0, n_z)). Split between the feet
+as the nominal's figures split it (`semi_inverse.figures`): all on the stance foot in single support; in
+double support the stance foot carries s = clip((p_x − a_ox)/(a_sx − a_ox), 0, 1) (a the ankles), the
+other foot 1 − s. Each foot k's share s_k F acts at its own ground point c_k = (a_kx, a_ky, 0) + d with the
+common offset d = p − Σ s_j (a_jx, a_jy, 0) (so Σ s_k c_k = p, and the feet's forces give F and n_O
+exactly), plus the free moment s_k n_z about z. In single support c = p: the COP is the ZMP, whose lateral
+place the sagittal nominal does not compensate (about the body's mid-line, `zmp_lateral_max`).
+
+**Integrated**: the exoskeleton's joint motors (`dynamics.plants.motor` in the virtual MCU) are strapped
+to the wearer's joints by cuffs, a spring-damper between the motor's output angle θ and the prescribed
+joint angle q_j(t):  τ_load = k (θ − q_j) + c (θ̇ − q̇_j)  (N·m at the output; `ExoSim.load` is the
+motor plant's load callback, J_load = 0: the wearer's limb is prescribed). This is the PD that makes the
+motor plants follow the nominal's joint trajectory when the motors are unpowered; a host commanding the
+motors through the MCU adds its torque against the cuffs. The motors' torque is internal to the
+wearer + exoskeleton: it does not change the ground reaction. Explicit in the cuff (the motor plant's
+semi-implicit Euler): stable for h √(k/J) < 2 with J the motor's reflected inertia J_m N² (0.33 kg m²
+for 3.3e-5 kg m² at 100:1; k = 1000 N m/rad, h = 1 ms: 0.055).
+
+Arrays: time first; lab frame x walking direction, y left, z up; SI units (s, m, rad, N, N·m).
+"""
+from __future__ import annotations
+
+import collections
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..kinematics import forward_kinematics
+from ..model import Model
+from ..rnea import rnea
+from ..zmp import zmp_of_wrench
+
+#: Coefficients of s⁰..s⁵ of the quintic Hermite basis H0..H5 (module doc), rows in that order.
+_H = np.array([[1.0, 0.0, 0.0, -10.0, 15.0, -6.0],
+               [0.0, 1.0, 0.0, -6.0, 8.0, -3.0],
+               [0.0, 0.0, 0.5, -1.5, 1.5, -0.5],
+               [0.0, 0.0, 0.0, 0.5, -1.0, 0.5],
+               [0.0, 0.0, 0.0, -4.0, 7.0, -3.0],
+               [0.0, 0.0, 0.0, 10.0, -15.0, 6.0]])
+_POW = np.arange(6)
+
+#: Cuff stiffness (N m/rad) and damping (N m s/rad) between a motor's output and its joint (module doc):
+#: critically damped with the 0.33 kg m² reflected inertia of a 100:1 harmonic drive.
+CUFF_STIFFNESS = 1000.0
+CUFF_DAMPING = 36.0
+
+
+class ExoWorldError(ValueError):
+    """A nominal or model the exoskeleton world cannot run (names the problem)."""
+
+
+@dataclass(frozen=True, eq=False)
+class ExoWorld:
+    """The wearer + exoskeleton walking one nominal over and over (module doc): constant data.
+
+    model; knots (M+1,) s from 0 to the stride period T; coef (M, n, 6) the interpolant's polynomial
+    coefficients of s⁰..s⁵ per interval and coordinate (module doc, after the support transfers are
+    joined); iq, iv (n,) the coordinates' places in q and v (the base's x, y, z and every
+    one-degree-of-freedom joint); advance (m per
+    stride, x); share: double support, % of the stride; feet (2,) segment indices (left, right; their
+    frames' origins are the ankles); actuated (A,) index into the n coordinates of each actuated joint,
+    actuators (A,) their joint names; markers: labels (K,), segments (K,) and points (K, 3) m in the
+    segment frames; cuff stiffness k and damping c (module doc); name, S, speed (m/s), step S_h (m),
+    period T (s); jump (2, 3): the nominal's base position (m) and velocity (m/s) jumps at a support
+    transfer that `join_transfers` smoothed."""
+
+    model: Model
+    knots: np.ndarray
+    coef: np.ndarray
+    iq: np.ndarray
+    iv: np.ndarray
+    advance: float
+    share: float
+    feet: tuple[int, int]
+    actuated: np.ndarray
+    actuators: tuple[str, ...]
+    labels: tuple[str, ...]
+    marker_segments: np.ndarray
+    marker_points: np.ndarray
+    stiffness: float
+    damping: float
+    name: str
+    S: float
+    speed: float
+    step: float
+    period: float
+    jump: np.ndarray
+
+    @property
+    def mass(self) -> float:
+        """Wearer + exoskeleton, kg."""
+        return float(self.model.total_mass)
+
+
+def _coordinates(model: Model) -> tuple[np.ndarray, np.ndarray]:
+    """(iq, iv): the interpolated coordinates' places in q and v: a free-flyer root's x, y, z, then every
+    revolute or prismatic joint's coordinate. Other joints (a spherical joint; a free flyer below the root)
+    have no such coordinates: ExoWorldError."""
+    iq, iv = [], []
+    for k, s in enumerate(model.segments):
+        t = s.joint.type
+        if t == "free_flyer" and k == 0:
+            iq += [0, 1, 2]
+            iv += [0, 1, 2]
+        elif t in ("revolute", "prismatic"):
+            iq.append(int(model.idx_q[k]))
+            iv.append(int(model.idx_v[k]))
+        elif t != "fixed":
+            raise ExoWorldError(f"model {model.name!r}: segment {s.name!r} has a {t} joint; the exoskeleton world "
+                                "interpolates a free-flyer root and one-degree-of-freedom joints")
+    if model.segments[0].joint.type != "free_flyer":
+        raise ExoWorldError(f"model {model.name!r}: the exoskeleton world needs a free-flyer root (the pelvis)")
+    return np.array(iq), np.array(iv)
+
+
+def exo_world(nominal, actuators: Sequence[str], marker_set=None, *, stiffness: float = CUFF_STIFFNESS,
+              damping: float = CUFF_DAMPING, name: str = "") -> ExoWorld:
+    """The world of a `semi_inverse.BipedNominal` (module doc). actuators: the exoskeleton's joint names
+    (the MCU's motors, in order); marker_set: a `dynamics.human15_markers.MarkerSet` placed on the
+    model's segments (scaled by `human15_markers.scale`; a label listed under two segments, a marker on
+    a joint axis, is taken from the first), or None for the model's own markers."""
+    from ..human15_markers import scale
+
+    m = nominal.tree.model
+    iq, iv = _coordinates(m)
+    q, v, a = np.asarray(nominal.q), np.asarray(nominal.v), np.asarray(nominal.a)
+    ff_rot = np.abs(q[:, 3:7] - m.neutral()[3:7]).max()
+    if ff_rot > 1e-12 or max(np.abs(v[:, 3:6]).max(), np.abs(a[:, 3:6]).max()) > 1e-12:
+        raise ExoWorldError(f"nominal of {m.name!r}: the base turns (quaternion off the identity by {ff_rot:.3g}); "
+                            "the exoskeleton world interpolates an upright base")
+    if not (math.isfinite(stiffness) and stiffness > 0 and math.isfinite(damping) and damping >= 0):
+        raise ExoWorldError(f"cuff stiffness {stiffness} N m/rad and damping {damping} N m s/rad: expected > 0 and >= 0")
+    T = float(nominal.T)
+    M = q.shape[0]
+    if M % 2 or M < 8 or not np.allclose(nominal.t, np.arange(M) * T / M, atol=1e-12):
+        raise ExoWorldError(f"nominal of {m.name!r}: expected an even number of uniform samples over the stride, "
+                            f"got {M}")
+    adv = 2.0 * float(nominal.step)
+    shift = np.zeros(iq.size)
+    shift[0] = adv
+    knots = np.append(np.asarray(nominal.t, float), T)
+    Q = np.vstack([q[:, iq], q[0, iq] + shift])
+    V = np.vstack([v[:, iv], v[:1, iv]])
+    A = np.vstack([a[:, iv], a[:1, iv]])
+    jump = join_transfers(knots, Q, V, A)
+    seg = {(s.joint_name or s.name): k for k, s in enumerate(m.segments)}
+    col = {int(p): c for c, p in enumerate(iv)}
+    bad = [j for j in actuators if j not in seg or m.segments[seg[j]].joint.type != "revolute"]
+    if bad:
+        raise ExoWorldError(f"model {m.name!r}: actuator {bad[0]!r} is not one of its revolute joints")
+    actuated = np.array([col[int(m.idx_v[seg[j]])] for j in actuators], dtype=int)
+    if marker_set is None:
+        labels = m.marker_names
+        pts = [m.point(n) for n in labels]
+        msegs, mpts = [p[0] for p in pts], [p[1] for p in pts]
+    else:
+        f = scale(marker_set, m)
+        placed: dict[str, tuple[int, np.ndarray]] = {}
+        for s_name, table in marker_set.segments.items():
+            if s_name in m.index:
+                for label, p in table.items():
+                    placed.setdefault(label, (m.index[s_name], f * np.asarray(p, float)))
+        labels = tuple(placed)
+        msegs, mpts = [placed[n][0] for n in labels], [placed[n][1] for n in labels]
+    feet = tuple(m.index[f] for f in nominal.tree.joints.feet)
+    return ExoWorld(model=m, knots=knots, coef=hermite_coefficients(knots, Q, V, A), iq=iq, iv=iv,
+                    advance=adv, share=float(nominal.laws[0].share), feet=feet, actuated=actuated,
+                    actuators=tuple(actuators), labels=tuple(labels), marker_segments=np.array(msegs, dtype=int),
+                    marker_points=np.array(mpts, dtype=float).reshape(-1, 3), stiffness=float(stiffness),
+                    damping=float(damping), name=name or m.name, S=float(nominal.S), speed=float(nominal.speed),
+                    step=float(nominal.step), period=T, jump=jump)
+
+
+def hermite_coefficients(knots: np.ndarray, Q: np.ndarray, V: np.ndarray, A: np.ndarray) -> np.ndarray:
+    """Coefficients (M, n, 6) of s⁰..s⁵ of the quintic Hermite interpolant (module doc) on each of the M
+    intervals of `knots` (M+1,) s, of values Q, rates V, accelerations A (M+1, n)."""
+    d = np.diff(knots)[:, None]
+    Y = np.stack([Q[:-1], d * V[:-1], d * d * A[:-1], d * d * A[1:], d * V[1:], Q[1:]], axis=-1)  # (M, n, 6)
+    return Y @ _H
+
+
+def _smoothstep(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """S(x) = 10x³ − 15x⁴ + 6x⁵ on [0, 1] (0 below, 1 above) and its first two derivatives in x."""
+    x = np.clip(x, 0.0, 1.0)
+    return (x ** 3 * (10 - 15 * x + 6 * x * x), 30 * x * x * (1 - x) ** 2, 60 * x * (1 - x) * (1 - 2 * x))
+
+
+def join_transfers(knots: np.ndarray, Q: np.ndarray, V: np.ndarray, A: np.ndarray, cols: int = 3) -> np.ndarray:
+    """Join the nominal's half-steps at its support transfers (t = P = T/2 and T), in place.
+
+    The nominal places the pelvis from the stance foot, and the closed chain of double support is not
+    enforced (docs/controller.md): the base position and velocity jump where the stance foot changes
+    (1.9 cm and 0.09 m/s in z for the exoskeleton at S = 0.6, T = 1.2 s). Each transfer's jump (J, J_v)
+    of the first `cols` coordinates (the base x, y, z) — the knot after it against the quintic Hermite
+    extrapolation of the interval before it — is spread over the half-step centred on the transfer:
+    with u = t − t_transfer, H(u) = [u ≥ 0] and S(u) the quintic smooth step from −P/2 to P/2,
+
+        q ← q + (S − H)(J + J_v u),  q̇ ← q̇ + S′(J + J_v u) + (S − H) J_v,  q̈ ← q̈ + S″(J + J_v u) + 2 S′ J_v,
+
+    which replaces the step H by S: no jump in position or velocity is left (a step in acceleration is,
+    which the interpolant spreads over one interval), and the motion is the nominal's again from
+    |u| = P/2 on. Needs
+    knots uniform with P on a knot; Q[M] is the first knot's value plus the stride's advance. Returns
+    the jumps (2, cols): J (m) and J_v (m/s) (equal at both transfers for a symmetric gait)."""
+    M = knots.size - 1
+    T, P = knots[-1], 0.5 * knots[-1]
+    jumps = []
+    corr = np.zeros((3, M + 1, cols))
+    for k in (M // 2, M):
+        # the interval [k-2, k-1] extrapolated to its s = 2: the left limit at the transfer
+        c = hermite_coefficients(knots[k - 2:k], Q[k - 2:k, :cols], V[k - 2:k, :cols], A[k - 2:k, :cols])[0]
+        d = knots[k - 1] - knots[k - 2]
+        s = 2.0 ** _POW
+        J = Q[k, :cols] - c @ s
+        Jv = V[k, :cols] - (c[:, 1:] @ (_POW[1:] * s[:-1])) / d
+        jumps.append((J, Jv))
+        u = knots - knots[k]
+        u = u - T * np.round(u / T) if k == M else u   # the transfer at T is also the one at 0
+        if k == M:
+            u[M] = 0.0
+        H = (u >= 0).astype(float)[:, None]
+        S, dS, ddS = (x[:, None] for x in _smoothstep(u / P + 0.5))
+        dS, ddS = dS / P, ddS / P ** 2
+        g = J + Jv * u[:, None]
+        corr[0] += (S - H) * g
+        corr[1] += dS * g + (S - H) * Jv
+        corr[2] += ddS * g + 2 * dS * Jv
+    Q[:, :cols] += corr[0]
+    V[:, :cols] += corr[1]
+    A[:, :cols] += corr[2]
+    return np.array(jumps[0])
+
+
+def _interpolate(world: ExoWorld, t: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The quintic Hermite interpolant (module doc) of coordinates `cols` at times t (N,) s:
+    values, rates, accelerations (N, n). Stride k = floor(t / T) adds k·advance to the base x."""
+    T = world.period
+    k = np.floor(t / T)
+    tp = t - k * T
+    i = np.clip(np.searchsorted(world.knots, tp, side="right") - 1, 0, world.knots.size - 2)
+    d = (world.knots[i + 1] - world.knots[i])[:, None]
+    s = ((tp - world.knots[i])[:, None] / d)[..., None] ** _POW       # (N, 1, 6): s^0..s^5
+    c = world.coef[i][:, cols]                                         # (N, n, 6)
+    x = (c * s).sum(-1)
+    xd = (c[..., 1:] * (_POW[1:] * s[..., :5])).sum(-1) / d
+    xdd = (c[..., 2:] * (_POW[2:] * _POW[1:5] * s[..., :4])).sum(-1) / (d * d)
+    x[:, cols == 0] += (k * world.advance)[:, None]            # column 0 is the base x
+    return x, xd, xdd
+
+
+def motion(world: ExoWorld, t, x0: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The body's q (N, nq), v, a (N, nv) at world times t (N,) s (module doc); x0: the base moved by x0
+    along x (the left foot's first flat place, m)."""
+    t = np.atleast_1d(np.asarray(t, dtype=float))
+    m = world.model
+    x, xd, xdd = _interpolate(world, t, np.arange(world.iq.size))
+    q = np.tile(m.neutral(), (t.size, 1))
+    v, a = np.zeros((t.size, m.nv)), np.zeros((t.size, m.nv))
+    q[:, world.iq], v[:, world.iv], a[:, world.iv] = x, xd, xdd
+    q[:, 0] += x0
+    return q, v, a
+
+
+def joint_reference(world: ExoWorld, t: float) -> tuple[np.ndarray, np.ndarray]:
+    """The actuated joints' prescribed angles (A,) rad and rates (A,) rad/s at world time t (s): the
+    interpolant of `_interpolate` for one instant (the motor plant's callback calls it every substep)."""
+    T = world.period
+    tp = t - math.floor(t / T) * T
+    i = min(max(bisect_right(world.knots, tp) - 1, 0), world.knots.size - 2)
+    d = world.knots[i + 1] - world.knots[i]
+    s = (tp - world.knots[i]) / d
+    sp = np.array([1.0, s, s * s, s ** 3, s ** 4, s ** 5])
+    c = world.coef[i, world.actuated]
+    return c @ sp, (c[:, 1:] @ (_POW[1:] * sp[:5])) / d
+
+
+@dataclass(frozen=True)
+class Ground:
+    """The ground reaction a motion requires (module doc), lab frame, time first: force (N, 3) N and
+    moment (N, 3) N m about the lab origin (on the body); zmp (N, 3) m; per foot (left, right):
+    point (N, 2, 3) m where its share acts, force (N, 2, 3) N and free moment (N, 2, 3) N m (z only);
+    stance (N,) 0 left / 1 right, double (N,) bool double support."""
+
+    force: np.ndarray
+    moment: np.ndarray
+    zmp: np.ndarray
+    point: np.ndarray
+    foot_force: np.ndarray
+    foot_moment: np.ndarray
+    stance: np.ndarray
+    double: np.ndarray
+
+
+def ground_reaction(world: ExoWorld, t, q: np.ndarray, v: np.ndarray, a: np.ndarray) -> Ground:
+    """The ground reaction of the motion (q, v, a) (N, nq / nv) at world times t (N,) s, by
+    `dynamics.rnea` (the free flyer's rows) and split between the feet as the nominal does (module doc)."""
+    t = np.atleast_1d(np.asarray(t, dtype=float))
+    tau = rnea(world.model, q, v, a)
+    F = tau[:, :3]                                    # base axes = lab axes (upright base)
+    n = tau[:, 3:6] + np.cross(q[:, :3], F)
+    p = zmp_of_wrench(F, n).point
+    nz = (n - np.cross(p, F))[:, 2]                   # the free moment about the vertical at the ZMP
+    N = t.size
+    P = 0.5 * world.period
+    tp = np.mod(t, world.period)
+    stance = (tp >= P).astype(int)
+    tl = tp - stance * P
+    tau_ds = P * world.share / 200.0
+    double = (tl < tau_ds) | (tl >= P - tau_ds)
+    ank = forward_kinematics(world.model, q).translation[:, list(world.feet), :]   # (N, 2, 3)
+    rows = np.arange(N)
+    ax_st, ax_ot = ank[rows, stance, 0], ank[rows, 1 - stance, 0]
+    span = ax_st - ax_ot
+    ok = double & (np.abs(span) > 1e-9)
+    frac = np.where(ok, np.clip((p[:, 0] - ax_ot) / np.where(ok, span, 1.0), 0.0, 1.0), 1.0)
+    share = np.empty((N, 2))
+    share[rows, stance], share[rows, 1 - stance] = frac, 1.0 - frac
+    base = ank.copy()
+    base[..., 2] = 0.0
+    d = p - (share[..., None] * base).sum(axis=1)
+    point = base + d[:, None, :]
+    foot_force = share[..., None] * F[:, None, :]
+    foot_moment = np.zeros((N, 2, 3))
+    foot_moment[..., 2] = share * nz[:, None]
+    return Ground(F, n, p, point, foot_force, foot_moment, stance, double)
+
+
+def marker_positions(world: ExoWorld, q: np.ndarray) -> np.ndarray:
+    """True marker positions (N, K, 3) m, lab frame, of configurations q (N, nq): x = R_s p + o_s."""
+    pl = forward_kinematics(world.model, np.atleast_2d(q))
+    R = pl.rotation[:, world.marker_segments]
+    return np.einsum("nkij,kj->nki", R, world.marker_points) + pl.translation[:, world.marker_segments]
+
+
+@dataclass(frozen=True)
+class ExoSamples:
+    """Recorded motor samples, time first: t (N,) s world time; theta, omega (N, A) the motors' output
+    angle rad and rate rad/s; tau (N, A) N m the cuffs' load on each motor; aux (N, n_aux) (`ExoSim`)."""
+
+    t: np.ndarray
+    theta: np.ndarray
+    omega: np.ndarray
+    tau: np.ndarray
+    aux: np.ndarray
+
+
+class ExoSim:
+    """A running exoskeleton world: the motors' load callback (the cuffs, module doc) and its samples.
+
+    h: the step (s) between `load` calls (the motor plant's substep); record_every: keep one row every
+    this many calls (drained by `take`); aux: values (n_aux,) recorded with each row (e.g. the motors'
+    currents). The body needs no state: `motion` gives it at any time."""
+
+    def __init__(self, world: ExoWorld, h: float, *, record_every: int = 1,
+                 aux: Callable[[], np.ndarray] | None = None, n_aux: int = 0) -> None:
+        if not (h > 0 and math.isfinite(h)) or record_every < 1:
+            raise ValueError(f"ExoSim: need h > 0 s and record_every >= 1, got {h}, {record_every}")
+        self.world, self.h, self.record_every = world, float(h), int(record_every)
+        self.steps = 0
+        self.rows: collections.deque[np.ndarray] = collections.deque()
+        self.aux, self.n_aux = aux, (n_aux if aux is not None else 0)
+
+    def load(self, t: float, theta: np.ndarray, omega: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Motor-plant callback (`dynamics.plants.motor.LoadFn`): outputs at theta (A,) rad, omega (A,)
+        rad/s at world time t (s); returns (J_load = 0 (A,), τ_load (A,) N m the cuffs' torque)."""
+        w = self.world
+        qj, vj = joint_reference(w, t)
+        tau = w.stiffness * (theta - qj) + w.damping * (omega - vj)
+        if self.steps % self.record_every == 0:
+            row = [np.array([t]), theta, omega, tau]
+            if self.aux is not None:
+                row.append(np.asarray(self.aux(), dtype=float))
+            self.rows.append(np.concatenate(row))
+        self.steps += 1
+        return np.zeros_like(tau), tau
+
+    def take(self) -> ExoSamples | None:
+        """The rows recorded since the last call (None if none); safe against `load` running in another
+        thread (rows popped one by one from the deque `load` appends to, as `JansenSim.take`)."""
+        rows = []
+        while True:
+            try:
+                rows.append(self.rows.popleft())
+            except IndexError:
+                break
+        if not rows:
+            return None
+        r = np.array(rows)
+        A = len(self.world.actuators)
+        return ExoSamples(r[:, 0], r[:, 1:1 + A], r[:, 1 + A:1 + 2 * A], r[:, 1 + 2 * A:1 + 3 * A], r[:, 1 + 3 * A:])

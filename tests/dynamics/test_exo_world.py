@@ -1,0 +1,196 @@
+"""The exoskeleton world (dynamics/plants/exo_world.py) against independent truths: Pinocchio's rnea of the
+same motion with the free flyer (the ground reaction the motion requires) read back from the plates' raw
+channels through dynamics.forceplate; Pinocchio's forward kinematics for the markers; the nominal's own
+ZMP law at its samples; finite differences of the interpolated motion (v = q̇, a = q̈) and its stride
+periodicity; Newton's law for the unpowered motors strapped to the joints (cuff torque = reflected
+inertia × the joint's acceleration)."""
+import numpy as np
+import pinocchio as pin
+import pytest
+
+from controller.synergies.gait_cycle import read_cycle
+from dynamics.forceplate import Plate, process
+from dynamics.kinematics import forward_kinematics
+from dynamics.loader import load_model
+from dynamics.pinocchio_model import to_pinocchio
+from dynamics.plants import motor
+from dynamics.plants.exo_world import (ExoSim, ExoWorldError, exo_world, ground_reaction, joint_reference,
+                                       marker_positions, motion)
+from dynamics.plants.jansen_world import plate_loads
+from dynamics.synthesis.semi_inverse import BipedJoints, build_nominal
+from daq.devices.markers_sim import load_marker_set
+
+
+
+ACTUATORS = ("hip_flexion_l", "knee_l", "hip_flexion_r", "knee_r")
+JOINTS = BipedJoints(("hip_flexion_l", "hip_flexion_r"), ("knee_l", "knee_r"), ("ankle_l", "ankle_r"),
+                     "lumbar_flexion", ("foot_l", "foot_r"))
+
+
+@pytest.fixture(scope="module")
+def nominal():
+    """configs/exoskeleton.toml's grid point S = 0.6, T = 1.2 s, ZMP law I/1."""
+    return build_nominal(load_model("exoskeleton"), JOINTS, read_cycle(), 0.6, 1.2, samples=200)
+
+
+@pytest.fixture(scope="module")
+def world(nominal):
+    return exo_world(nominal, ACTUATORS, load_marker_set("human15"))
+
+
+@pytest.fixture(scope="module")
+def walk(world):
+    """Two strides and a bit at 1 kHz, from an instant between the nominal's samples, the left foot's
+    first flat place at x0 = 0.3 m."""
+    t = 0.0037 + np.arange(2600) * 1e-3
+    q, v, a = motion(world, t, 0.3)
+    return t, q, v, a, ground_reaction(world, t, q, v, a)
+
+
+def pinocchio_ground(model, q, v, a):
+    """Per sample, the wrench (force, moment about the lab origin) the ground must put on the body:
+    pinocchio.rnea's free-flyer rows (the base's residual wrench, base frame) moved to the lab frame."""
+    pm = to_pinocchio(model)
+    data = pm.createData()
+    out = np.empty((q.shape[0], 6))
+    for k in range(q.shape[0]):
+        tau = pin.rnea(pm, data, q[k], v[k], a[k])
+        pin.forwardKinematics(pm, data, q[k])
+        f = data.oMi[1].act(pin.Force(tau[:6]))
+        out[k, :3], out[k, 3:] = f.linear, f.angular
+    return out
+
+
+def test_plates_total_wrench_equals_pinocchio_ground_reaction(world, walk):
+    t, q, v, a, g = walk
+    # a row of 0.6 m x 0.8 m plates (a type 2 and a type 4 with cross-talk, alternately) under the whole walk
+    cal = np.eye(6) + 0.02 * np.random.default_rng(1).normal(size=(6, 6))
+    plates = [Plate(type=2 if k % 2 == 0 else 4, name=f"P{k}", origin=np.array([0.0, 0.0, -0.04]),
+                    cal_matrix=None if k % 2 == 0 else cal,
+                    corners=np.array([[x + 0.6, -0.4, 0.0], [x, -0.4, 0.0], [x, 0.4, 0.0], [x + 0.6, 0.4, 0.0]]))
+              for k, x in enumerate(np.arange(-0.6, 3.6, 0.6))]
+    rng = np.random.default_rng(0)
+    total = np.zeros((t.size, 6))
+    for p, (F, M) in zip(plates, plate_loads(g.point, g.foot_force, plates, g.foot_moment)):
+        offset = rng.normal(scale=5.0, size=6)
+        sig = process(p, p.raw_channels(F, M) + offset, threshold=5.0, offset=offset)
+        total[:, :3] += sig.force
+        total[:, 3:] += sig.moment + np.cross(p.centre, sig.force)
+    truth = pinocchio_ground(world.model, q, v, a)
+    weight = world.mass * 9.81
+    assert truth[:, 2].min() > 0.5 * weight and truth[:, 2].mean() == pytest.approx(weight, rel=0.02)
+    np.testing.assert_allclose(total[:, :3], truth[:, :3], atol=1e-6 * weight)
+    np.testing.assert_allclose(total[:, 3:], truth[:, 3:], atol=1e-6 * weight)
+    # the world's own total is the same wrench, and both feet are loaded in double support only
+    np.testing.assert_allclose(np.column_stack([g.force, g.moment]), truth, atol=1e-6 * weight)
+    loaded = (g.foot_force[:, :, 2] > 1.0).sum(axis=1)
+    assert np.all(loaded[~g.double] == 1) and g.double.any() and (loaded[g.double] == 2).mean() > 0.9
+
+
+def test_zmp_is_the_nominal_law_where_the_world_is_the_nominal_and_inside_the_support(nominal, world):
+    # the world is the nominal where the transfers' joins end (u = ±P/2: here phases 0.25 and 0.75): there
+    # rnea's ZMP is the law's point, as the nominal's own figures (centroidal) have it
+    P = world.period / 2
+    t = np.array([P / 2, 3 * P / 2])
+    q, v, a = motion(world, t)
+    k = np.searchsorted(nominal.t, t)
+    np.testing.assert_allclose(q, nominal.q[k], atol=1e-12)
+    np.testing.assert_allclose(ground_reaction(world, t, q, v, a).zmp[:, 0], nominal.zmp_law_x[k], atol=1e-9)
+    # elsewhere the joined pelvis moves the ZMP off the law (module doc), but it stays inside the support:
+    # the stance foot's heel-toe extent (both feet's in double support); not within the one interval of
+    # the nominal's samples holding a double-support law switch, where the interpolant spreads the trunk's
+    # acceleration step and the ZMP passes from one foot to the other in a few milliseconds
+    t = np.arange(0.0, 2 * world.period, 5e-4)
+    q, v, a = motion(world, t)
+    g = ground_reaction(world, t, q, v, a)
+    ank = forward_kinematics(world.model, q).translation[:, list(world.feet), 0]
+    rows = np.arange(t.size)
+    st, ot = ank[rows, g.stance], ank[rows, 1 - g.stance]
+    heel, toe = nominal.tree.heel, nominal.tree.toe
+    lo = np.where(g.double, np.minimum(st, ot), st) + heel
+    hi = np.where(g.double, np.maximum(st, ot), st) + toe
+    margin = np.minimum(g.zmp[:, 0] - lo, hi - g.zmp[:, 0])
+    tl = np.mod(t, P)
+    tau_ds = P * world.share / 200.0
+    dt = nominal.t[1]
+    switch = (np.abs(tl - tau_ds) < dt) | (np.abs(tl - (P - tau_ds)) < dt)
+    assert margin[~switch].min() > 0.03
+    assert np.abs(g.zmp[:, 0] - np.interp(np.mod(t, world.period), nominal.t, nominal.zmp_law_x)
+                  - np.floor(t / world.period) * world.advance)[~switch].max() < 0.02
+
+
+def test_motion_is_smooth_consistent_and_periodic(world):
+    T = world.period
+    t = 1.234e-4 + np.arange(3000) * 1e-3     # never within h of a knot (every 6 ms), where the jerk jumps
+    h = 1e-5
+    q, v, a = motion(world, t)
+    qp, vp, _ = motion(world, t + h)
+    qm, vm, _ = motion(world, t - h)
+    iq, iv = world.iq, world.iv
+    scale = np.abs(v[:, iv]).max()
+    np.testing.assert_allclose((qp[:, iq] - qm[:, iq]) / (2 * h), v[:, iv], atol=1e-5 * scale)
+    np.testing.assert_allclose((vp - vm) / (2 * h), a, atol=1e-4 * np.abs(a).max())
+    q2, v2, a2 = motion(world, t + T)
+    shift = np.zeros(q.shape[1])
+    shift[0] = world.advance
+    np.testing.assert_allclose(q2, q + shift, atol=1e-9)
+    np.testing.assert_allclose(v2, v, atol=1e-9)
+    ref = np.array([np.concatenate(joint_reference(world, ti)) for ti in t[::100]])
+    cq, cv = world.iq[world.actuated], world.iv[world.actuated]
+    np.testing.assert_allclose(ref, np.column_stack([q[::100, cq], v[::100, cv]]), atol=1e-12)
+    # the wearer walks forward at the nominal's speed: advance 2 S_h per stride
+    assert world.advance / T == pytest.approx(world.speed, rel=1e-9) and world.speed > 0.2
+
+
+def test_markers_equal_pinocchio_forward_kinematics(world, walk):
+    t, q, *_ = walk
+    pos = marker_positions(world, q[::50])
+    m = world.model
+    pm = to_pinocchio(m)
+    data = pm.createData()
+    assert len(world.labels) >= 20 and "LHEE" in world.labels and "RKNE" in world.labels
+    for n, qk in enumerate(q[::50]):
+        pin.forwardKinematics(pm, data, qk)
+        for k, (s, p) in enumerate(zip(world.marker_segments, world.marker_points)):
+            seg = m.segments[s]
+            jid = pm.getJointId(seg.joint_name or seg.name)
+            np.testing.assert_allclose(pos[n, k], data.oMi[jid].act(p), atol=1e-12)
+
+
+def test_unpowered_motors_follow_the_joints_through_the_cuffs(world):
+    """The motors, torque off (no friction), carried by the cuffs: the deflection e = θ − q_j obeys
+    J ë + c ė + k e = −J q̈_j with J = J_m N² the reflected rotor inertia (module doc), integrated here
+    by scipy (RK45, tight tolerances) from the same start; the motor plant's first-order steps agree
+    within 10 % of the deflection's range, and the motors stay within 20 mrad of the joints."""
+    from scipy.integrate import solve_ivp
+
+    A = len(ACTUATORS)
+    bank = motor.MotorBank.from_params([motor.MotorParams(J_m=3.3e-5, gear=100.0, b=0.0, tau_c=0.0)] * A)
+    J, k, c = 3.3e-5 * 100.0 ** 2, world.stiffness, world.damping
+    h = 1e-3
+    sim = ExoSim(world, h / 2)
+    q0, v0 = joint_reference(world, 0.0)
+    bank.theta[:], bank.w_m[:] = q0, v0 * 100.0
+    for n in range(2400):
+        motor.step(bank, np.zeros(A), np.zeros(A, dtype=bool), n * h, h, sim.load)
+    s = sim.take()
+    assert s.t.size == 4800
+    col = world.iv[world.actuated]
+
+    def rhs(t, y):
+        qdd = motion(world, t)[2][0, col]
+        return np.concatenate([y[A:], -(c * y[A:] + k * y[:A]) / J - qdd])
+
+    ref = solve_ivp(rhs, (0.0, s.t[-1]), np.zeros(2 * A), t_eval=s.t, rtol=1e-9, atol=1e-12, method="RK45",
+                    max_step=2e-3)
+    e_ref = ref.y[:A].T
+    e = s.theta - np.array([joint_reference(world, ti)[0] for ti in s.t])
+    assert np.abs(e).max() < 0.02 and np.ptp(e_ref) > 1e-3
+    np.testing.assert_allclose(e, e_ref, atol=0.1 * np.ptp(e_ref, axis=0).min())
+
+
+def test_bad_inputs_are_one_line_errors(nominal):
+    with pytest.raises(ExoWorldError, match="actuator 'elbow_x'"):
+        exo_world(nominal, ("elbow_x",))
+    with pytest.raises(ExoWorldError, match="cuff stiffness"):
+        exo_world(nominal, ACTUATORS, stiffness=-1.0)
