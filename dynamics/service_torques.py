@@ -23,10 +23,13 @@ the plates likewise; the chassis velocity is the least-squares slope of the mark
 ``--velocity-window-s`` (0.05 s: 1 mm marker noise gives ~2 cm/s),
 the shaft acceleration that of consecutive encoder velocities). So the service buffers exactly as
 long as its slowest input needs — each input's lag (receipt minus lab time of its newest sample)
-is in the health frame (``lag/STREAM``), with the time the encoder samples waited (``align``).
-A sample that has waited ``--max-wait-s`` (host time), or while an input holds more than `KEEP_S`
-of samples (a replay as fast as it goes), is computed with the lagging inputs held at their last
-value (``STREAM:held_samples``; flagged ``stale`` in the torques); a sample no value exists for
+is in the health frame (``lag/STREAM``), and each output frame says how long its newest encoder sample
+waited for the slowest input (``meta["wait_s"]``: receipt of the newest input used minus its own). How long a lagging input is waited for is
+measured, not fixed: its lateness (receipt minus the lab time of a frame's first sample, the largest
+over the last 1–2 s) says when a sample at t has come from it at the latest, t + lateness; a sample
+still waiting ``--max-wait-s`` (host time) past that (and past its own receipt), or while an input
+holds more than `KEEP_S` of samples (a replay as fast as it goes), is computed with the lagging inputs
+held at their last value (``STREAM:held_samples``; flagged ``stale`` in the torques); a sample no value exists for
 (an input never seen, a chassis not seen yet) is published as NaN; a marker sample without a pose
 (no corner visible) is skipped (``STREAM:pose_missing``).
 
@@ -38,7 +41,8 @@ are skipped. Malformed messages are counted by the bus.
 
 Published (stamps: the first motor's encoder samples' ``t``/``t_host``/``t_device``; one frame per
 run of consecutive samples computed together; ``meta["latency_s"]``: host time of publication minus
-the receipt of the newest input sample used — also in the health frame as ``latency``):
+the receipt of the newest input sample used — also in the health frame as ``latency``; ``meta["wait_s"]``:
+how long before that the newest encoder sample was received, the alignment wait, not in the latency):
 
 - ``dynamics/torques``: ``tau_L tau_R`` (N·m, motor to shaft), ``load_L load_R`` (N·m, the legs'
   load torque −Q_s), ``omega_L omega_R`` (rad/s), ``power_L power_R`` (W, τ ω), ``stale`` (1);
@@ -90,13 +94,16 @@ MAX_CYCLE_S = 60.0
 #: How far [ns] a frame's stamps may run ahead of its receipt, against the stream's least lead, before
 #: it is a clock fault (the plate service's default --clock-slack-s).
 CLOCK_SLACK_NS = 250_000_000
+#: An input's lateness is the largest of its frames received in the last one to two of these [ns].
+LATE_WINDOW_NS = 1_000_000_000
 #: Columns of an encoder's (angle, velocity, acceleration) in a `WalkerService._run` state row, per shaft.
 _ENC_COLS = ([3, 8, 10], [4, 9, 11])
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Service parameters (SI): longest an encoder sample waits for a lagging input [s]; foot normal
+    """Service parameters (SI): how long an encoder sample waits for a lagging input past the time that input's
+    measured lateness says its sample comes (and past the encoder sample's receipt) [s]; foot normal
     force above which it supports [N]; least total vertical force for a ZMP [N]; the window of past
     marker poses whose least-squares slope is the chassis velocity [s] (0: the last two poses)."""
     max_wait_s: float = 0.1
@@ -125,6 +132,8 @@ class _Input:
         self._r = np.empty(self._t.size, dtype=np.int64)
         self.a = self.b = 0
         self.floor: int | None = None       # least lead (receipt minus lab time of the last sample) seen [ns]
+        self.since: int | None = None       # receipt [ns] that opened the current lateness window
+        self.late_prev = self.late_cur = 0  # largest lateness in the previous and the current window [ns]
 
     @property
     def t(self) -> np.ndarray:
@@ -154,6 +163,23 @@ class _Input:
         self._v[self.b:self.b + m] = v
         self._r[self.b:self.b + m] = recv
         self.b += m
+
+    def note_lateness(self, recv: int, t_first: int) -> None:
+        """Take a frame's lateness: its receipt `recv` minus the lab time `t_first` of its first sample [ns] —
+        the longest any of its samples took to arrive."""
+        late = recv - t_first
+        if self.since is None:
+            self.since, self.late_prev, self.late_cur = recv, late, late
+        elif recv - self.since > LATE_WINDOW_NS:
+            self.since, self.late_prev, self.late_cur = recv, self.late_cur, late
+        elif late > self.late_cur:
+            self.late_cur = late
+
+    @property
+    def lateness(self) -> int:
+        """How long after its lab time a sample of this input arrives [ns]: the largest lateness of its frames
+        received in the last one to two `LATE_WINDOW_NS` (the measured lag, its frame span and jitter included)."""
+        return max(self.late_prev, self.late_cur)
 
     @property
     def full(self) -> bool:
@@ -323,6 +349,7 @@ class WalkerService:
             if inp.newest is not None and t[-1] <= inp.newest:
                 self.count(f"{f.stream}:repeated", 1)        # nothing new: a repeat or out of order
                 continue
+            inp.note_lateness(recv, int(t[0]))
             if inp is self.markers:
                 self._markers(f, t, recv)
             elif inp in self.enc:
@@ -428,18 +455,11 @@ class WalkerService:
                 if i.newest is None:
                     self.count(f"{i.stream}:held_samples", ready)
         if ready < len(self.pending):
-            # computed now with the laggards held: the waiting samples received more than --max-wait-s ago
-            # (a prefix: receipts grow with lab time), only those — the later ones may still get their
-            # inputs in time — or all of them while an input holds KEEP_S of samples
-            limit = now - self.settings.max_wait_s * 1e9
-            due = ready
-            k = int(np.searchsorted(ref.t, self.pending[ready], side="left"))
-            if any(i.full for i in self.inputs.values()):
-                due = len(self.pending)
-            elif k < ref.t.size and ref.recv[k] < limit:
-                waiting = np.asarray(self.pending[ready:], dtype=np.int64)
-                k = np.minimum(np.searchsorted(ref.t, waiting, side="left"), ref.t.size - 1)
-                due = ready + max(int(np.searchsorted(ref.recv[k], limit, side="left")), 1)
+            # computed now with the laggards held: the waiting samples past their deadline (`_overdue`: a
+            # prefix), only those — the later ones may still get their inputs in time — or all of them while
+            # an input holds KEEP_S of samples
+            due = len(self.pending) if any(i.full for i in self.inputs.values()) else \
+                ready + self._overdue(ready, awaited, now)
             if due > ready:
                 for i in others:
                     behind = sum(1 for t in self.pending[:due] if i.newest is None or t > i.newest)
@@ -460,6 +480,27 @@ class WalkerService:
         self.done = int(t_all[-1])
         for i in self.inputs.values():
             i.trim(self.done)
+
+    def _overdue(self, ready: int, awaited: list[_Input], now: int) -> int:
+        """How many of the waiting reference samples (``pending[ready:]``, a prefix) are past their deadline:
+        a sample at lab time t, received at r, is awaited from an input that does not reach t yet as long as
+        that input's measured lateness says it may still come, ``t + lateness``, and never less than from its
+        own receipt, ``r``; then ``--max-wait-s`` more (jitter beyond what was measured). So a slow input (a
+        motion-capture system's 0.3 s) is waited for as long as it needs, and a stalled one only that long."""
+        ref, slack, pending = self.enc[0], self.settings.max_wait_s * 1e9, self.pending
+        # the first waiting sample first: mostly it is not due, and nothing is built
+        t0 = pending[ready]
+        late = [i.lateness for i in awaited if i.newest is not None and i.newest < t0]
+        r0 = int(ref.recv[min(int(np.searchsorted(ref.t, t0, side="left")), ref.t.size - 1)])
+        if max([r0] + [t0 + x for x in late]) + slack >= now:
+            return 0
+        waiting = np.asarray(pending[ready:], dtype=np.int64)
+        deadline = ref.recv[np.minimum(np.searchsorted(ref.t, waiting, side="left"), ref.t.size - 1)]
+        for i in awaited:
+            if i.newest is not None:
+                deadline = np.where(waiting > i.newest, np.maximum(deadline, waiting + i.lateness), deadline)
+        over = deadline + slack < now
+        return waiting.size if over.all() else int(np.argmin(over))
 
     def _run(self, t: np.ndarray, stamps: list[tuple[int, int | None]]) -> None:
         n, L = t.size, self.world.n_legs
@@ -498,7 +539,8 @@ class WalkerService:
         th0, td0 = stamps[0]
         common = dict(rate_hz=self.ref_rate, t=int(t[0]), t_host=th0, t_device=td0)
         latency = (self.clock() - max(recv)) * 1e-9
-        meta = {"latency_s": latency}
+        # wait_s: how long the newest reference sample waited for the slowest input (not in latency_s)
+        meta = {"latency_s": latency, "wait_s": max(max(recv) - r0, 0) * 1e-9}
         self.publish(TORQUES, torques, kind="torques", channels=TORQUE_CHANNELS, units=TORQUE_UNITS, meta=meta,
                      **common)
         self.publish(ZMP, zmp, kind="zmp", channels=ZMP_CHANNELS, units=ZMP_UNITS, meta=meta, **common)
@@ -532,7 +574,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="jansen_walker", help="walker model file (configs/models)")
     p.add_argument("--markers", default="markers/walker", help="marker stream with the chassis corners")
     p.add_argument("--max-wait-s", type=float, default=d.max_wait_s,
-                   help="longest an encoder sample waits for a lagging input [s]")
+                   help="how long an encoder sample waits for a lagging input beyond that input's measured "
+                        "lateness [s]")
     p.add_argument("--contact-n", type=float, default=d.contact_n, help="supporting foot's least normal force [N]")
     p.add_argument("--min-fz-n", type=float, default=d.min_fz_n, help="least total vertical force for a ZMP [N]")
     p.add_argument("--velocity-window-s", type=float, default=d.velocity_window_s,

@@ -9,6 +9,7 @@ and a trapezoid sum of the published power.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -320,11 +321,54 @@ def test_only_the_samples_that_waited_past_max_wait_are_computed_held():
     t, tq, ch = bus.series(TORQUES)
     i = (t - T0) // 1_000_000
     stale = col(tq, ch, "stale") > 0
-    # held: exactly the samples from the stall's first plate sample on whose receipt (their 10-sample encoder
-    # frame's, at its last sample) the clock outran by more than 0.1 s before the plates came
+    # held: exactly the samples from the stall's first plate sample on whose deadline the clock outran by more
+    # than 0.1 s before the plates came — the deadline of sample i: its receipt (its 10-sample encoder frame's,
+    # at its last sample) or, if later, when the plates' measured lateness (4 ms: 5-sample frames received at
+    # their last sample) says their sample i had come at the latest
     last = max(end(f) for f in rest[:at])
-    assert np.array_equal(np.flatnonzero(stale), np.flatnonzero((i >= 400) & (i // 10 * 10 + 9 + 100 < last)))
+    deadline = np.maximum(i // 10 * 10 + 9, i + 4)
+    assert np.array_equal(np.flatnonzero(stale), np.flatnonzero((i >= 400) & (deadline + 100 < last)))
     assert stale.sum() > 30 and (~stale & (i >= 450) & (i < 550)).sum() > 50
+
+
+def test_a_slow_input_is_waited_for_as_long_as_its_measured_lateness():
+    # the markers arrive 0.3 s after their samples' time (a motion-capture system's latency), the encoders and
+    # plates as they are measured: an encoder sample waits for the markers that bracket it as long as their
+    # measured lateness says they take (0.3 s), then is computed from them, as soon as they are there — not
+    # computed with the markers held at their last value a fixed --max-wait-s (0.1 s) after its receipt, as
+    # before (then every sample was stale). Truth: the same frames fed with no host clock (every sample from
+    # the inputs that bracket it), and the order of the frames fed
+    s = walk()
+    frames = frames_of(s)
+    end = lambda f: f.t + round((f.samples - 1) * 1e9 / f.rate_hz)     # noqa: E731 - its last sample's time
+    lag = 300_000_000
+    got = sorted((dataclasses.replace(f, t_recv=end(f) + (lag if f.stream == "markers/walker" else 0) + 1000)
+                  for f in frames), key=lambda f: f.t_recv)
+    now = [0]
+    bus = Bus()
+    svc = WalkerService(world(), PLATES, ENCODERS, "markers/walker", Settings(max_wait_s=0.1), bus.publish,
+                        clock=lambda: now[0])
+    computed_at = []            # per torques frame: the receipt of the frame whose feed computed it
+    for f in got:
+        now[0] = f.t_recv       # the host clock: a service that keeps up
+        n = len(bus.frames.get(TORQUES, []))
+        svc.feed([f])
+        computed_at += [f.t_recv] * (len(bus.frames.get(TORQUES, [])) - n)
+    t, tq, ch = bus.series(TORQUES)
+    stale = col(tq, ch, "stale") > 0
+    # before the markers' first frame comes (0.3 s), they are an input not seen yet: not waited for after 0.1 s
+    steady = t > T0 + lag + 10_000_000
+    assert steady.sum() > 1000 and not stale[steady].any(), f"{stale[steady].sum()} of {steady.sum()} stale"
+    t1, a, _ = serve(frames).series(TORQUES)
+    k = np.searchsorted(t1, t[steady])
+    assert np.array_equal(t1[k], t[steady]) and np.allclose(a[k], tq[steady], rtol=1e-12, atol=1e-12)
+    # each frame computed when the marker frame bracketing its last sample came, not before, not a fixed time later
+    markers = sorted(f.t_recv for f in got if f.stream == "markers/walker")
+    n = np.array([d.shape[0] for d, _ in bus.frames[TORQUES]])
+    t_last = np.array([kw["t"] for _, kw in bus.frames[TORQUES]]) + (n - 1) * 1_000_000
+    late = t_last > T0 + lag + 10_000_000
+    expected = np.array(markers)[np.searchsorted(np.array(markers) - lag - 1000, t_last[late], side="left")]
+    assert np.array_equal(np.array(computed_at)[late], expected)
 
 
 def test_an_input_silent_since_the_start_is_not_waited_for_after_max_wait():

@@ -21,7 +21,7 @@ from .test_service_live import start
 from .test_service_torques import PLATES, TORQUES, ZMP, frames_of, serve, walk
 
 
-def lab(tmp_path, ports):
+def lab(tmp_path, ports, max_wait_s: float = 2.0):
     plates = "".join(f"""
         [devices.{name}]
         kind = "forceplate"
@@ -39,7 +39,7 @@ def lab(tmp_path, ports):
         module = "dynamics.service_torques"
         bind = "tcp://127.0.0.1:{ports[1]}"
         devices = ["FP1", "FP2", "walker_mcu"]
-        args = ["--max-wait-s", "2.0"]
+        args = ["--max-wait-s", "{max_wait_s!r}"]
         # not started: the test publishes the world's frames there
         [[processes]]
         name = "feed"
@@ -111,3 +111,58 @@ def test_the_process_computes_what_the_service_computes_in_process(tmp_path):
     assert sum(h["latency"]["latency_n"] for h in health if "latency" in h) == len(got[TORQUES])
     # a health period in which nothing was computed (the service idle, e.g. at the end) has n = 0 and no max (NaN)
     assert all(h["latency"]["latency_max_s"] < 5.0 for h in health if "latency" in h and h["latency"]["latency_n"])
+
+
+def test_the_process_waits_for_a_slow_input_as_long_as_its_measured_lateness(tmp_path):
+    """The markers published 1 s after the encoders and plates of the same lab time (a slow motion-capture
+    system), the process with --max-wait-s 0.5: once the markers' first frame is in, every sample waits for
+    the markers that bracket it and is computed from them — stale 0; a fixed wait held each with the
+    markers at their last value 0.5 s after its receipt, before the markers came (every sample stale).
+    Truth: the same frames fed in process with no host clock (`serve`: each sample from its bracketing
+    inputs)."""
+    ports = free_tcp_ports(3)
+    config = lab(tmp_path, ports, max_wait_s=0.5)
+    frames = frames_of(walk())
+    expected = serve(frames)
+    lag = 1.0
+    end = lambda f: (f.t - frames[0].t + round((f.samples - 1) * 1e9 / f.rate_hz)) * 1e-9   # noqa: E731
+    plan = sorted(((end(f) + (lag if f.stream == "markers/walker" else 0.0), k) for k, f in enumerate(frames)))
+    feed = Publisher(f"tcp://127.0.0.1:{ports[2]}")
+    proc = start(config, "torques", tmp_path)
+    got = []
+    sub = Subscriber([f"tcp://127.0.0.1:{ports[1]}"], [TORQUES], expect=[TORQUES])
+    try:
+        assert sub.wait_connected(timeout_s=30.0), "the service did not come up"
+        assert feed.wait_for_subscribers(1, timeout_s=30.0), "the service never subscribed"
+        t0 = time.monotonic()
+        for due, k in plan:        # in real time: each frame when its last sample is measured (markers: 1 s on)
+            while time.monotonic() < t0 + due:
+                while (g := sub.recv(timeout_s=0)) is not None:
+                    got.append(g)
+                time.sleep(0.001)
+            f = frames[k]
+            feed.publish(f.stream, f.data, kind=f.kind, rate_hz=f.rate_hz, channels=f.channels, units=f.units,
+                         t=f.t, t_host=f.t_host, t_device=f.t_device)
+        n_expected = sum(d.shape[0] for d, _ in expected.frames[TORQUES])
+        deadline = time.monotonic() + 30.0
+        while sum(g.samples for g in got) < n_expected and time.monotonic() < deadline:
+            g = sub.recv(timeout_s=0.2)
+            if g is not None:
+                got.append(g)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        sub.close()
+        feed.close()
+    t = np.concatenate([g.t + np.arange(g.samples) * 1_000_000 for g in got])
+    data = np.concatenate([g.data for g in got])
+    stale = data[:, list(got[0].channels).index("stale")] > 0
+    steady = t > frames[0].t + round((lag + 0.01) * 1e9)      # the markers' first frame came at lag
+    assert steady.sum() > 500 and not stale[steady].any(), f"{stale[steady].sum()} of {steady.sum()} samples stale"
+    mine = np.concatenate([d for d, _ in expected.frames[TORQUES]])
+    t_mine = np.concatenate([kw["t"] + np.arange(d.shape[0]) * 1_000_000 for d, kw in expected.frames[TORQUES]])
+    k = np.searchsorted(t_mine, t[steady])
+    assert np.array_equal(t_mine[k], t[steady])
+    assert np.allclose(data[steady], mine[k], rtol=1e-12, atol=1e-9, equal_nan=True)
