@@ -126,6 +126,7 @@ class _Input:
 
     def __init__(self, stream: str, width: int, rate_hz: float) -> None:
         self.stream, self.width = stream, width
+        self.rate_hz = rate_hz
         self.keep = max(8, int(KEEP_S * rate_hz))
         self._t = np.empty(self.keep + 256, dtype=np.int64)
         self._v = np.empty((self._t.size, width))
@@ -163,6 +164,11 @@ class _Input:
         self._v[self.b:self.b + m] = v
         self._r[self.b:self.b + m] = recv
         self.b += m
+
+    def set_rate(self, rate_hz: float) -> None:
+        """Hold `KEEP_S` of samples at the stream's own rate [Hz] (its frames' ``rate_hz``; the arrays grow
+        in `add` as needed)."""
+        self.rate_hz, self.keep = rate_hz, max(8, int(KEEP_S * rate_hz))
 
     def note_lateness(self, recv: int, t_first: int) -> None:
         """Take a frame's lateness: its receipt `recv` minus the lab time `t_first` of its first sample [ns] —
@@ -293,6 +299,7 @@ class WalkerService:
             raise ValueError(f"dynamics torques: the walker needs two shaft encoders, got {list(encoders)}")
         self.world, self.settings, self.publish, self.count, self.clock = world, settings, publish, count, clock
         self.model: WalkerModel = walker_model(world, [p for _, p in plates])
+        # buffers sized for nominal rates until each stream's first frame gives its own (`_Input.set_rate`)
         self.enc = [_Input(s, 3, 1000.0) for s in encoders]       # angle, velocity, acceleration
         self.markers = _Input(markers, 6, 200.0)                   # X, Z, pitch and their rates
         self.plates = [_Input(f"dynamics/grf/{n}", 6, 1000.0) for n, _ in plates]
@@ -350,6 +357,8 @@ class WalkerService:
                 self.count(f"{f.stream}:repeated", 1)        # nothing new: a repeat or out of order
                 continue
             inp.note_lateness(recv, int(t[0]))
+            if f.rate_hz != inp.rate_hz:        # KEEP_S at this stream's rate, not the nominal one
+                inp.set_rate(f.rate_hz)
             if inp is self.markers:
                 self._markers(f, t, recv)
             elif inp in self.enc:

@@ -250,6 +250,21 @@ def test_results_do_not_depend_on_how_the_inputs_interleave():
     assert np.array_equal(a[~stale], b[~stale])
 
 
+def test_an_input_holds_keep_s_of_samples_at_its_own_rate():
+    # markers at 1 kHz (a fast motion-capture system) and the plates' wrenches 1 s behind everything else, no
+    # host clock (a replay as fast as it goes): the markers wait 1 s for the plates in a buffer of KEEP_S (4 s)
+    # at their rate, so every sample is computed from the inputs that bracket it, as in the clean order.
+    # Sized for 200 Hz (800 samples: 0.8 s at 1 kHz) the buffer overflowed and samples were computed with
+    # the plates held (stale)
+    frames = frames_of(walk(), marker_every=1)
+    end = lambda f: f.t + round((f.samples - 1) * 1e9 / f.rate_hz)     # noqa: E731 - its last sample's time
+    late = sorted(frames, key=lambda f: end(f) + (10 ** 9 if f.stream.startswith("dynamics/grf/") else 0))
+    t1, a, ch = serve(frames).series(TORQUES)
+    t2, b, _ = serve(late).series(TORQUES)
+    assert col(a, ch, "stale").sum() == 0 and col(b, ch, "stale").sum() == 0, col(b, ch, "stale").sum()
+    assert np.array_equal(t1, t2) and np.allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
 def test_a_shaft_that_stops_mid_revolution_keeps_a_bounded_buffer_and_restarts_its_cycles():
     from dynamics.service_torques import MAX_CYCLE_S, _Cycles
 
