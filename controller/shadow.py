@@ -10,7 +10,11 @@ as a table). The session's input streams (everything but what the analysis proce
 the lab publish: `DERIVED`) go out with their recorded seq and stamps, and the operator's requests the
 loop recorded (``controller/events`` of cause ``request``) go out again as ``controller/request`` frames
 at their recorded time; the processes compute as they did live; their outputs are written to a new
-session file. The same code on the same inputs gives the same numbers (docs/cli.md, `walklab replay --shadow`).
+session file, beside the input frames replayed — each written as the source recorded it (the same msgpack
+bytes, log and publish times and sequence: `recorded`), so the output is a whole session that `walklab
+analyze` and the other session tools take as they take a live recording (the requests, which the source
+holds only as the loop's events, are not written: the loop's own ``controller/events`` record them). The
+same code on the same inputs gives the same numbers (docs/cli.md, `walklab replay --shadow`).
 
 The data's clock, not the host's, decides what is stale in a replay:
 
@@ -154,6 +158,14 @@ def merged(inputs: Iterable, extra: list) -> Iterator:
     yield from extra[k:]
 
 
+def recorded(inputs: Iterable, write: Callable[[object], None]) -> Iterator:
+    """`inputs` unchanged, each frame handed to `write` first — before it is sent: sending stamps a new
+    ``t_pub``, and the output keeps the source's (the frame as recorded, `t_recv` included)."""
+    for f in inputs:
+        write(f)
+        yield f
+
+
 def paced(inputs: Iterable, progress: dict[str, int], streams: list[str], poll: Callable[[], None],
           should_stop: Callable[[], bool], lead_s: float = LEAD_S, stall_s: float = STALL_S) -> Iterator:
     """`inputs`, each frame held back until every stream of `streams` has reached ``frame.t - lead_s`` in
@@ -186,7 +198,8 @@ def paced(inputs: Iterable, progress: dict[str, int], streams: list[str], poll: 
 
 @dataclass
 class ShadowResult:
-    """frames replayed, frames written to the output per output stream, the output file."""
+    """frames replayed (also written to the output), frames the analysis processes published and the
+    output holds, per stream, the output file."""
     replayed: int
     recorded: dict[str, int]
     output: Path
@@ -196,13 +209,15 @@ def run_shadow(file: str | Path, output: str | Path, *, config: str | Path | Non
                should_stop: Callable[[], bool] = lambda: False,
                progress: Callable[[int], None] | None = None, start_timeout_s: float = 60.0) -> ShadowResult:
     """Replay `file`'s inputs into its lab's analysis processes (module doc) at `speed` (None: as fast as
-    they keep up), recording their outputs into `output`. Raises ShadowError / OSError in one line."""
+    they keep up), recording the inputs replayed and the processes' outputs into `output`. Raises
+    ShadowError / OSError in one line."""
     import tempfile
 
     from controller.config import load
     from controller.proc import subscriber_for
     from controller.supervisor import Supervisor
     from daq.bus import Publisher
+    from daq.frames import Frame
     from daq.ports import free_tcp_ports
     from daq.record import SessionWriter, lab_metadata
     from daq.replay import frames, replay, set_backpressure
@@ -221,14 +236,18 @@ def run_shadow(file: str | Path, output: str | Path, *, config: str | Path | Non
         paced_by = sorted({PROGRESS[p.module] for p in procs})
         last = [time.monotonic()]
         done = threading.Event()
+        lock = threading.Lock()  # the writer is shared: outputs from the recorder thread, inputs from the replay
 
         def record() -> None:
             sub = subscriber_for(lab, [p.bind for p in procs], ["dynamics/*", "events/*", "health/*", "controller/*"])
             try:
                 while not done.is_set() and not writer.stopped:
                     f = sub.recv(timeout_s=0.05)
+                    with lock:
+                        if f is not None:
+                            writer.write(f, f.t_recv)
+                        writer.poll()
                     if f is not None:
-                        writer.write(f, f.t_recv)
                         if writer.stopped:  # a disk error: this frame was not written, nor will any be
                             break
                         counts[f.stream] = counts.get(f.stream, 0) + 1
@@ -236,9 +255,12 @@ def run_shadow(file: str | Path, output: str | Path, *, config: str | Path | Non
                             last[0] = time.monotonic()
                         if f.stream in paced_by and f.samples:
                             reached[f.stream] = max(reached.get(f.stream, f.t), int(f.sample_times()[-1]))
-                    writer.poll()
             finally:
                 sub.close()
+
+        def write_input(f: Frame) -> None:  # as the source recorded it: its own receipt time
+            with lock:
+                writer.write(f, f.t_recv)
 
         sup = Supervisor(lab)
         logs = [Path(tmp) / f"{p.name}.log" for p in procs]
@@ -265,7 +287,7 @@ def run_shadow(file: str | Path, output: str | Path, *, config: str | Path | Non
                     if dead or time.monotonic() > deadline or should_stop():
                         raise ShadowError(f"shadow replay: {', '.join(dead) or 'the analysis processes'} did not "
                                           f"start (or subscribe within {start_timeout_s:.0f} s)")
-                source = merged(frames(file, inputs), requests(file))
+                source = merged(recorded(frames(file, inputs), write_input), requests(file))
                 if speed is None:
                     source = paced(source, reached, paced_by, pub.poll_subscriptions, stop)
                 n = replay(source, pub, speed=speed, should_stop=stop,

@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from mcap.reader import make_reader
 
 from .test_run_sim import REPO, frames, private_lab, robot  # noqa: F401  (robot: a fixture)
 
@@ -36,7 +37,10 @@ def limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
 
 
-def test_shadow_replay_recomputes_the_live_results(tmp_path, robot):  # noqa: F811
+@pytest.fixture(scope="module")
+def shadowed(tmp_path_factory, robot):  # noqa: F811
+    """(the recording of an 8 s `walklab run` walking, its `walklab replay --shadow --fast` output)."""
+    tmp_path = tmp_path_factory.mktemp("shadow")
     script = tmp_path / "script.toml"
     script.write_text("[[command]]\nat = 0.0\nlabel = 'walk'\nspeed = 0.2\n")
     cfg = private_lab(tmp_path, robot)
@@ -53,6 +57,22 @@ def test_shadow_replay_recomputes_the_live_results(tmp_path, robot):  # noqa: F8
     rep = subprocess.run([sys.executable, "-m", "controller.cli", "replay", str(rec), "--shadow", "--fast", "--quiet",
                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert rep.returncode == 0, rep.stdout[-3000:] + rep.stderr[-3000:]
+    return rec, out
+
+
+def messages(path):
+    """The mcap library's messages by topic: (data bytes, log_time, publish_time, sequence), and the channels'
+    metadata."""
+    out, meta = {}, {}
+    with open(path, "rb") as fh:
+        for _, ch, m in make_reader(fh).iter_messages(log_time_order=False):
+            out.setdefault(ch.topic, []).append((bytes(m.data), m.log_time, m.publish_time, m.sequence))
+            meta[ch.topic] = dict(ch.metadata)
+    return out, meta
+
+
+def test_shadow_replay_recomputes_the_live_results(tmp_path, shadowed):
+    rec, out = shadowed
     # a shadow recording the disk refuses (files limited to 1 MB: EFBIG) is an error, not a result
     full = tmp_path / "full.shadow.mcap"
     rep2 = subprocess.run([sys.executable, "-m", "controller.cli", "replay", str(rec), "--shadow", "--fast", "--quiet",
@@ -102,6 +122,33 @@ def test_shadow_replay_recomputes_the_live_results(tmp_path, robot):  # noqa: F8
     walking = st[:, sch.index("walking")] == 1
     assert not walking[t_s < asked[0]].any() and walking[t_s > asked[0] + 2_000_000].all()
     assert np.abs(st[walking, sch.index("left_shaft/tau")]).max() > 0
+
+
+def test_the_shadow_output_is_a_whole_session_that_analyze_takes(tmp_path, shadowed):
+    """The shadow output holds the input frames replayed as the live recording holds them — truth: the live
+    file read with the mcap library, message for message (bytes, times, sequence, channel metadata) — beside
+    the recomputed streams, so `walklab analyze` takes it (it refused the recomputed streams alone: no marker
+    stream and no plate) and, from the same markers and plates, finds what it finds in the live recording."""
+    rec, out = shadowed
+    (live, live_meta), (again, again_meta) = messages(rec), messages(out)
+    inputs = sorted(s for s in live if not s.startswith(("dynamics/", "events/", "health/", "controller/")))
+    assert {"forceplate/FP1", "forceplate/FP2", "markers/walker", "encoder/left_shaft", "encoder/right_shaft"} \
+        <= set(inputs), inputs
+    for s in inputs:
+        assert again.get(s) == live[s], f"{s}: {len(again.get(s, []))} messages in the shadow output, {len(live[s])} live"
+        assert again_meta[s] == live_meta[s]
+    assert "controller/request" not in again        # the requests went to the loop, not into the session
+    assert {"dynamics/torques", "dynamics/grf/FP1", "controller/state"} <= set(again)
+    res = tmp_path / "analysis"
+    ana = subprocess.run([sys.executable, "-m", "controller.cli", "analyze", str(rec), str(out), "--out", str(res),
+                          "--workers", "1"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert ana.returncode == 0, ana.stdout[-3000:] + ana.stderr[-3000:]
+    assert (res / "s.shadow" / "report.html").is_file()
+    a, b = np.load(res / "s" / "results.npz"), np.load(res / "s.shadow" / "results.npz")
+    assert sorted(a.files) == sorted(b.files)
+    assert sum(int(np.isfinite(a[k]).sum()) for k in a.files if a[k].dtype.kind == "f") > 1000   # not all NaN
+    for k in a.files:
+        assert np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind == "f"), k
 
 
 LAB = '''
