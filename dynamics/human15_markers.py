@@ -148,14 +148,16 @@ def missing_markers(mset: MarkerSet, markers: Mapping[str, np.ndarray]) -> dict[
     return out
 
 
-def fit_segments(model: Model, mset: MarkerSet, markers: Mapping[str, np.ndarray]) -> SegmentFits:
+def fit_segments(model: Model, mset: MarkerSet, markers: Mapping[str, np.ndarray],
+                 links: list[Chain] | None = None) -> SegmentFits:
     """Rigid fit of every segment of the marker set (module doc step 1), root first; a marker
-    absent from `markers` counts as never seen. markers: label → (N, 3) m lab."""
+    absent from `markers` counts as never seen. markers: label → (N, 3) m lab; links: the
+    `chains` of model and set (default: built here; a live stream builds them once)."""
     if not any(m in markers for m in mset.labels):
         raise MarkerError(f"none of the {len(mset.labels)} markers of the set {mset.name!r} is in the trial")
     n = len(next(markers[m] for m in mset.labels if m in markers))
     s = scale(mset, model)
-    by_child = {c.segment: c for c in chains(model, mset)}
+    by_child = {c.segment: c for c in (chains(model, mset) if links is None else links)}
     rot, tr, res = {}, {}, {}
     nan = np.full((n, 3), np.nan)
     for seg in (x.name for x in model.segments if x.name in mset.segments):
@@ -213,13 +215,15 @@ def _vee(m: np.ndarray) -> np.ndarray:
     return 0.5 * np.stack([m[:, 2, 1] - m[:, 1, 2], m[:, 0, 2] - m[:, 2, 0], m[:, 1, 0] - m[:, 0, 1]], axis=1)
 
 
-def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits, previous=None) -> np.ndarray:
+def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits, previous=None,
+                      links: list[Chain] | None = None) -> np.ndarray:
     """q (N, nq) from the fitted frames (module doc step 2), angles unwrapped over time; NaN for the
     coordinates of segments not in the set or not fitted in a frame. The root must be a free flyer.
 
     previous (nq,) or None: each coordinate's last finite value before these frames (a live stream's
     earlier blocks; NaN where none): the angles continue unwrapped from it and the root quaternion
-    stays in its hemisphere, so block by block gives the q of the whole record at once."""
+    stays in its hemisphere, so block by block gives the q of the whole record at once. links: as in
+    `fit_segments`."""
     root = model.segments[0]
     if root.joint.type != "free_flyer" or root.name not in mset.segments or np.any(root.joint.translation) \
             or not np.allclose(root.joint.rotation, np.eye(3)):
@@ -237,7 +241,8 @@ def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits, previous
         flips = first + np.concatenate(([0], np.cumsum(np.einsum("ij,ij->i", quat[1:], quat[:-1]) < 0)))
         q[ok, 3:7] = np.where((flips % 2 == 1)[:, None], -quat, quat)
     q[:, :3] = fits.translation[root.name]
-    for c in chains(model, mset):
+    angles = []
+    for c in (chains(model, mset) if links is None else links):
         Rp, Rc = fits.rotation[c.parent], fits.rotation[c.segment]
         good = np.all(np.isfinite(Rp), axis=(1, 2)) & np.all(np.isfinite(Rc), axis=(1, 2))
         rel = np.einsum("nji,njk->nik", Rp[good], Rc[good])
@@ -252,8 +257,10 @@ def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits, previous
             w = _vee(rel)
             cos = 0.5 * (np.trace(rel, axis1=1, axis2=2) - np.einsum("i,nij,j->n", a, rel, a))
             ang[good, 0] = np.arctan2(w @ a, cos)
-        for k, iq in enumerate(c.q_index):
-            q[:, iq] = unwrap_finite(ang[:, k], None if previous is None else previous[iq])
+        q[:, c.q_index] = ang
+        angles.extend(c.q_index)
+    if angles:          # every angle at once (the columns are independent)
+        q[:, angles] = unwrap_finite(q[:, angles], None if previous is None else np.asarray(previous, float)[angles])
     return q
 
 
@@ -263,10 +270,13 @@ def joint_rates(model: Model, q: np.ndarray, fs: float) -> tuple[np.ndarray, np.
     q = np.asarray(q, float)
     n = len(q)
     v = np.full((n, model.nv), np.nan)
+    rev = [(iq, iv) for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v) if seg.joint.type == "revolute"]
+    if rev:             # every revolute coordinate at once (the columns are independent)
+        v[:, [iv for _, iv in rev]] = differentiate(q[:, [iq for iq, _ in rev]], fs)
     for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
         t = seg.joint.type
         if t == "revolute":
-            v[:, iv] = differentiate(q[:, iq], fs)
+            continue
         elif t == "free_flyer":
             R = np.full((n, 3, 3), np.nan)
             ok = np.all(np.isfinite(q[:, iq + 3:iq + 7]), axis=1)

@@ -46,7 +46,10 @@ def rigid_fit(reference, observed) -> RigidFit:
     tr = np.full((n, 3), np.nan)
     res = np.full(n, np.nan)
     seen = np.all(np.isfinite(obs), axis=2)
-    patterns, inverse = np.unique(seen, axis=0, return_inverse=True)
+    if (seen == seen[:1]).all():    # one pattern in every frame (the usual case; np.unique costs more than a small fit)
+        patterns, inverse = seen[:1], np.zeros(n, dtype=np.intp)
+    else:
+        patterns, inverse = np.unique(seen, axis=0, return_inverse=True)
     for k, pat in enumerate(patterns):
         if pat.sum() < 3:
             continue
@@ -210,6 +213,14 @@ def unwrap_finite(x, start=None) -> np.ndarray:
     flat, src = out.reshape(len(x), -1), x.reshape(len(x), -1)
     first = np.full(flat.shape[1], np.nan) if start is None else np.broadcast_to(np.asarray(start, float),
                                                                                  x.shape[1:]).reshape(-1)
+    if np.isfinite(src).all():      # no gap: every column at once (a live block's usual case)
+        start_ok = np.isfinite(first)
+        if start_ok.all() or not start_ok.any():
+            if start_ok.any():
+                flat[:] = np.unwrap(np.concatenate([first[None], src]), axis=0)[1:]
+            elif len(src):
+                flat[:] = np.unwrap(src, axis=0)
+            return out
     for j in range(flat.shape[1]):
         ok = np.isfinite(src[:, j])
         if np.isfinite(first[j]):

@@ -120,7 +120,7 @@ class TreeService:
                  markers: str, settings: TreeSettings, publish: Publish,
                  count: Callable[[str, int], None] = lambda subject, n=1: None,
                  clock: Callable[[], int] = time.monotonic_ns) -> None:
-        h15.chains(model, mset)                     # MarkerError naming a segment the set cannot drive
+        self.links = h15.chains(model, mset)        # MarkerError naming a segment the set cannot drive
         missing = [f for f in feet if f not in mset.segments]
         if not feet or missing:
             raise ValueError(f"dynamics tree: feet {list(feet)}: need foot segments of the marker set {mset.name!r} "
@@ -246,8 +246,9 @@ class TreeService:
         t (n,) ns (host and device stamps th, td), received at recv ns; rates of those now LOOKAHEAD behind."""
         data = np.concatenate([data, np.full((data.shape[0], 1), np.nan)], axis=1)
         pos = data[:, self.cols]                                            # (n, M, 3)
-        fits = h15.fit_segments(self.model, self.mset, {m: pos[:, k] for k, m in enumerate(self.mset.labels)})
-        q = h15.joint_coordinates(self.model, self.mset, fits, self.previous)
+        fits = h15.fit_segments(self.model, self.mset, {m: pos[:, k] for k, m in enumerate(self.mset.labels)},
+                                self.links)
+        q = h15.joint_coordinates(self.model, self.mset, fits, self.previous, self.links)
         seen = np.isfinite(q)
         last = np.where(seen.any(axis=0), q[::-1][np.argmax(seen[::-1], axis=0), np.arange(q.shape[1])], np.nan)
         self.previous = np.where(np.isfinite(last), last, self.previous)
