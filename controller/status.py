@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -325,6 +326,23 @@ def ensure_libraries(lab: Any) -> None:
 SCRIPT_TIMEOUT_S = 30.0
 
 
+def settle(in_flight: list[tuple[str, Future]], mon: "Monitor", console: Any) -> int:
+    """Move the script's commands that finished from ``in_flight`` to the run's events; 1 if one
+    failed (not delivered, or refused by the loop: printed), else 0."""
+    status = 0
+    for what, done in [x for x in in_flight if x[1].done()]:
+        in_flight.remove((what, done))
+        exc = done.exception()
+        if isinstance(exc, (OSError, ValueError, LookupError)):
+            status = 1
+            what += f" FAILED: {exc}"
+            console.print(f"walklab run: {what}", soft_wrap=True)  # one line in a log
+        elif exc is not None:
+            raise exc
+        mon.events.append(what)
+    return status
+
+
 def run_live(lab: Any, *, duration: float | None, script: list[Command], record: str | None,
              startup_s: float = 180.0) -> int:
     """Run `lab` with the status, `script` and an optional recording (module doc); the exit status."""
@@ -353,6 +371,10 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
     sup = subprocess.Popen([sys.executable, "-m", "controller.cli", "run", str(lab.source), "--supervise-only"],
                            stdout=logf, stderr=subprocess.STDOUT)
     status, t_up, pending = 0, None, list(script)
+    # the script's commands go out one after the other from a thread of their own: each waits up to
+    # SCRIPT_TIMEOUT_S for the loop's confirmation, and the status must not freeze meanwhile
+    sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="walklab-script")
+    in_flight: list[tuple[str, Future]] = []
 
     def on_term(*_: Any) -> None:
         raise KeyboardInterrupt
@@ -385,15 +407,11 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
                 while pending and now - t_up >= pending[0].at:
                     c = pending.pop(0)
                     what = f"{now - t_up:5.1f} s script: {c.label or 'command'} speed {c.speed} m/s turn {c.turn} rad/s"
-                    try:
-                        send_to_loop(lab, REQUEST_STREAM, np.array([[c.speed, c.turn]]), ["speed", "turn"],
-                                     ["m/s", "rad/s"], {"source": "walklab run script", "label": c.label}, {"request"},
-                                     SCRIPT_TIMEOUT_S)
-                    except (OSError, ValueError, LookupError) as exc:  # not delivered, or refused: the run says so
-                        status = 1
-                        what += f" FAILED: {exc}"
-                        console.print(f"walklab run: {what}")
-                    mon.events.append(what)
+                    in_flight.append((what, sender.submit(
+                        send_to_loop, lab, REQUEST_STREAM, np.array([[c.speed, c.turn]]), ["speed", "turn"],
+                        ["m/s", "rad/s"], {"source": "walklab run script", "label": c.label}, {"request"},
+                        SCRIPT_TIMEOUT_S)))
+                status = max(status, settle(in_flight, mon, console))
                 if duration is not None and now - t_up >= duration:
                     break
             if live is not None:
@@ -408,6 +426,10 @@ def run_live(lab: Any, *, duration: float | None, script: list[Command], record:
             signal.signal(s, handler)
         if live is not None:
             live.stop()
+        sender.shutdown(wait=False, cancel_futures=True)  # a command in flight ends at its timeout
+        status = max(status, settle(in_flight, mon, console))
+        for what, _ in in_flight:
+            mon.events.append(f"{what}: not confirmed before the run ended")
         elapsed = 0.0 if t_up is None else time.monotonic() - t_up
         if sup.poll() is None:
             sup.send_signal(signal.SIGINT)
