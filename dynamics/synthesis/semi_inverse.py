@@ -11,8 +11,9 @@ BIDYN's heel/flat/toe phases; R = 0.3 leg length by default, the roll-over radiu
 Hansen, Childress & Knox 2004, Clin. Biomech. 19:407-414): with the foot pitch phi (about +y, + toes
 down), the ankle is at (x_ref + R phi + (h - R) sin phi, R + (h - R) cos phi), h its height above the
 sole, x_ref its place when the foot is flat (the origin of the half-step, the ZMP law's reference). Unknown: the trunk joint angle psi (with the pelvis upright, the
-absolute trunk pitch); the frontal inclination theta of BIDYN's 2-unknown system is NOT modelled (the
-lateral ZMP is not compensated; it is reported).
+absolute trunk pitch); with `frontal`, also the frontal inclination theta of BIDYN's two-unknown
+system (section "Frontal compensation" below; without it the lateral ZMP is not compensated, only
+reported).
 
 **Prescribed leg synergy** (j.3). One gait cycle of sagittal angles (`LegCycle`: hip, knee, ankle and
 pelvis tilt over the stride phase, from a measured trial), made periodic, scaled by S: hip joint
@@ -41,6 +42,32 @@ is linear in psi'': psi'' = -(rest)/(coefficient), the coefficient -(I_T + m_T[d
 Y(T) = Y(0). Solved by `biped.shoot` (gradient then Newton, BIDYN settings) and cross-checked by
 `biped.collocate`.
 
+**Frontal compensation** (BIDYN's two-unknown system, methods.md j.2; `build_nominal(frontal=True)`).
+Unknowns theta and psi, state Y = [theta, psi, theta', psi']. theta is BIDYN's "frontal inclination of
+the leg/pelvis system about the stance foot": the whole body's roll about the lab x axis through the
+pivot K, the stance foot's ground contact under its roll-over circle (x_ref + R phi, on the foot's line
+y_st, z = 0). The models have no frontal joint for it (surla_bidyn: "carried by the floating base
+orientation"), so theta is the free-flyer pelvis's roll and the trunk and the stance foot roll with it
+(an exact rigid version of BIDYN's kinematics, which keeps the trunk upright). Segment i: unrolled
+position u_i from K (the sagittal kinematics above, its model y), rolled c_i = K + R_x(theta) u_i,
+angular velocity in the rolled frame w_i = theta' e_x + phi_i' e_y, inertia J_i = R_y(phi_i) I_i R_y^T.
+The moment about the law point p of the inertia and gravity forces,
+
+    M = (K - p) x (m G + R L) + (R S) x G + R N,   G = K'' + (0, 0, g),   Omega = theta' e_x,
+    S = sum m u,   L = sum m (u'' + 2 Omega x u' + Omega' x u + Omega x (Omega x u)),
+    N = sum m u x (u'' + 2 Omega x u' + Omega' x u + Omega x (Omega x u)) + sum (J' w + J w' + Omega x J w),
+
+is linear in theta'' and psi'': M_x = M_y = 0 (the ZMP at p) is the 2 x 2 system E11..E22 of j.2
+(DET guarded); the rest of the body's sums are precomputed per half-step (`frontal_half_step`), the
+trunk group (one rigid body, 3-D inertia) is added at each call. Lateral law (models.md 6.2): the ZMP
+on the stance foot's line in single support; in double support the sagittal staircase's shares of the
+way to the other foot's line (`lateral_law`; BIDYN's lateral scale 2d is the model's ankle spacing
+here). Symmetric gait: Y(P) = W Y(0), W = diag(-1, 1, -1, 1) (j.4); asymmetric: the full stride with
+theta the lab's roll, continuous at the transfer. Limits (reported): the stance foot is tilted by
+theta (no ankle inversion joint), and since the pivot changes feet at a transfer, the pelvis moves
+there by |(I - R_x(theta)) (K_l - K_r)| (`BipedNominal.transfer_jump`; BIDYN re-references its
+coordinates at the transfer the same way); the swing foot is lifted or lowered by the roll.
+
 **Figures from `dynamics`** (not the generator's equations): the full configuration q, v, a of the
 3-D model (free-flyer pelvis, every joint) along the stride; the kinematic ZMP by
 `dynamics.zmp.zmp_model`; the ground wrench (`zmp.ground_wrench`) put on the stance foot (in double
@@ -51,9 +78,10 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+from numba import njit
 from scipy.interpolate import CubicSpline
 
 from ..centroidal import centroidal_momentum
@@ -428,6 +456,238 @@ def law_breaks(P: float, law: GaitLaw) -> tuple[float, ...]:
     return tuple(sorted({x for x in b if x is not None and 0 < x < P}))
 
 
+# ------------------------------------------------------------------------------ frontal compensation
+
+EX, EY = np.eye(3)[:2]
+
+
+def _roty(phi, I):
+    """R_y(phi) I R_y(phi)^T for inertias I (3, 3) or (N, 3, 3) and pitches phi (N,) (rotation about +y,
+    x' = x cos + z sin, z' = -x sin + z cos, as `_rot`)."""
+    c, s = np.cos(phi), np.sin(phi)
+    R = np.zeros(np.shape(phi) + (3, 3))
+    R[..., 0, 0], R[..., 0, 2], R[..., 1, 1], R[..., 2, 0], R[..., 2, 2] = c, s, 1.0, -s, c
+    return R @ I @ np.swapaxes(R, -1, -2)
+
+
+def _lateral(tree: PlanarTree):
+    """Per segment: the lab y (m) of its CoM and of its joint origin in the neutral posture (sagittal
+    joints keep every y); the 3-D inertia about the CoM (nseg, 3, 3) kg m^2."""
+    m = tree.model
+    oy = np.zeros(len(m.segments))
+    for i in range(1, len(m.segments)):
+        oy[i] = oy[tree.parent[i]] + m.segments[i].joint.translation[1]
+    return oy + m.coms[:, 1], oy, m.inertias
+
+
+@dataclass(frozen=True, eq=False)
+class FrontalHalfStep:
+    """The prescribed part of a half-step for the two-unknown trunk system (module doc "Frontal
+    compensation"): splined over [0, P] the rest-of-body sums about the pivot K (the stance foot's
+    ground contact, x = R phi_f, z = 0, y = the stance foot's line y_st), in the unrolled frame:
+    S, Sd, L0, N0, N1, N2, N3 (3 each), the waist joint's w, w', w'' (3 each) from K, K'' x and the
+    stance ankle x (m, the sagittal law's reference); the trunk group's mass mT, CoM cT (3) from the
+    waist at psi = 0 and inertia IT (3, 3) about its CoM; the feet lines y_st, y_ot (m)."""
+
+    hs: HalfStep
+    channels: CubicSpline
+    m_rest: float
+    mT: float
+    cT: np.ndarray
+    IT: np.ndarray
+    y_st: float
+    y_ot: float
+
+    @property
+    def P(self) -> float:
+        return self.hs.P
+
+    @property
+    def leg(self) -> LegSynergy:
+        return self.hs.leg
+
+
+def frontal_half_step(tree: PlanarTree, leg: LegSynergy, stance: int = 0, grid: int = 1201) -> FrontalHalfStep:
+    """Precompute the two-unknown system's prescribed sums of a half-step (FrontalHalfStep doc)."""
+    hs = half_step(tree, leg, stance, grid)
+    P = hs.P
+    t = np.linspace(0.0, P, grid)
+    q, qd, qdd = _joint_angles(tree, leg, t, stance)
+    st = planar_state(tree, q, qd, qdd)
+    sp, sv, sa = _on_ground(tree, st, stance)
+    f = _stance_ankle(tree, stance)
+    yc, yo, I0 = _lateral(tree)
+    y_st, y_ot = yo[f], yo[_stance_ankle(tree, 1 - stance)]
+    R = tree.roll
+    kx, kvx, kax = R * st.phi[:, f], R * st.w[:, f], R * st.al[:, f]
+    N = len(t)
+
+    def lift(xz, y):              # (N, n, 2) x-z and (n,) y -> (N, n, 3)
+        return np.stack([xz[..., 0], np.broadcast_to(y, xz.shape[:-1]), xz[..., 1]], axis=-1)
+
+    nseg = len(tree.mass)
+    u = lift(st.c + sp[:, None], yc - y_st)
+    u[..., 0] -= kx[:, None]
+    ud = lift(st.vc + sv[:, None], np.zeros(nseg))
+    ud[..., 0] -= kvx[:, None]
+    udd = lift(st.ac + sa[:, None], np.zeros(nseg))
+    udd[..., 0] -= kax[:, None]
+    rest = np.ones(nseg, bool)
+    rest[tree.trunk] = False
+    m = tree.mass[rest][None, :, None]
+    u, ud, udd = u[:, rest], ud[:, rest], udd[:, rest]
+    ph, w, al = st.phi[:, rest], st.w[:, rest], st.al[:, rest]
+    J = _roty(ph, I0[rest])                                   # (N, n, 3, 3)
+    Jx, Jy, Jz = J[..., 0], J[..., 1], J[..., 2]
+    S = (m * u).sum(1)
+    Sd = (m * ud).sum(1)
+    L0 = (m * udd).sum(1)
+    N0 = (m * np.cross(u, udd)).sum(1) + ((w ** 2)[..., None] * np.cross(EY, Jy) + al[..., None] * Jy).sum(1)
+    N1 = (2 * m * np.cross(u, np.cross(EX, ud))).sum(1) + (w[..., None] * (np.cross(EY, Jx) + Jz + np.cross(EX, Jy))).sum(1)
+    N2 = (m * np.cross(u, np.cross(EX, np.cross(EX, u)))).sum(1) + np.cross(EX, Jx).sum(1)
+    N3 = (m * np.cross(u, np.cross(EX, u))).sum(1) + Jx.sum(1)
+    tj = tree.trunk[0]
+    wp = lift(st.o[:, tj] + sp, np.full(N, yo[tj] - y_st))
+    wp[:, 0] -= kx
+    wv = lift(st.vo[:, tj] + sv, np.zeros(N))
+    wv[:, 0] -= kvx
+    wa = lift(st.ao[:, tj] + sa, np.zeros(N))
+    wa[:, 0] -= kax
+    ankle = st.o[:, f, 0] + sp[:, 0]
+    ch = CubicSpline(t, np.column_stack([S, Sd, L0, N0, N1, N2, N3, wp, wv, wa, kx, kax, ankle]))
+    # the trunk group as one rigid body about the trunk joint, its frame at psi = 0 (3-D)
+    qz = np.zeros((1, nseg))
+    s0 = planar_state(tree, qz, qz, qz)
+    grp = tree.trunk
+    mg = tree.mass[grp]
+    mT = float(mg.sum())
+    cg3 = lift(s0.c[0, grp], yc[grp])
+    cg = (cg3 * mg[:, None]).sum(0) / mT
+    r = cg3 - cg
+    IT = (I0[grp] + mg[:, None, None] * ((r * r).sum(1)[:, None, None] * np.eye(3) - r[:, :, None] * r[:, None, :])).sum(0)
+    cT = cg - np.array([s0.o[0, tj, 0], yo[tj], s0.o[0, tj, 1]])
+    return FrontalHalfStep(hs, ch, float(tree.mass[rest].sum()), mT, cT, IT, float(y_st), float(y_ot))
+
+
+def lateral_law(t, P: float, law: "GaitLaw") -> np.ndarray:
+    """Share (0..1) of the way from the stance foot's line to the other foot's at times t (s) of a
+    half-step: 0 in single support; in double support law k's staircase, the same shares as the
+    sagittal law's (models.md 6.2: the ZMP goes from the trailing foot to the new stance foot, and on
+    toward the next one, along the line between the feet): |zmp_law(single I, step 1)|."""
+    return np.abs(zmp_law(t, P, 1, law.double, 1.0, law.share))
+
+
+@njit(cache=True, inline="always")
+def _cross(a0, a1, a2, b0, b1, b2):
+    """a x b, componentwise."""
+    return a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0
+
+
+@njit(cache=True)
+def _frontal_accel(t, th, psi, dth, dpsi, kn, c0, c1, c2, c3, breaks, px, py, k):
+    """(theta'', psi'', DET) of the two-unknown system at time t (frontal_rhs doc). kn, c0..c3: the
+    prescribed channels' cubic pieces (FrontalHalfStep.channels); breaks, px, py: the law's switch times
+    and its point per piece (x from the stance ankle, y from the stance foot's line); k: mT, cT (3),
+    m, I_T (xx, xy, xz, yy, yz, zz), g."""
+    i = min(max(np.searchsorted(kn, t, side="right") - 1, 0), kn.shape[0] - 2)
+    h = t - kn[i]
+    v = ((c0[i] * h + c1[i]) * h + c2[i]) * h + c3[i]
+    j = np.searchsorted(breaks, t, side="right")
+    mT, cx, cy, cz, mtot = k[0], k[1], k[2], k[3], k[4]
+    Ixx, Ixy, Ixz, Iyy, Iyz, Izz, g = k[5], k[6], k[7], k[8], k[9], k[10], k[11]
+    c, s = math.cos(psi), math.sin(psi)
+    dx, dy, dz = cx * c + cz * s, cy, -cx * s + cz * c
+    ex, ez = dz, -dx                                       # e_y x d = (dz, 0, -dx)
+    ux, uy, uz = v[21] + dx, v[22] + dy, v[23] + dz        # trunk CoM from the pivot
+    vx, vy, vz = v[24] + dpsi * ex, v[25], v[26] + dpsi * ez
+    ax, ay, az = v[27] - dpsi * dpsi * dx, v[28], v[29] - dpsi * dpsi * dz
+    cc, ss, cs = c * c, s * s, c * s
+    jxx = cc * Ixx + 2 * cs * Ixz + ss * Izz
+    jzz = ss * Ixx - 2 * cs * Ixz + cc * Izz
+    jxz = (cc - ss) * Ixz + cs * (Izz - Ixx)
+    jxy = c * Ixy + s * Iyz
+    jyz = -s * Ixy + c * Iyz
+    Sx, Sy, Sz = v[0] + mT * ux, v[1] + mT * uy, v[2] + mT * uz
+    Dx, Dy, Dz = v[3] + mT * vx, v[4] + mT * vy, v[5] + mT * vz
+    # L = L0 + mT u''_T + 2 theta' e_x x Sd + theta'^2 e_x x (e_x x S)
+    Lx = v[6] + mT * ax
+    Ly = v[7] + mT * ay - 2 * dth * Dz - dth * dth * Sy
+    Lz = v[8] + mT * az + 2 * dth * Dy - dth * dth * Sz
+    # N0 + theta' N1 + theta'^2 N2 with the trunk group's terms
+    p0, p1, p2 = _cross(ux, uy, uz, ax, ay, az)
+    n0x = v[9] + mT * p0 + dpsi * dpsi * jyz               # e_y x J e_y = (J_zy, 0, -J_xy)
+    n0y = v[10] + mT * p1
+    n0z = v[11] + mT * p2 - dpsi * dpsi * jxy
+    q0, q1, q2 = _cross(ux, uy, uz, 0.0, -vz, vy)          # u x (e_x x u')
+    # e_y x J e_x + J e_z + e_x x J e_y = (J_zx, 0, -J_xx) + J e_z + (0, -J_zy, J_yy)
+    n1x = v[12] + 2 * mT * q0 + dpsi * (jxz + jxz)
+    n1y = v[13] + 2 * mT * q1 + dpsi * (jyz - jyz)
+    n1z = v[14] + 2 * mT * q2 + dpsi * (-jxx + jzz + Iyy)
+    r0, r1, r2 = _cross(ux, uy, uz, 0.0, -uy, -uz)        # u x (e_x x (e_x x u))
+    n2x = v[15] + mT * r0
+    n2y = v[16] + mT * r1 - jxz                            # e_x x J e_x = (0, -J_zx, J_yx)
+    n2z = v[17] + mT * r2 + jxy
+    Nx = n0x + dth * n1x + dth * dth * n2x
+    Ny = n0y + dth * n1y + dth * dth * n2y
+    Nz = n0z + dth * n1z + dth * dth * n2z
+    w0, w1, w2 = _cross(ux, uy, uz, 0.0, -uz, uy)          # u x (e_x x u)
+    N3x, N3y, N3z = v[18] + mT * w0 + jxx, v[19] + mT * w1 + jxy, v[20] + mT * w2 + jxz
+    L3x, L3y, L3z = 0.0, -Sz, Sy
+    Lpx, Lpy, Lpz = mT * ex, 0.0, mT * ez
+    o0, o1, o2 = _cross(ux, uy, uz, ex, 0.0, ez)
+    Npx, Npy, Npz = mT * o0 + jxy, mT * o1 + Iyy, mT * o2 + jyz
+    ct, st = math.cos(th), math.sin(th)
+    rx, ry = v[30] - v[32] - px[j], -py[j]                 # K - p (z = 0)
+    gx, gz = v[31], g
+    # rotated vectors R_x(theta) a = (a_x, ct a_y - st a_z, st a_y + ct a_z)
+    RLx, RLy, RLz = Lx, ct * Ly - st * Lz, st * Ly + ct * Lz
+    RSx, RSy, RSz = Sx, ct * Sy - st * Sz, st * Sy + ct * Sz
+    RNx, RNy = Nx, ct * Ny - st * Nz
+    Fx, Fy, Fz = mtot * gx + RLx, RLy, mtot * gz + RLz
+    Mbx = ry * Fz + (RSy * gz) + RNx                       # (r x F)_x = ry Fz - 0 Fy; (RS x G)_x = RSy gz - RSz 0
+    Mby = -rx * Fz + (RSz * gx - RSx * gz) + RNy           # (r x F)_y = 0 Fx - rx Fz
+    RL3y, RL3z = ct * L3y - st * L3z, st * L3y + ct * L3z
+    Mtx = ry * RL3z + N3x
+    Mty = -rx * RL3z + ct * N3y - st * N3z
+    RLpy, RLpz = ct * Lpy - st * Lpz, st * Lpy + ct * Lpz
+    Mpx = ry * RLpz + Npx
+    Mpy = -rx * RLpz + ct * Npy - st * Npz
+    det = Mtx * Mpy - Mty * Mpx
+    if det == 0.0:
+        return 0.0, 0.0, 0.0
+    return (Mby * Mpx - Mbx * Mpy) / det, (Mbx * Mty - Mby * Mtx) / det, det
+
+
+def frontal_rhs(fh: FrontalHalfStep, law: "GaitLaw"):
+    """Y' for Y = [theta, psi, theta', psi'] on [0, P] (module doc "Frontal compensation"), and the
+    law's switch times. theta: the whole body's roll about the lab x axis through the pivot K (+: the
+    right side down); psi: the trunk joint. Both ZMP moments about the law point p vanish:
+    M = (K - p) x (m G + R L) + (R S) x G + R N = M_b + theta'' M_theta + psi'' M_psi (module doc),
+    a 2 x 2 linear system in theta'', psi'' (BIDYN's E11..E22, methods.md j.2), solved by the compiled
+    `_frontal_accel` (the shooting calls it ~10^5 times per nominal)."""
+    P = fh.P
+    breaks = law_breaks(P, law)
+    edges = (0.0, *breaks, P)
+    mids = [0.5 * (u + w) for u, w in zip(edges[:-1], edges[1:])]
+    px = np.array([float(zmp_law(x, P, law.single, law.double, law.step, law.share)) for x in mids])
+    py = np.array([float(lateral_law(x, P, law)) * (fh.y_ot - fh.y_st) for x in mids])   # from the stance foot's line
+    coef = fh.channels.c
+    kn = np.ascontiguousarray(fh.channels.x)
+    c0, c1, c2, c3 = (np.ascontiguousarray(coef[i]) for i in range(4))
+    I = fh.IT
+    k = np.array([fh.mT, *fh.cT, fh.m_rest + fh.mT, I[0, 0], I[0, 1], I[0, 2], I[1, 1], I[1, 2], I[2, 2], G])
+    br = np.array(breaks, dtype=float)
+
+    def rhs(t, y):
+        th, psi, dth, dpsi = y
+        a, b, det = _frontal_accel(float(t), th, psi, dth, dpsi, kn, c0, c1, c2, c3, br, px, py, k)
+        if abs(det) < 1e-9:
+            raise BipedError(f"two-unknown trunk system singular at t = {t:.4g} s (theta = {th:.4g}, psi = {psi:.4g} rad)")
+        return np.array([dth, dpsi, a, b])
+
+    return rhs, breaks
+
+
 def step_length(tree: PlanarTree, leg: LegSynergy) -> tuple[float, float, float]:
     """(S_h m, height m and speed m/s of the trailing foot off its roll-over shape) at the transfer t = 0:
     the distance of the two feet's flat places sets the ZMP staircase; the height and speed measure how
@@ -448,7 +708,8 @@ def step_length(tree: PlanarTree, leg: LegSynergy) -> tuple[float, float, float]
 
 @dataclass(frozen=True)
 class TrunkSolution:
-    """The periodic trunk: y0 [psi, psi'] at the start of the stride; how it was found (shooting
+    """The periodic trunk: y0 [psi, psi'] (with the frontal compensation [theta, psi, theta', psi']) at
+    the start of the stride; how it was found (shooting
     iterations, Newton steps, residual J, history); the collocation's y0 when cross-checked or used as
     the start (started_from: "guess" or "collocation"); other_y0: a second periodic trunk when shooting
     and collocation found different ones (the one with the smaller initial lean |psi| is kept)."""
@@ -468,7 +729,9 @@ class BipedNominal:
     """A stride (two half-steps, left stance first) at M uniform phases: t (M,) s; psi, dpsi, ddpsi (M,);
     the 3-D model's q (M, nq), v, a (M, nv) (free-flyer pelvis, lab frame x forward, z up, the left
     stance ankle above x = 0 at t = 0); the law ZMP x (M,) m in the lab; stance (M,) 0/1; S_h, speed;
-    trunk solution; landing figures (step_length doc)."""
+    trunk solution; landing figures (step_length doc). With the frontal compensation: theta, dtheta,
+    ddtheta (M,) the roll (rad, rad/s, rad/s^2), the law ZMP y (M,) m in the lab, and transfer_jump (m):
+    how far the pelvis moves at a support transfer because the roll's pivot changes feet (module doc)."""
 
     tree: PlanarTree
     S: float
@@ -491,39 +754,53 @@ class BipedNominal:
     trailing_speed: float
     cycle_source: str = ""
     halves: tuple = field(default=(), repr=False)
+    theta: np.ndarray | None = None
+    dtheta: np.ndarray | None = None
+    ddtheta: np.ndarray | None = None
+    zmp_law_y: np.ndarray | None = None
+    transfer_jump: float = 0.0
 
 
-def solve_trunk(halves, laws, y0=(0.0, 0.0), symmetric: bool = True, settings: ShootingSettings | None = None,
+def solve_trunk(halves, laws, y0=None, symmetric: bool = True, settings: ShootingSettings | None = None,
                 check: bool = False) -> TrunkSolution:
-    """Periodic trunk by shooting (symmetric: the half-step with Y(P) = Y(0); else the full stride with
-    Y(T) = Y(0)); check: the collocation solution from the same guess as well. When shooting from y0
-    fails (the trunk falls within the half-step: long half-periods), it restarts from the collocation
-    solution (collocation does not integrate through the instability); `started_from` says which."""
+    """Periodic trunk by shooting (symmetric: the half-step with Y(P) = W Y(0), W = I for [psi, psi'],
+    diag(-1, 1, -1, 1) for [theta, psi, theta', psi']: the roll flips at the transfer; else the full
+    stride with Y(T) = Y(0)); halves: `HalfStep`s (psi alone) or `FrontalHalfStep`s (theta and psi);
+    y0: the guess (default at rest, upright); check: the collocation solution from the same guess as
+    well. When shooting from y0 fails (the trunk falls within the half-step: long half-periods), it
+    restarts from the collocation solution (collocation does not integrate through the instability);
+    `started_from` says which."""
+    frontal = isinstance(halves[0], FrontalHalfStep)
+    n = 4 if frontal else 2
     settings = settings or SETTINGS
+    if frontal and (settings.weights is None or len(settings.weights) != n):
+        w = settings.weights or (1.0, 1.0)
+        settings = replace(settings, weights=(w[0], w[0], w[-1], w[-1]))
     if symmetric:
-        rhs, br = trunk_rhs(halves[0], laws[0])
+        rhs, br = _rhs(halves[0], laws[0])
         P = halves[0].P
     else:
         rhs, br, P = stride_rhs(halves, laws)
-    guess = np.asarray(y0, float)
+    W = (-1.0, 1.0, -1.0, 1.0) if frontal and symmetric else (1.0,) * n
+    guess = np.zeros(n) if y0 is None else np.asarray(y0, float)
     col = None
     try:
-        res = shoot(rhs, guess, P, W=(1.0, 1.0), angles=1, settings=settings, breaks=br)
+        res = shoot(rhs, guess, P, W=W, angles=n // 2, settings=settings, breaks=br)
         start = "guess"
     except BipedError:
         res = None
     if res is None or not res.converged:
-        col, _ = collocate(rhs, guess, P, W=(1.0, 1.0), nodes=41, tol=1e-6, breaks=br, max_nodes=COLLOCATION_NODES)
-        res = shoot(rhs, col, P, W=(1.0, 1.0), angles=1, settings=settings, breaks=br)
+        col, _ = collocate(rhs, guess, P, W=W, nodes=41, tol=1e-6, breaks=br, max_nodes=COLLOCATION_NODES)
+        res = shoot(rhs, col, P, W=W, angles=n // 2, settings=settings, breaks=br)
         start = "collocation"
     if not res.converged:
         raise BipedError(f"trunk shooting did not converge: J = {res.J:.3g} after {res.iterations} iterations")
     if check and col is None:
-        col, _ = collocate(rhs, guess, P, W=(1.0, 1.0), nodes=41, tol=1e-6, breaks=br, max_nodes=COLLOCATION_NODES)
+        col, _ = collocate(rhs, guess, P, W=W, nodes=41, tol=1e-6, breaks=br, max_nodes=COLLOCATION_NODES)
     other = None
     if col is not None and np.abs(col - res.y0).max() > 1e-4:
         # two periodic trunks (the problem is nonlinear): keep the one leaning less, record the other
-        res2 = shoot(rhs, col, P, W=(1.0, 1.0), angles=1, settings=settings, breaks=br)
+        res2 = shoot(rhs, col, P, W=W, angles=n // 2, settings=settings, breaks=br)
         if res2.converged and np.abs(res2.y0 - res.y0).max() > 1e-4:
             if abs(res2.y0[0]) < abs(res.y0[0]):
                 res, other, start = res2, res.y0, "collocation"
@@ -532,9 +809,15 @@ def solve_trunk(halves, laws, y0=(0.0, 0.0), symmetric: bool = True, settings: S
     return TrunkSolution(res.y0, res.iterations, res.newton_steps, res.J, res.history, col, start, other)
 
 
+def _rhs(half, law):
+    """The trunk's right-hand side of a half-step: psi alone (`trunk_rhs`) or theta and psi (`frontal_rhs`)."""
+    return frontal_rhs(half, law) if isinstance(half, FrontalHalfStep) else trunk_rhs(half, law)
+
+
 def stride_rhs(halves, laws):
-    """The full stride's right-hand side on [0, T]: the left half-step, then the right one."""
-    (r0, b0), (r1, b1) = trunk_rhs(halves[0], laws[0]), trunk_rhs(halves[1], laws[1])
+    """The full stride's right-hand side on [0, T]: the left half-step, then the right one (the roll
+    theta is the lab's: continuous at the transfer)."""
+    (r0, b0), (r1, b1) = _rhs(halves[0], laws[0]), _rhs(halves[1], laws[1])
     P = halves[0].P
 
     def rhs(t, y):
@@ -546,9 +829,12 @@ def stride_rhs(halves, laws):
 def build_nominal(model: Model, joints: BipedJoints, cycle: LegCycle, S: float, T: float,
                   single: tuple[int, int] = (1, 1), double: tuple[int, int] = (1, 1),
                   share: float | None = None, samples: int = 200, check: bool = False,
-                  settings: ShootingSettings | None = None, roll: float | None = None) -> BipedNominal:
+                  settings: ShootingSettings | None = None, roll: float | None = None,
+                  frontal: bool = False) -> BipedNominal:
     """A periodic stride (module doc) of step scale S and stride period T (s) with single/double-support
-    ZMP laws per side (left, right); symmetric when both sides' laws are equal."""
+    ZMP laws per side (left, right); symmetric when both sides' laws are equal. frontal: solve BIDYN's
+    two-unknown system (theta and psi: the lateral ZMP follows its law too; module doc "Frontal
+    compensation"), else psi alone (the lateral ZMP is not compensated)."""
     tree = planar_tree(model, joints, roll)
     p = cycle.double_support if share is None else float(share)
     leg = leg_synergy(cycle, S, T, p)
@@ -556,29 +842,37 @@ def build_nominal(model: Model, joints: BipedJoints, cycle: LegCycle, S: float, 
     if not Sh > 0:
         raise BipedError(f"S = {S}: the prescribed legs give a step length {Sh:.3f} m <= 0")
     laws = tuple(GaitLaw(single[k], double[k], p, Sh) for k in (0, 1))
-    halves = (half_step(tree, leg, 0), half_step(tree, leg, 1))
+    make = frontal_half_step if frontal else half_step
+    halves = (make(tree, leg, 0), make(tree, leg, 1))
     sym = laws[0] == laws[1]
     trunk = solve_trunk(halves, laws, symmetric=sym, settings=settings, check=check)
     rhs, br, Tt = stride_rhs(halves, laws)
     t = np.arange(samples) * Tt / samples
     fl = flow(rhs, trunk.y0, Tt, settings or SETTINGS, t_eval=t, breaks=br)
-    psi, dpsi = fl.y
-    ddpsi = np.array([rhs(ti, yi)[1] for ti, yi in zip(t, fl.y.T)])
-    q, v, a, ankle_x, stance, zx = _full_state(tree, leg, laws, halves[0].P, t, psi, dpsi, ddpsi, Sh)
+    n = fl.y.shape[0] // 2
+    acc = np.array([rhs(ti, yi)[n:] for ti, yi in zip(t, fl.y.T)]).T
+    psi, dpsi, ddpsi = fl.y[n - 1], fl.y[-1], acc[-1]
+    roll = (fl.y[0], fl.y[n], acc[0]) if frontal else None
+    q, v, a, ankle_x, stance, zx, zy, jump = _full_state(tree, leg, laws, halves[0].P, t, psi, dpsi, ddpsi, Sh, roll)
+    extra = {"theta": roll[0], "dtheta": roll[1], "ddtheta": roll[2], "zmp_law_y": zy, "transfer_jump": jump} if frontal else {}
     return BipedNominal(tree, float(S), float(T), laws, t, psi, dpsi, ddpsi, q, v, a, zx, stance, ankle_x, Sh,
-                        Sh / halves[0].P, trunk, h, vtr, cycle.source, halves)
+                        Sh / halves[0].P, trunk, h, vtr, cycle.source, halves, **extra)
 
 
-def _full_state(tree, leg, laws, P, t, psi, dpsi, ddpsi, Sh):
-    """The 3-D model's q, v, a along the stride (pelvis upright; its position from the stance foot);
-    leg: one leg synergy, or one per half-step."""
+def _full_state(tree, leg, laws, P, t, psi, dpsi, ddpsi, Sh, roll=None):
+    """The 3-D model's q, v, a along the stride (pelvis upright, or rolled by theta about the stance
+    foot's pivot: roll = (theta, theta', theta'') (M,) each; its position from the stance foot); leg: one
+    leg synergy, or one per half-step. Also the stance ankle's x, the stance side, the law ZMP x and y
+    (lab) and the pelvis's move at the transfers (m, 0 without roll)."""
     m = tree.model
     M = len(t)
     q = np.tile(m.neutral(), (M, 1))
     v, a = np.zeros((M, m.nv)), np.zeros((M, m.nv))
     stance = (t >= P).astype(int)
     ankle_x = np.empty(M)
-    zx = np.empty(M)
+    zx, zy = np.empty(M), np.empty(M)
+    _, yo, _ = _lateral(tree)
+    y_feet = [yo[_stance_ankle(tree, s)] for s in (0, 1)]
     for side in (0, 1):
         k = stance == side
         tl = t[k] - side * P
@@ -586,16 +880,42 @@ def _full_state(tree, leg, laws, P, t, psi, dpsi, ddpsi, Sh):
                                     psi[k], dpsi[k], ddpsi[k])
         st = planar_state(tree, jq, jd, jdd)
         sp, sv, sa = _on_ground(tree, st, side, side * Sh)
-        q[k, 0], q[k, 2] = sp[:, 0], sp[:, 1]       # the base (pelvis origin) sits at the planar origin
-        v[k, 0], v[k, 2] = sv[:, 0], sv[:, 1]
-        ankle_x[k] = st.o[:, _stance_ankle(tree, side), 0] + sp[:, 0]
-        a[k, 0], a[k, 2] = sa[:, 0], sa[:, 1]
+        f = _stance_ankle(tree, side)
+        ankle_x[k] = st.o[:, f, 0] + sp[:, 0]
+        # the base (pelvis origin) sits at the planar origin; rolled about the pivot K on the ground
+        b = [np.stack([x[:, 0], np.zeros(len(tl)), x[:, 1]], axis=-1) for x in (sp, sv, sa)]
+        if roll is None:
+            q[k, :3], v[k, :3], a[k, :3] = b
+        else:
+            th, dth, ddth = (r[k] for r in roll)
+            K = [np.stack([side * Sh + tree.roll * x[:, f], np.full(len(tl), y_feet[side] if j == 0 else 0.0),
+                           np.zeros(len(tl))], axis=-1) for j, x in enumerate((st.phi, st.w, st.al))]
+            u, ud, udd = (bj - Kj for bj, Kj in zip(b, K))
+            Om, dOm = dth[:, None] * EX, ddth[:, None] * EX
+            c, s = np.cos(th), np.sin(th)
+
+            def rot(x, sg=1.0):        # R_x(theta) x (sg = -1: the transpose)
+                return np.stack([x[:, 0], c * x[:, 1] - sg * s * x[:, 2], sg * s * x[:, 1] + c * x[:, 2]], axis=-1)
+
+            pos = K[0] + rot(u)
+            vel = K[1] + rot(ud + np.cross(Om, u))
+            ac = K[2] + rot(udd + 2 * np.cross(Om, ud) + np.cross(dOm, u) + np.cross(Om, np.cross(Om, u)))
+            vb = rot(vel, -1.0)                       # free flyer: velocities in the base frame
+            q[k, :3], v[k, :3], a[k, :3] = pos, vb, rot(ac, -1.0) - np.cross(Om, vb)
+            q[k, 3], q[k, 6] = np.sin(th / 2), np.cos(th / 2)
+            v[k, 3], a[k, 3] = dth, ddth
         for i in range(1, len(m.segments)):
             if tree.sign[i] != 0:
                 q[k, tree.iq[i]], v[k, tree.iv[i]], a[k, tree.iv[i]] = jq[:, i], jd[:, i], jdd[:, i]
         law = laws[side]
         zx[k] = ankle_x[k] + zmp_law(tl, P, law.single, law.double, law.step, law.share)
-    return q, v, a, ankle_x, stance, zx
+        zy[k] = y_feet[side] + lateral_law(tl, P, law) * (y_feet[1 - side] - y_feet[side])
+    jump = 0.0
+    if roll is not None:       # the same roll about the other foot's pivot: the pelvis moves by (I - R) dK
+        th = roll[0][np.flatnonzero(stance == 1)[0]]
+        dy = y_feet[0] - y_feet[1]
+        jump = float(np.hypot(dy * (1 - math.cos(th)), dy * math.sin(th)))
+    return q, v, a, ankle_x, stance, zx, zy, jump
 
 
 # ------------------------------------------------------------------------------ figures by dynamics
@@ -607,7 +927,8 @@ class NominalFigures:
     |zmp_x - law| (M,) m, sagittal margin (M,) m (distance of zmp_x inside the feet's x extent: the stance
     foot, in double support from the trailing heel to the leading toe), foot normal forces (M, 2) N
     (left, right), joint torques tau (M, nv) N m (rnea, base rows ~ 0), lateral ZMP offset from the
-    stance ankle (M,) m (not compensated)."""
+    stance ankle (M,) m; with the frontal compensation the deviation is the distance from the law
+    point (x and y), and lateral_deviation (M,) m = |zmp_y - law y| (None without: not compensated)."""
 
     zmp: np.ndarray
     deviation: np.ndarray
@@ -616,6 +937,7 @@ class NominalFigures:
     tau: np.ndarray
     lateral: np.ndarray
     base_residual: float
+    lateral_deviation: np.ndarray | None = None
 
 
 def figures(nom: BipedNominal) -> NominalFigures:
@@ -654,8 +976,10 @@ def figures(nom: BipedNominal) -> NominalFigures:
     hi = np.where(ds, np.maximum(hi_st, ax_ot + tree.toe), hi_st)
     margin = np.minimum(p[:, 0] - lo, hi - p[:, 0])
     lateral = p[:, 1] - ank[np.arange(len(st)), st, 1]
-    return NominalFigures(p[:, :2], np.abs(p[:, 0] - nom.zmp_law_x), margin, forces, tau, lateral,
-                          float(np.abs(tau[:, :6]).max()))
+    dev = np.abs(p[:, 0] - nom.zmp_law_x)
+    dy = None if nom.zmp_law_y is None else np.abs(p[:, 1] - nom.zmp_law_y)
+    return NominalFigures(p[:, :2], dev if dy is None else np.hypot(dev, dy), margin, forces, tau, lateral,
+                          float(np.abs(tau[:, :6]).max()), dy)
 
 
 def energy(nom: BipedNominal, tau: np.ndarray, v_index) -> tuple[float, float, float]:
@@ -716,7 +1040,10 @@ def transition(a: BipedNominal, b: BipedNominal, eps: float = 0.01) -> Transitio
     legs = tuple(BlendedLeg(a.halves[0].leg, b.halves[0].leg, side * P, T) for side in (0, 1))
     psi, dpsi, ddpsi = blend(a.t, T, (a.psi, a.dpsi, a.ddpsi), (b.psi, b.dpsi, b.ddpsi))
     Sh = 0.5 * (a.step + b.step)
-    q, v, acc, _, _, _ = _full_state(a.tree, legs, a.laws, P, a.t, psi, dpsi, ddpsi, Sh)
+    if (a.theta is None) != (b.theta is None):
+        raise BipedError("transition: both nominals need the frontal compensation, or neither")
+    roll = None if a.theta is None else blend(a.t, T, (a.theta, a.dtheta, a.ddtheta), (b.theta, b.dtheta, b.ddtheta))
+    q, v, acc, _, _, _, _, _ = _full_state(a.tree, legs, a.laws, P, a.t, psi, dpsi, ddpsi, Sh, roll)
     w = blend(a.t, T, (np.zeros_like(a.t),) * 3, (np.ones_like(a.t),) * 3)[0]
     law_x = (1 - w) * a.zmp_law_x + w * b.zmp_law_x
     dev = np.abs(zmp_model(a.tree.model, q, v, acc).point[:, 0] - law_x)
