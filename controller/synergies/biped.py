@@ -5,12 +5,25 @@ joints named in the config (q rad, qd, qdd, tau N m from `dynamics.rnea`), one s
 actuator (wrap 0), sampled at `samples` phases from the support transfer to the left foot; contact
 forces (M, 2) the left and right feet's normal forces (N); zmp (M, 2) the ZMP by `dynamics.zmp.zmp_model`
 (lab x, y; x from the left foot's flat place at phase 0). Validity: zmp_max_deviation = max |ZMP_x - law|
-(m), from dynamics, not the generator's equations; min_margin = the ZMP's sagittal margin inside the
+(m; with the frontal compensation the distance from the law point in x and y), from dynamics, not
+the generator's equations; min_margin = the ZMP's sagittal margin inside the
 feet (m). Extra metadata: the key parameters (S, T, laws, double support, step length), the shooting's
 iterations, Newton steps and residual history, the collocation cross-check, peak torque per joint,
-the trunk's range, the lateral ZMP offset (not compensated: sagittal model) and the trailing foot's
+the trunk's range, the lateral ZMP offset from the stance ankle, with ``biped.frontal`` the lateral
+deviation from its law, the roll's range and the pelvis's move at the transfer, and the trailing foot's
 height and speed off the ground at the transfer (the closed chain of double support is not enforced).
 Safe switching phase: the support transfers (phase 0 and 0.5), where the ZMP is between the feet.
+
+**Assistance** (an exoskeleton's motors and its wearer share each actuated joint's torque): the
+config's ``biped.assistance`` a (0 < a <= 1) is the share the motors supply, as lower-limb exoskeletons
+are specified (a fraction of the biological joint moment; the wearer supplies 1 - a). The stored
+feed-forward ``tau`` and ``peak_torque`` (what the selector checks against the motors' limits) are the
+motors' share a tau_joint; the full joint torque tau_joint (rnea) stays in the metadata beside it:
+``peak_joint_torque``, ``peak_torques`` per joint (full), ``peak_actuator_torques`` and
+``peak_wearer_torques`` per joint (the unactuated ankles and trunk are all the wearer's), and the
+energies of the motors (``energy_*_per_cycle``) and of the whole actuated joints (``joint_energy_*``).
+The stored effective inertia is the motors' share too (a M_ii: the transition feed-forward they supply).
+a = 1 (the default; the biped) is a robot that carries all of it.
 """
 from __future__ import annotations
 
@@ -40,6 +53,7 @@ def jobs(cfg) -> list[dict]:
         raise ValueError(f"{cfg.source}: a {cfg.robot} config needs a [biped] table (joint names)")
     return [{"robot": cfg.robot, "model": cfg.model, "S": S, "T": T, "laws": list(lw), "samples": cfg.samples,
              "share": g.double_support, "gait": g.gait, "actuators": list(cfg.actuators), "roll": g.roll,
+             "assistance": g.assistance, "frontal": g.frontal,
              "joints": {"hips": g.hips, "knees": g.knees, "ankles": g.ankles, "trunk": g.trunk, "feet": g.feet},
              "name": name_of(cfg.robot, S, T, lw)}
             for S, T, lw in itertools.product(g.scales, g.periods, g.laws)]
@@ -56,7 +70,7 @@ def build(job: dict, check: bool = True) -> Synergy | None:
     try:
         nom = build_nominal(model, joints, read_cycle(job.get("gait")), job["S"], job["T"], single=(lw[0], lw[2]),
                             double=(lw[1], lw[3]), share=job.get("share"), samples=job["samples"], check=check,
-                            roll=job.get("roll"))
+                            roll=job.get("roll"), frontal=bool(job.get("frontal", False)))
     except BipedError:
         return None     # no periodic trunk for this grid point (it falls): listed as skipped by the build
     fg = figures(nom)
@@ -75,7 +89,14 @@ def synergy_of(nom, fg, job: dict, model_hash: str) -> Synergy:
     Mm = crba(m, nom.q)
     peaks = {name: float(np.abs(fg.tau[:, m.idx_v[i]]).max()) for name, i in seg.items()
              if m.segments[i].joint.type == "revolute" and nom.tree.sign[i] != 0}
-    e_net, e_pos, e_abs = energy(nom, fg.tau, iv)
+    a = float(job.get("assistance", 1.0))
+    if not 0 < a <= 1:
+        raise ValueError(f"{job['name']}: assistance {a}: expected the motors' share of the joint torque, 0 < a <= 1")
+    joint_tau = fg.tau[:, iv]
+    tau = a * joint_tau                      # the motors' share; the wearer supplies (1 - a) joint_tau
+    actuated = set(job["actuators"])
+    e_net, e_pos, e_abs = energy(nom, a * fg.tau, iv)
+    j_net, j_pos, j_abs = energy(nom, fg.tau, iv)
     tr = nom.trunk
     laws = [[lw.single, lw.double] for lw in nom.laws]
     meta = {
@@ -85,10 +106,15 @@ def synergy_of(nom, fg, job: dict, model_hash: str) -> Synergy:
         "asymmetry": 0.0 if laws[0] == laws[1] else 1.0, "symmetric": laws[0] == laws[1], "profile": None,
         "step_length": nom.step, "roll_radius": nom.tree.roll,
         "zmp_max_deviation": float(fg.deviation.max()), "min_margin": float(fg.margin.min()),
-        "peak_torque": float(np.abs(fg.tau[:, iv]).max()), "peak_torques": peaks,
+        "assistance": a, "peak_torque": float(np.abs(tau).max()), "peak_joint_torque": float(np.abs(joint_tau).max()),
+        "peak_torques": peaks,
+        "peak_actuator_torques": {n: a * peaks[n] for n in job["actuators"]},
+        "peak_wearer_torques": {n: (1 - a) * v if n in actuated else v for n, v in peaks.items()},
+        "joint_energy_net_per_cycle": j_net, "joint_energy_positive_per_cycle": j_pos, "joint_energy_abs_per_cycle": j_abs,
         "peak_contact_force": float(fg.foot_force.max()),
         "energy_net_per_cycle": e_net, "energy_positive_per_cycle": e_pos, "energy_abs_per_cycle": e_abs,
-        "energy_note": "actuators' tau * qd summed, over one stride; the ground-reaction moment is not an actuator",
+        "energy_note": "motors' tau * qd summed (their share a of the joint torque), over one stride; joint_energy_*: "
+                       "the whole actuated joints' torque; the ground-reaction moment is not an actuator",
         "trunk_range": [float(nom.psi.min()), float(nom.psi.max())],
         "shooting": {"iterations": tr.iterations, "newton_steps": tr.newton_steps, "J": tr.J,
                      "history": list(tr.history), "y0": [float(x) for x in tr.y0],
@@ -96,6 +122,10 @@ def synergy_of(nom, fg, job: dict, model_hash: str) -> Synergy:
         "collocation_y0": None if tr.collocation_y0 is None else [float(x) for x in tr.collocation_y0],
         "other_periodic_y0": None if tr.other_y0 is None else [float(x) for x in tr.other_y0],
         "zmp_lateral_max": float(np.abs(fg.lateral).max()),
+        "frontal": nom.theta is not None,
+        "zmp_lateral_max_deviation": None if fg.lateral_deviation is None else float(fg.lateral_deviation.max()),
+        "theta_range": None if nom.theta is None else [float(nom.theta.min()), float(nom.theta.max())],
+        "frontal_transfer_jump": nom.transfer_jump,
         "trailing_foot_height": nom.trailing_height, "trailing_foot_speed": nom.trailing_speed,
         "base_residual": fg.base_residual,
         "leg_cycle": nom.cycle_source,
@@ -104,4 +134,4 @@ def synergy_of(nom, fg, job: dict, model_hash: str) -> Synergy:
     A = len(iv)
     return Synergy(meta=meta, actuators=tuple(job["actuators"]), period=np.full(A, nom.T), wrap=np.zeros(A),
                    u=np.arange(len(nom.t)) / len(nom.t), q=nom.q[:, iq], qd=nom.v[:, iv], qdd=nom.a[:, iv],
-                   tau=fg.tau[:, iv], inertia=Mm[:, iv, iv], contact_force=fg.foot_force, zmp=fg.zmp)
+                   tau=tau, inertia=a * Mm[:, iv, iv], contact_force=fg.foot_force, zmp=fg.zmp)

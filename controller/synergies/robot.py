@@ -62,7 +62,10 @@ class BipedGrid:
     double_support, gait; [biped] joint names): step scales S, stride periods T (s), ZMP laws per nominal
     as (single_l, double_l, single_r, double_r) (equal sides: symmetric gait), double support p (% of
     the stride; None: the gait cycle's own), the gait-cycle CSV (None: the shipped one), the model's
-    hips, knees, ankles (left, right), trunk joint and feet segments, roll-over radius (m, None: default)."""
+    hips, knees, ankles (left, right), trunk joint and feet segments, roll-over radius (m, None: default),
+    assistance: the share of each actuated joint's torque the motors supply (0 < a <= 1; an exoskeleton's
+    wearer supplies the rest, 1 - a; 1 for a robot that carries its whole weight); frontal: solve the
+    frontal roll too (the lateral ZMP follows its law; dynamics.synthesis.semi_inverse)."""
 
     scales: tuple[float, ...]
     periods: tuple[float, ...]
@@ -75,6 +78,8 @@ class BipedGrid:
     trunk: str
     feet: tuple[str, str]
     roll: float | None
+    assistance: float = 1.0
+    frontal: bool = False
 
 
 class _Ctx:
@@ -175,7 +180,8 @@ def load_robot(path_or_name: str | Path) -> RobotConfig:
 
 def _biped(c: _Ctx, data: dict, syn: dict) -> BipedGrid:
     """The [synergies] grid and [biped] joints of a biped / exoskeleton config (BipedGrid doc)."""
-    b = c.table(data, "biped", {"hips", "knees", "ankles", "trunk", "feet", "roll"}, {"hips", "knees", "ankles", "trunk", "feet"})
+    b = c.table(data, "biped", {"hips", "knees", "ankles", "trunk", "feet", "roll", "assistance", "frontal"},
+                {"hips", "knees", "ankles", "trunk", "feet"})
 
     def pair(k):
         v = b[k]
@@ -200,8 +206,15 @@ def _biped(c: _Ctx, data: dict, syn: dict) -> BipedGrid:
     gait = syn.get("gait")
     if gait is not None and not isinstance(gait, str):
         raise c.err("synergies.gait", gait, "expected the path of a gait-cycle CSV")
+    assistance = c.num(b, "biped", "assistance", 1.0, gt=0)
+    if assistance > 1:
+        raise c.err("biped.assistance", assistance, "expected the motors' share of the joint torque, 0 < a <= 1")
+    frontal = b.get("frontal", False)
+    if not isinstance(frontal, bool):
+        raise c.err("biped.frontal", frontal, "expected true or false")
     return BipedGrid(scales=c.nums(syn, "synergies", "scales", None, default=[1.0], gt=0),
                      periods=c.nums(syn, "synergies", "periods", None, default=[1.1], gt=0),
                      laws=tuple(tuple(x * 2 if len(x) == 2 else x) for x in laws), double_support=p, gait=gait,
                      hips=pair("hips"), knees=pair("knees"), ankles=pair("ankles"), trunk=b["trunk"], feet=pair("feet"),
-                     roll=c.num(b, "biped", "roll", gt=0) if "roll" in b else None)
+                     roll=c.num(b, "biped", "roll", gt=0) if "roll" in b else None, assistance=assistance,
+                     frontal=frontal)
