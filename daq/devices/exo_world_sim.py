@@ -47,6 +47,9 @@ from daq.devices.world_sim import WorldSource, _Out, serve
 log = logging.getLogger("walklab.exo_world_sim")
 
 SIM_STREAM = "sim/exo"
+#: World samples handled per read at most: a main thread behind the MCU's (a loaded machine) catches up in
+#: bounded steps, ticking its health between them, instead of in one batch as long as the backlog.
+MAX_ROWS = 200
 #: Rotor inertia of the exoskeleton's harmonic-drive motors, kg m² (configs/models/exoskeleton.toml).
 ROTOR_INERTIA = 3.3e-5
 
@@ -137,7 +140,7 @@ class ExoWorldSource(WorldSource):
     samples' times and drains them into instrument blocks."""
 
     def __init__(self, ctx: ProcessContext, opts: argparse.Namespace) -> None:
-        from dynamics.plants.exo_world import ExoSim
+        from dynamics.plants.exo_world import ExoSim, stride_table
 
         self.ctx, self.opts = ctx, opts
         mcu = ctx.device("mcu")
@@ -152,6 +155,7 @@ class ExoWorldSource(WorldSource):
         A = len(self.world.actuators)
         self.sim = ExoSim(self.world, h, record_every=every, aux=lambda: self.mcu.bank.i, n_aux=A)
         rate = self.rate
+        self.table = stride_table(self.world, 1.0 / rate)  # the body on the plates' sample grid, once
         channels = (("x", "vx", "Fx", "Fy", "Fz", "zmp_x", "zmp_y") + tuple(f"q:{j}" for j in self.world.actuators)
                     + tuple(f"cuff:{j}" for j in self.world.actuators))
         units = ("m", "m/s", "N", "N", "N", "m", "m") + ("rad",) * A + ("N*m",) * A
@@ -194,14 +198,14 @@ class ExoWorldSource(WorldSource):
 
     def read(self, timeout_s: float) -> list[Block]:
         from daq.simulated_robot import count_mcu
-        from dynamics.plants.exo_world import ground_reaction, marker_positions, motion
+        from dynamics.plants.exo_world import body_at
         from dynamics.plants.jansen_world import plate_loads
 
         self.ctx.stop.wait(min(timeout_s, 0.005))  # a plate block's period: frames leave as they fill
         if not self.mcu.running:
             raise OSError("the virtual MCU's thread stopped (see the traceback above): the world is frozen")
         count_mcu(self.ctx, self.mcu.stats, self._reported)
-        s = self.sim.take()
+        s = self.sim.take(MAX_ROWS)
         if s is None:
             return []
         now = self.ctx.clock()
@@ -211,11 +215,9 @@ class ExoWorldSource(WorldSource):
         self.ctx.health.count("world/steps", N * self.sim.record_every)
         t_ns = np.round(s.t * 1e9).astype(np.int64)
         w = self.world
-        q, v, a = motion(w, s.t, self.opts.x0)
-        g = ground_reaction(w, s.t, q, v, a)
+        q, v, g, markers = body_at(w, self.table, s.t, self.opts.x0)
         loads = plate_loads(g.point, g.foot_force, self.plates, g.foot_moment)
-        out = self._instrument_blocks(t_ns, k, now, loads, s.theta, s.omega, s.aux,
-                                      lambda sel: marker_positions(w, q[sel]))
+        out = self._instrument_blocks(t_ns, k, now, loads, s.theta, s.omega, s.aux, lambda sel: markers[sel])
         sel = k % self.truth.every == 0
         if sel.any():
             qj = q[sel][:, w.iq[w.actuated]]

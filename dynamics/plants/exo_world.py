@@ -363,6 +363,57 @@ def marker_positions(world: ExoWorld, q: np.ndarray) -> np.ndarray:
     return np.einsum("nkij,kj->nki", R, world.marker_points) + pl.translation[:, world.marker_segments]
 
 
+@dataclass(frozen=True, eq=False)
+class StrideTable:
+    """The body over one stride on the sample grid t_k = k h, k = 0..K−1 (K h = T), base at x0 = 0:
+    q (K, nq), v, a (K, nv) (`motion`), ground (`Ground` of (K,) arrays, `ground_reaction`) and markers
+    (K, M, 3) m (`marker_positions`) — computed once, so that a world sampled on that grid (the plates'
+    1 kHz) costs an index per sample (`body_at`)."""
+
+    h: float
+    q: np.ndarray
+    v: np.ndarray
+    a: np.ndarray
+    ground: Ground
+    markers: np.ndarray
+
+
+def stride_table(world: ExoWorld, h: float) -> StrideTable:
+    """`StrideTable` of `world` on the grid of step h (s), which must divide the stride period."""
+    K = round(world.period / h)
+    if not (h > 0 and K >= 2 and abs(K * h - world.period) < 1e-9):
+        raise ExoWorldError(f"sample step {h} s: expected a whole fraction of the stride period {world.period} s")
+    t = np.arange(K) * h
+    q, v, a = motion(world, t)
+    return StrideTable(float(h), q, v, a, ground_reaction(world, t, q, v, a), marker_positions(world, q))
+
+
+def body_at(world: ExoWorld, table: StrideTable, t, x0: float = 0.0) -> tuple[np.ndarray, np.ndarray, Ground, np.ndarray]:
+    """The body at grid times t (N,) s (multiples of table.h), base moved by x0 (m) along x: (q (N, nq),
+    v (N, nv), `Ground`, markers (N, M, 3)) equal to `motion`, `ground_reaction`, `marker_positions` there. Stride k
+    shifts every x by s = x0 + k·advance, and the ground moment about the lab origin by (s, 0, 0) × F."""
+    t = np.atleast_1d(np.asarray(t, dtype=float))
+    K = table.q.shape[0]
+    n = np.round(t / table.h).astype(np.int64)
+    if np.abs(n * table.h - t).max(initial=0.0) > 1e-6 * table.h:
+        raise ValueError(f"body_at: times off the {table.h} s grid")
+    i = n % K
+    s = x0 + (n // K) * world.advance
+    q = table.q[i]
+    q[:, 0] += s
+    g = table.ground
+    point = g.point[i]
+    point[..., 0] += s[:, None]
+    zmp = g.zmp[i]
+    zmp[:, 0] += s
+    F = g.force[i]
+    moment = g.moment[i] + np.column_stack([np.zeros_like(s), -s * F[:, 2], s * F[:, 1]])
+    markers = table.markers[i]
+    markers[..., 0] += s[:, None]
+    return q, table.v[i], Ground(F, moment, zmp, point, g.foot_force[i], g.foot_moment[i], g.stance[i],
+                                 g.double[i]), markers
+
+
 @dataclass(frozen=True)
 class ExoSamples:
     """Recorded motor samples, time first: t (N,) s world time; theta, omega (N, A) the motors' output
@@ -405,11 +456,12 @@ class ExoSim:
         self.steps += 1
         return np.zeros_like(tau), tau
 
-    def take(self) -> ExoSamples | None:
-        """The rows recorded since the last call (None if none); safe against `load` running in another
-        thread (rows popped one by one from the deque `load` appends to, as `JansenSim.take`)."""
+    def take(self, max_rows: int | None = None) -> ExoSamples | None:
+        """The rows recorded since the last call, the oldest `max_rows` at most (None if none); safe against
+        `load` running in another thread (rows popped one by one from the deque `load` appends to, as
+        `JansenSim.take`)."""
         rows = []
-        while True:
+        while max_rows is None or len(rows) < max_rows:
             try:
                 rows.append(self.rows.popleft())
             except IndexError:

@@ -14,8 +14,8 @@ from dynamics.kinematics import forward_kinematics
 from dynamics.loader import load_model
 from dynamics.pinocchio_model import to_pinocchio
 from dynamics.plants import motor
-from dynamics.plants.exo_world import (ExoSim, ExoWorldError, exo_world, ground_reaction, joint_reference,
-                                       marker_positions, motion)
+from dynamics.plants.exo_world import (ExoSim, ExoWorldError, body_at, exo_world, ground_reaction, joint_reference,
+                                       marker_positions, motion, stride_table)
 from dynamics.plants.jansen_world import plate_loads
 from dynamics.synthesis.semi_inverse import BipedJoints, build_nominal
 from daq.devices.markers_sim import load_marker_set
@@ -187,6 +187,25 @@ def test_unpowered_motors_follow_the_joints_through_the_cuffs(world):
     e = s.theta - np.array([joint_reference(world, ti)[0] for ti in s.t])
     assert np.abs(e).max() < 0.02 and np.ptp(e_ref) > 1e-3
     np.testing.assert_allclose(e, e_ref, atol=0.1 * np.ptp(e_ref, axis=0).min())
+
+
+def test_stride_table_lookup_equals_direct_evaluation(world):
+    # the process's per-sample lookup over three strides against motion / ground_reaction / marker_positions
+    table = stride_table(world, 1e-3)
+    t = np.arange(0, 3600, 7) * 1e-3
+    q, v, g, markers = body_at(world, table, t, -2.0)
+    qd, vd, ad = motion(world, t, -2.0)
+    gd = ground_reaction(world, t, qd, vd, ad)
+    np.testing.assert_allclose(q, qd, atol=1e-9)
+    np.testing.assert_allclose(v, vd, atol=1e-9)
+    np.testing.assert_allclose(markers, marker_positions(world, qd), atol=1e-9)
+    for name in ("force", "moment", "zmp", "point", "foot_force", "foot_moment"):
+        np.testing.assert_allclose(getattr(g, name), getattr(gd, name), atol=1e-6, err_msg=name)
+    assert np.array_equal(g.stance, gd.stance) and np.array_equal(g.double, gd.double)
+    with pytest.raises(ValueError, match="grid"):
+        body_at(world, table, [0.0005])
+    with pytest.raises(ExoWorldError, match="whole fraction"):
+        stride_table(world, 7e-3)
 
 
 def test_bad_inputs_are_one_line_errors(nominal):
