@@ -384,6 +384,10 @@ def test_a_slow_input_is_waited_for_as_long_as_its_measured_lateness():
     late = t_last > T0 + lag + 10_000_000
     expected = np.array(markers)[np.searchsorted(np.array(markers) - lag - 1000, t_last[late], side="left")]
     assert np.array_equal(np.array(computed_at)[late], expected)
+    # meta.wait_s: that marker frame's receipt minus the receipt of the encoder frame holding the last sample
+    enc_recv = T0 + ((t_last[late] - T0) // 10_000_000 * 10 + 9) * 1_000_000 + 1000
+    wait = np.array([kw["meta"]["wait_s"] for _, kw in bus.frames[TORQUES]])[late]
+    assert np.allclose(wait, (expected - enc_recv) * 1e-9, rtol=0, atol=1e-12) and wait.min() > 0.29
 
 
 def test_an_input_silent_since_the_start_is_not_waited_for_after_max_wait():

@@ -6,6 +6,7 @@ the reduced tables and the world there) — the process computes the same number
 frame carries its latency (publication minus the newest input's receipt), reported in its health."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import textwrap
 import time
@@ -55,22 +56,40 @@ def lab(tmp_path, ports, max_wait_s: float = 2.0):
     return path
 
 
-def test_the_process_computes_what_the_service_computes_in_process(tmp_path):
+@contextlib.contextmanager
+def served(tmp_path, max_wait_s: float, topics: list[str], expect: list[str]):
+    """The process started on a private lab (`lab`), the test's publisher it reads from and a subscriber to
+    its `topics`, both connected: (publisher, process, subscriber); the process killed if still running."""
     ports = free_tcp_ports(3)
-    config = lab(tmp_path, ports)
-    frames = frames_of(walk())
-    expected = serve(frames)
+    config = lab(tmp_path, ports, max_wait_s)
     feed = Publisher(f"tcp://127.0.0.1:{ports[2]}")
     proc = start(config, "torques", tmp_path)
-    got = defaultdict(list)
-    sub = Subscriber([f"tcp://127.0.0.1:{ports[1]}"], ["dynamics/*", "health/torques"],
-                     expect=["dynamics/torques", "dynamics/zmp", "dynamics/contact"])
+    sub = Subscriber([f"tcp://127.0.0.1:{ports[1]}"], topics, expect=expect)
     try:
         assert sub.wait_connected(timeout_s=30.0), "the service did not come up"
         assert feed.wait_for_subscribers(1, timeout_s=30.0), "the service never subscribed"
+        yield feed, proc, sub
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        sub.close()
+        feed.close()
+
+
+def publish(feed, f) -> None:
+    """Publish frame `f`'s samples and stamps (the publisher gives its own seq)."""
+    feed.publish(f.stream, f.data, kind=f.kind, rate_hz=f.rate_hz, channels=f.channels, units=f.units, t=f.t,
+                 t_host=f.t_host, t_device=f.t_device)
+
+
+def test_the_process_computes_what_the_service_computes_in_process(tmp_path):
+    frames = frames_of(walk())
+    expected = serve(frames)
+    got = defaultdict(list)
+    with served(tmp_path, 2.0, ["dynamics/*", "health/torques"],
+                ["dynamics/torques", "dynamics/zmp", "dynamics/contact"]) as (feed, proc, sub):
         for k, f in enumerate(frames):
-            feed.publish(f.stream, f.data, kind=f.kind, rate_hz=f.rate_hz, channels=f.channels, units=f.units,
-                         t=f.t, t_host=f.t_host, t_device=f.t_device)
+            publish(feed, f)
             if k % 4 == 3:
                 time.sleep(0.002)       # about real time: the world's 1.6 s in ~1.6 s
                 while (g := sub.recv(timeout_s=0)) is not None:
@@ -91,11 +110,6 @@ def test_the_process_computes_what_the_service_computes_in_process(tmp_path):
                     break
         stats = sub.stats()
         assert proc.wait(timeout=20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        sub.close()
-        feed.close()
     for stream in (TORQUES, ZMP):
         live = np.concatenate([g.data for g in got[stream]])
         mine = np.concatenate([d for d, _ in expected.frames[stream]])
@@ -120,29 +134,20 @@ def test_the_process_waits_for_a_slow_input_as_long_as_its_measured_lateness(tmp
     markers at their last value 0.5 s after its receipt, before the markers came (every sample stale).
     Truth: the same frames fed in process with no host clock (`serve`: each sample from its bracketing
     inputs)."""
-    ports = free_tcp_ports(3)
-    config = lab(tmp_path, ports, max_wait_s=0.5)
     frames = frames_of(walk())
     expected = serve(frames)
     lag = 1.0
     end = lambda f: (f.t - frames[0].t + round((f.samples - 1) * 1e9 / f.rate_hz)) * 1e-9   # noqa: E731
     plan = sorted(((end(f) + (lag if f.stream == "markers/walker" else 0.0), k) for k, f in enumerate(frames)))
-    feed = Publisher(f"tcp://127.0.0.1:{ports[2]}")
-    proc = start(config, "torques", tmp_path)
     got = []
-    sub = Subscriber([f"tcp://127.0.0.1:{ports[1]}"], [TORQUES], expect=[TORQUES])
-    try:
-        assert sub.wait_connected(timeout_s=30.0), "the service did not come up"
-        assert feed.wait_for_subscribers(1, timeout_s=30.0), "the service never subscribed"
+    with served(tmp_path, 0.5, [TORQUES], [TORQUES]) as (feed, proc, sub):
         t0 = time.monotonic()
         for due, k in plan:        # in real time: each frame when its last sample is measured (markers: 1 s on)
             while time.monotonic() < t0 + due:
                 while (g := sub.recv(timeout_s=0)) is not None:
                     got.append(g)
                 time.sleep(0.001)
-            f = frames[k]
-            feed.publish(f.stream, f.data, kind=f.kind, rate_hz=f.rate_hz, channels=f.channels, units=f.units,
-                         t=f.t, t_host=f.t_host, t_device=f.t_device)
+            publish(feed, frames[k])
         n_expected = sum(d.shape[0] for d, _ in expected.frames[TORQUES])
         deadline = time.monotonic() + 30.0
         while sum(g.samples for g in got) < n_expected and time.monotonic() < deadline:
@@ -151,11 +156,6 @@ def test_the_process_waits_for_a_slow_input_as_long_as_its_measured_lateness(tmp
                 got.append(g)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        sub.close()
-        feed.close()
     t = np.concatenate([g.t + np.arange(g.samples) * 1_000_000 for g in got])
     data = np.concatenate([g.data for g in got])
     stale = data[:, list(got[0].channels).index("stale")] > 0
