@@ -5,8 +5,12 @@ Each cycle, in the shape of ros2_control's read -> update -> write:
 1. **read** (non-blocking): the newest STATE of the robot's MCU (firmware_bridge.link.Link, over its
    serial port or pty), operator requests (``controller/request``: speed, turn) and e-stops
    (``controller/estop``: 1 latch, 0 reset) from the bus and from the operator endpoint
-   (``--operator``, where `walklab estop` and `walklab command` bind for a moment). Stale input is a
-   safety event, never a wait.
+   (``--operator``, where `walklab estop` and `walklab command` bind for a moment), and with the ZMP
+   guard (``--zmp-guard``, on by default for biped and exoskeleton robots) the ``dynamics/zmp``
+   frames waiting (`ZmpWatch`: the least new ``margin``, the newest sample's time). Stale input is a
+   safety event, never a wait: a stale ZMP stream under a guarded walk stops it (``zmp_stale``), as a
+   margin below ``limits.min_margin`` does (``zmp_margin``): latched, the torque ramped to zero through
+   its slew limit, then idle, and the MCU's e-stop latched once the ramp is over (controller.safety).
 2. **update** (`Controller.update`, pure computation): safety checks of the measured state; the
    phase estimate (the nominal's clock, `controller.synergies.track.Tracker`); the reference from
    the nominal (or the transition); its setpoint slew-limited (`Safety.setpoint`), then feed-forward +
@@ -80,8 +84,8 @@ from typing import Sequence
 
 import numpy as np
 
-from controller.safety import Decision, Event, Safety
-from controller.synergies.format import Synergy
+from controller.safety import RAMPED, Decision, Event, Safety
+from controller.synergies.format import StoredTransition, Synergy
 from controller.synergies.robot import RobotConfig
 from controller.synergies.select import Request, select
 from controller.synergies.track import Reference, Tracker
@@ -89,6 +93,9 @@ from controller.synergies.track import Reference, Tracker
 log = logging.getLogger("walklab.loop")
 
 REQUEST_STREAM = "controller/request"
+ZMP_STREAM = "dynamics/zmp"
+#: robot kinds whose walk the ZMP stability-margin guard watches by default (``--zmp-guard``)
+GUARDED = ("biped", "exoskeleton")
 ESTOP_STREAM = "controller/estop"
 STATE_STREAM = "controller/state"
 EVENT_STREAM = "controller/events"
@@ -112,21 +119,26 @@ class Output:
     decision: Decision
     reference: Reference | None
     walking: bool
+    latched: Event | None = None
 
 
 class Controller:
     """Selection, tracking and safety of one robot (module doc, step 2); holds the loop's state."""
 
     def __init__(self, cfg: RobotConfig, nominals: list[Synergy], dt: float | None = None,
-                 min_transition_s: float = 0.5) -> None:
+                 min_transition_s: float = 0.5, zmp_guard: bool | None = None,
+                 transitions: Sequence[StoredTransition] = ()) -> None:
         if not nominals:
             raise ValueError(f"{cfg.library}: the synergy library is empty (run `walklab synergies build`)")
         self.cfg = cfg
         self.nominals = nominals
+        self.transitions = tuple(transitions)  # the library's precomputed ones (biped, exoskeleton)
         self.dt = dt if dt is not None else 1.0 / cfg.rate_hz
         self.kp, self.kd = np.asarray(cfg.kp), np.asarray(cfg.kd)
         self.safety = Safety(cfg.limits, self.dt)
         self.min_transition_s = min_transition_s
+        #: the ZMP stability-margin guard watches a walk (default: biped and exoskeleton robots)
+        self.zmp_guard = cfg.robot in GUARDED if zmp_guard is None else bool(zmp_guard)
         self.tracker: Tracker | None = None
         self.request = Request(0.0)
         self._aligned = False
@@ -135,26 +147,34 @@ class Controller:
 
     def command(self, request: Request, measured_speed: float | None = None) -> Synergy | None:
         """A new operator request: speed 0 stops (torque ramps off through the slew limit), any other
-        selects the nearest valid nominal and queues the switch (returns it)."""
-        self.request = request
+        selects the nearest valid nominal and queues the switch (returns it; SelectionError if the
+        switch is refused: controller.synergies.track)."""
         if request.speed == 0:
+            self.request = request
             self.tracker = None
             return None
         nom = select(self.nominals, request, self.cfg.limits, measured_speed)
         if self.tracker is None:
-            self.tracker = Tracker(nom, self.cfg.limits.slew, self.min_transition_s)
+            self.tracker = Tracker(nom, self.cfg.limits.slew, self.min_transition_s, self.transitions)
             self._aligned = False
         else:
             self.tracker.request(nom)
+        self.request = request
         return nom
 
-    def update(self, now_ns: int, measured: Measured | None, margin: float | None = None) -> Output:
-        """One cycle (module doc, step 2): read nothing, write nothing."""
+    def update(self, now_ns: int, measured: Measured | None, margin: float | None = None,
+               zmp_t_ns: int | None = None) -> Output:
+        """One cycle (module doc, step 2): read nothing, write nothing. margin: the least ZMP stability
+        margin (m) of the samples new this cycle (None: none new); zmp_t_ns: the time of the newest ZMP
+        sample on the clock of now_ns (None: none yet). The guard watches while a nominal is tracked."""
         age = math.inf if measured is None else (now_ns - measured.t_ns) * 1e-9
         n = len(self.cfg.actuators)
         q = measured.q if measured is not None else np.zeros(n)
         qd = measured.qd if measured is not None else np.zeros(n)
-        events = self.safety.check(now_ns, age, q, qd, margin)
+        zmp_age = None
+        if self.zmp_guard and self.tracker is not None:
+            zmp_age = math.inf if zmp_t_ns is None else (now_ns - zmp_t_ns) * 1e-9
+        events = self.safety.check(now_ns, age, q, qd, margin, zmp_age)
         ref = None
         if self.tracker is not None and not self.safety.stale and self.safety.latched is None:
             if not self._aligned:  # (re)start: the clock from the measured angles, no jump
@@ -171,7 +191,7 @@ class Controller:
                 dec = replace(dec, enabled=bool(np.any(dec.tau != 0)), q_ref=None)  # the stop's ramp down
         if dec.stop_requested and self.tracker is not None:
             self.command(Request(0.0, 0.0, self.request.gait))
-        return Output(now_ns, dec, ref, self.tracker is not None)
+        return Output(now_ns, dec, ref, self.tracker is not None, self.safety.latched)
 
 
 # ------------------------------------------------------------------------------------ the process
@@ -192,6 +212,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--turn", type=float, default=0.0, help="initial turn-rate request, rad/s")
     p.add_argument("--operator", default=OPERATOR_ENDPOINT,
                    help="endpoint where `walklab estop` / `walklab command` bind to reach this loop")
+    p.add_argument("--zmp-guard", choices=("auto", "on", "off"), default="auto",
+                   help=f"watch {ZMP_STREAM}'s margin while walking (auto: for {' and '.join(GUARDED)} robots)")
     return p
 
 
@@ -273,6 +295,7 @@ class McuIo:
         self.tripped = False                # the MCU reported its watchdog tripped since that RESET (`read`)
         self.next_reset = 0                 # --reset-on-latch: no second RESET before this (host ns)
         self.reset_due: Event | None = None  # --reset-on-latch: the loop's latch that a RESET will clear
+        self.ramp_latched: Event | None = None  # the ramped stop whose end latched the MCU (`_events`)
         self.link.open()
         try:
             self.session(5.0, latched=False, first=True)
@@ -486,6 +509,51 @@ class BusState:
                 self.t[j], self.qq[j] = t[drop:], self.qq[j][drop:]
 
 
+class ZmpWatch:
+    """The ZMP stability-margin guard's input (module doc): the ``margin`` channel (m) of ``dynamics/zmp``
+    by sample time on one clock — ``t_host`` live (the host time of the measurements the ZMP was computed
+    from, so the dynamics service's lag counts in the age), ``t`` in shadow mode (the data clock). A
+    sample with a non-finite margin (no ZMP: no support force, an input missing) carries no margin and
+    does not refresh the stream. `take(now)` returns the least margin of the samples at or before now
+    not taken yet (None if none), and `newest` is the time of the newest sample taken."""
+
+    KEEP = 100_000  # samples held ahead of the cycles at most (shadow mode: a replay as fast as it goes)
+
+    def __init__(self, clock: str) -> None:
+        self.clock = clock
+        self.t = np.empty(0, np.int64)
+        self.m = np.empty(0)
+        self.newest: int | None = None
+
+    def feed(self, frame) -> None:
+        """Take one ``dynamics/zmp`` frame (ValueError if it has no margin channel or sample times)."""
+        ch = list(frame.channels)
+        if "margin" not in ch:
+            raise ValueError(f"{frame.stream}: channels {ch}: expected 'margin'")
+        t = frame.sample_times(self.clock)
+        m = np.asarray(frame.data[:, ch.index("margin")], dtype=float)
+        ok = np.isfinite(m)
+        self.t = np.concatenate([self.t, t[ok]])[-self.KEEP:]
+        self.m = np.concatenate([self.m, m[ok]])[-self.KEEP:]
+
+    def take(self, now_ns: int) -> float | None:
+        due = self.t <= now_ns
+        if not due.any():
+            return None
+        low, t = float(self.m[due].min()), int(self.t[due].max())
+        self.newest = t if self.newest is None else max(self.newest, t)
+        self.t, self.m = self.t[~due], self.m[~due]
+        return low
+
+
+def _feed_zmp(ctx, watch: ZmpWatch, frame) -> None:
+    try:
+        watch.feed(frame)
+    except ValueError as exc:
+        ctx.health.count("zmp/rejected")
+        log.warning("%s", exc)
+
+
 def _connect(ctx, mcu, n_motors: int) -> McuIo | None:
     """Open the MCU, retrying every 0.2 s while it is absent (a USB device plugged in late; health
     state "connecting"); None if asked to stop meanwhile."""
@@ -543,13 +611,19 @@ def _events(ctx, out: Output, io: McuIo | None, t: int | None = None) -> None:
     for ev in out.decision.events:
         _publish_event(ctx, ev, t)
         ctx.health.count(f"safety/{ev.cause}")
-        if ev.latched and io is not None:
+        if ev.latched and io is not None and ev.cause not in RAMPED:
             io.estop()  # the MCU latches too: a fault stops the motors even if this loop dies
+    # a ramped stop (the ZMP guard's) latches the MCU once its ramp has ended
+    lat = out.latched
+    if io is not None and lat is not None and lat.cause in RAMPED and not out.decision.enabled and \
+            io.ramp_latched is not lat:
+        io.estop()
+        io.ramp_latched = lat
 
 
 def run(ctx, args: Sequence[str]) -> int:
     """The loop process (module doc); its robot's MCU is the process's ``mcu`` device."""
-    from controller.synergies.library import load_all
+    from controller.synergies.library import load_all, load_transitions
     from controller.synergies.robot import load_robot
 
     o = parse_args(ctx.name, args)
@@ -560,7 +634,9 @@ def run(ctx, args: Sequence[str]) -> int:
 
         cfg = dataclasses.replace(cfg, library=Path(o.library))
     rate = o.rate_hz or cfg.rate_hz
-    ctl = Controller(cfg, load_all(cfg.library), dt=1.0 / rate)
+    ctl = Controller(cfg, load_all(cfg.library), dt=1.0 / rate,
+                     zmp_guard={"auto": None, "on": True, "off": False}[o.zmp_guard],
+                     transitions=load_transitions(cfg.library))
     mcu = ctx.device("mcu")
     if tuple(mcu.motors) != cfg.actuators:
         raise ValueError(f"{ctx.lab.source}: devices.{mcu.name}.motors = {list(mcu.motors)}: expected the robot's "
@@ -576,6 +652,8 @@ def run(ctx, args: Sequence[str]) -> int:
 
     ops = [ctx.subscriber([REQUEST_STREAM, ESTOP_STREAM], expect=()),
            subscriber_for(ctx.lab, [o.operator], [REQUEST_STREAM, ESTOP_STREAM], expect=())]
+    zmp = ZmpWatch("t_host") if ctl.zmp_guard else None
+    zsub = ctx.subscriber([ZMP_STREAM], expect=()) if zmp else None
     sched = Scheduler(round(1e9 / rate), round(o.spin_us * 1e3), sleep=lambda d: ctx.sleep_until(d))
     A = len(cfg.actuators)
     states = _States(ctx, cfg.actuators, o.block, rate)
@@ -597,7 +675,12 @@ def run(ctx, args: Sequence[str]) -> int:
             for sub in ops:
                 while (f := sub.recv(timeout_s=0)) is not None:
                     _operator(ctx, ctl, io, f, now)
-            out = ctl.update(now, meas)
+            margin = None
+            if zmp is not None:
+                while (f := zsub.recv(timeout_s=0)) is not None:
+                    _feed_zmp(ctx, zmp, f)
+                margin = zmp.take(now)
+            out = ctl.update(now, meas, margin, zmp.newest if zmp else None)
             io.write(out.decision)
             _events(ctx, out, io)
             states.add(now, jitter * 1e-9, out, meas)
@@ -662,7 +745,8 @@ def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, r
     from controller.proc import subscriber_for
 
     state = BusState(cfg.actuators, round(1e9 / rate))
-    sub = ctx.subscriber([*state.index, REQUEST_STREAM, ESTOP_STREAM], expect=())
+    zmp = ZmpWatch("t") if ctl.zmp_guard else None
+    sub = ctx.subscriber([*state.index, REQUEST_STREAM, ESTOP_STREAM] + ([ZMP_STREAM] if zmp else []), expect=())
     operator = subscriber_for(ctx.lab, [o.operator], [REQUEST_STREAM, ESTOP_STREAM], expect=())
     states = _States(ctx, cfg.actuators, o.block, rate)
     pending: list = []  # operator frames, applied at the first cycle at or after their t
@@ -678,6 +762,9 @@ def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, r
             if f.stream in (REQUEST_STREAM, ESTOP_STREAM):
                 pending.append(f)
                 continue
+            if f.stream == ZMP_STREAM:
+                _feed_zmp(ctx, zmp, f)
+                continue
             try:
                 state.feed(f)
             except ValueError as exc:
@@ -690,7 +777,8 @@ def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, r
                 for g in due:
                     pending.remove(g)
                     _operator(ctx, ctl, None, g, t)
-                out = ctl.update(t, meas)
+                margin = zmp.take(t) if zmp else None
+                out = ctl.update(t, meas, margin, zmp.newest if zmp else None)
                 _events(ctx, out, None, t)
                 states.add(t, math.nan, out, meas)
                 h.state = "latched" if ctl.safety.latched else ("stale" if ctl.safety.stale else "running")

@@ -4,14 +4,21 @@ Every cycle the loop passes the measured state and the commands it wants through
 comes out is what may reach the motors. Rules, in order (docs/controller.md, Safety):
 
 1. **Latched stop** (e-stop from the command line or the bus, or a limit fault): torque off on every
-   motor until `reset`. Causes ``estop`` (with its source), ``position_limit``, ``velocity_limit``.
+   motor until `reset`. Causes ``estop`` (with its source), ``position_limit``, ``velocity_limit``,
+   ``invalid_command``. The ZMP guard's stops (`RAMPED`: ``zmp_margin``, ``zmp_stale``) are latched
+   too, but the torque ramps down through the torque slew (the stop behaviour of a speed-0 request),
+   then the motors idle; any other latching cause arriving during that ramp cuts the torque at once.
 2. **Stale data**: the newest measurement older than ``limits.stale_s`` (or none yet): torque off
    while stale, an event at the onset (``stale``) and at the recovery (``fresh``); not latched, and
    never a wait (the loop keeps its period).
 3. **Position and velocity limits** on the measured state (position limits only where configured:
    a crank turns freely): a breach latches a fault.
-4. **ZMP stability margin** (biped / exoskeleton): margin below ``limits.min_margin`` raises
-   ``zmp_margin`` and asks the controller for its stop nominal (`Decision.stop_requested`).
+4. **ZMP stability-margin guard** (biped / exoskeleton; only where the caller gives a ZMP age, i.e.
+   while a nominal is tracked): the least margin of the ZMP samples new this cycle below
+   ``limits.min_margin`` latches ``zmp_margin``; the newest ZMP sample older than
+   ``limits.zmp_stale_s`` (or none yet) latches ``zmp_stale`` (the guard cannot guard). Both ask the
+   controller for its stop (`Decision.stop_requested`: the nominal is dropped, the torque ramps to
+   zero, then idle) and hold until `reset`.
 5. **Command shaping**: the position setpoint moves at most ``slew x dt`` per cycle (`setpoint`,
    applied before the PD term is computed from it, so the torque follows the limited setpoint), the
    torque at most ``torque_slew x dt`` per cycle and never beyond +-``torque`` (`shape`). A cycle
@@ -30,6 +37,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+#: Latched stops that ramp the torque down through the torque slew instead of cutting it (module doc, rule 1).
+RAMPED = frozenset({"zmp_margin", "zmp_stale"})
 
 
 @dataclass(frozen=True)
@@ -82,11 +92,17 @@ class Safety:
         self.counts[ev.cause] = self.counts.get(ev.cause, 0) + 1
         return ev
 
+    def _latch(self, ev: Event) -> bool:
+        """Latch ev unless a stop is latched already; a hard stop replaces a ramped one (rule 1)."""
+        if self.latched is None or (self.latched.cause in RAMPED and ev.cause not in RAMPED):
+            self.latched = ev
+            return True
+        return False
+
     def estop(self, t_ns: int, source: str) -> Event:
         """Latch the e-stop (from `source`: "cli", "bus", ...)."""
         ev = self._count(Event(t_ns, "estop", f"e-stop from {source}", True))
-        if self.latched is None:
-            self.latched = ev
+        self._latch(ev)
         return ev
 
     def reset(self, t_ns: int) -> Event:
@@ -97,8 +113,12 @@ class Safety:
         self.q_ref = None
         return self._count(Event(t_ns, "reset", f"reset (was {was})"))
 
-    def check(self, t_ns: int, age_s: float, q, qd, margin: float | None = None) -> list[Event]:
-        """Rules 2-4 on the measured state (age_s: age of the newest measurement, s; inf if none)."""
+    def check(self, t_ns: int, age_s: float, q, qd, margin: float | None = None,
+              zmp_age_s: float | None = None) -> list[Event]:
+        """Rules 2-4 on the measured state (age_s: age of the newest measurement, s; inf if none).
+        margin: the least ZMP stability margin (m) of the samples new since the last call (None: no
+        new sample); zmp_age_s: age (s) of the newest ZMP sample (inf: none yet; None: the guard is
+        not watching, e.g. no nominal tracked)."""
         events: list[Event] = []
         fresh = math.isfinite(age_s) and age_s <= self.limits.stale_s
         if not fresh and not self.stale:
@@ -111,20 +131,34 @@ class Safety:
             return events
         q, qd = np.asarray(q, dtype=float), np.asarray(qd, dtype=float)
         bad_v = np.flatnonzero(~(np.abs(qd) <= self._vmax))
-        if bad_v.size and self.latched is None:
+        if bad_v.size:
             j = int(bad_v[0])
-            self.latched = self._count(Event(t_ns, "velocity_limit", f"actuator {j}: |{qd[j]:.4g}| rad/s > {self._vmax[j]:.4g}", True))
-            events.append(self.latched)
+            ev = Event(t_ns, "velocity_limit", f"actuator {j}: |{qd[j]:.4g}| rad/s > {self._vmax[j]:.4g}", True)
+            if self._latch(ev):
+                events.append(self._count(ev))
         lo, hi = self.limits.position_min, self.limits.position_max
         if lo is not None:
             bad_q = np.flatnonzero(~((q >= np.asarray(lo)) & (q <= np.asarray(hi))))
-            if bad_q.size and self.latched is None:
+            if bad_q.size:
                 j = int(bad_q[0])
-                self.latched = self._count(Event(t_ns, "position_limit", f"actuator {j}: {q[j]:.4g} rad outside "
-                                                                         f"[{lo[j]:.4g}, {hi[j]:.4g}]", True))
-                events.append(self.latched)
-        if margin is not None and not (margin >= self.limits.min_margin):
-            events.append(self._count(Event(t_ns, "zmp_margin", f"stability margin {margin:.4g} m < {self.limits.min_margin:.4g} m: stop nominal")))
+                ev = Event(t_ns, "position_limit", f"actuator {j}: {q[j]:.4g} rad outside [{lo[j]:.4g}, {hi[j]:.4g}]",
+                           True)
+                if self._latch(ev):
+                    events.append(self._count(ev))
+        if zmp_age_s is not None and self.latched is None:
+            lim = self.limits
+            if margin is not None and not (margin >= lim.min_margin):
+                ev = Event(t_ns, "zmp_margin", f"stability margin {margin:.4g} m < {lim.min_margin:.4g} m: stop, "
+                                               f"then idle", True)
+            elif not zmp_age_s <= lim.zmp_stale_s:
+                ev = Event(t_ns, "zmp_stale", (f"newest ZMP sample {zmp_age_s:.3f} s old" if math.isfinite(zmp_age_s)
+                                               else "no ZMP sample yet") +
+                           f" (limit {lim.zmp_stale_s:.3f} s): the margin guard is blind; stop, then idle", True)
+            else:
+                ev = None
+            if ev is not None:
+                self._latch(ev)
+                events.append(self._count(ev))
         return events
 
     def setpoint(self, q_ref) -> np.ndarray:
@@ -145,16 +179,21 @@ class Safety:
         """Rules 1, 2 and 5: the torque (A,) N m that may be commanded, computed from the setpoint
         q_ref (A,) rad that `setpoint` returned this cycle (None: no setpoint, e.g. a stop ramp)."""
         events = list(events or [])
-        stop = any(e.cause == "zmp_margin" for e in events)
+        stop = any(e.cause in RAMPED for e in events)
         shaped = ("setpoint_slew",) if self.slewed and q_ref is not None else ()
         self.slewed = False
+        if self.latched is not None and self.latched.cause in RAMPED and not self.stale:
+            # the ZMP guard's stop: the torque ramps to zero through the torque slew, then idle
+            self.tau = np.clip(0.0, self.tau - self._tslew, self.tau + self._tslew)
+            self.q_ref = None
+            return Decision(bool(np.any(self.tau != 0)), self.tau.copy(), None, tuple(events), stop)
         if self.latched is not None or self.stale:
             self.tau = np.zeros_like(self.tau)
             self.q_ref = None
             return Decision(False, self.tau.copy(), None, tuple(events), stop)
         want = np.asarray(tau, dtype=float)
         if not np.all(np.isfinite(want)):
-            self.latched = self._count(Event(t_ns, "invalid_command", "non-finite torque command", True))
+            self._latch(self._count(Event(t_ns, "invalid_command", "non-finite torque command", True)))
             self.tau = np.zeros_like(self.tau)
             self.q_ref = None
             return Decision(False, self.tau.copy(), None, tuple(events) + (self.latched,), stop)

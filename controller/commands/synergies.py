@@ -1,11 +1,14 @@
 """`walklab synergies`: build, list and show the library of nominal synergies (docs/controller.md).
 
     walklab synergies build [--robot jansen|biped|exo] [--config FILE] [--library DIR] [--jobs N]
-    walklab synergies list [--robot ...] [--library DIR] [--json]
+    walklab synergies list [--robot ...] [--library DIR] [--json] [--transitions]
     walklab synergies show NAME [--robot ...] [--library DIR] [--plot FILE.png]
 
 The robot config (configs/jansen.toml, configs/exoskeleton.toml, or --config FILE) names the model,
-the grid of nominals and the library folder (--library overrides it).
+the grid of nominals and the library folder (--library overrides it). A biped or exoskeleton build
+also computes the transitions between neighbouring nominals (same period and ZMP laws, adjacent step
+scales S, both directions) and stores them, accepted or not, with their ZMP deviation d_max;
+`list --transitions` lists them.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from pathlib import Path
 ROBOT_CONFIGS = {"jansen": "jansen", "biped": "biped", "exo": "exoskeleton"}
 LIST_FIELDS = ("name", "robot", "speed", "turn", "period", "profile", "zmp_max_deviation", "min_margin",
                "peak_torque", "peak_contact_force", "energy_abs_per_cycle")
+TRANSITION_FIELDS = ("name", "robot", "from", "to", "S_from", "S_to", "period", "zmp_max_deviation", "eps", "accepted",
+                     "min_margin", "peak_torque")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,6 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ls = sub.add_parser("list", help="one line per nominal (or --json: one JSON array)")
     common(ls)
     ls.add_argument("--json", action="store_true", help="print one JSON array, one object per nominal")
+    ls.add_argument("--transitions", action="store_true",
+                    help="list the stored transitions between neighbouring nominals instead (biped, exoskeleton)")
     ls.set_defaults(func=_list)
     sh = sub.add_parser("show", help="a nominal's metadata and figures (and --plot its curves)")
     common(sh)
@@ -81,11 +88,17 @@ def build_with_progress(cfg, jobs: int = 1) -> None:
            else "grid points skipped (no periodic trunk: the trunk falls)")
     print(f"{len(written)} nominals written to {cfg.library}" +
           (f"; {len(skipped)} {why}: " + ", ".join(skipped) if skipped else ""))
+    if cfg.robot != "jansen":
+        trs = library.transition_index(cfg.library)
+        print(f"{len(trs)} transitions between neighbours stored, {sum(bool(e['accepted']) for e in trs)} accepted "
+              f"(d_max < eps)")
 
 
 def _list(args: argparse.Namespace) -> int:
-    from controller.synergies.library import load_index
+    from controller.synergies.library import load_index, transition_index
 
+    if args.transitions:
+        return _list_transitions(transition_index(_config(args).library), args.json)
     entries = load_index(_config(args).library)
     if args.json:
         print(json.dumps([{k: e.get(k) for k in LIST_FIELDS} for e in entries]))
@@ -94,6 +107,17 @@ def _list(args: argparse.Namespace) -> int:
     for e in entries:
         print(f"{e['name']:36} {e['speed']:6.3f} {e['turn']:6.2f} {e['period']:7.3f} {e['min_margin']:7.3f} "
               f"{e['peak_torque']:8.3f} {e['peak_contact_force']:8.3f} {e['energy_abs_per_cycle']:8.3f}")
+    return 0
+
+
+def _list_transitions(entries: list[dict], as_json: bool) -> int:
+    if as_json:
+        print(json.dumps([{k: e.get(k) for k in TRANSITION_FIELDS} for e in entries]))
+        return 0
+    print(f"{'from':30} {'to':30} {'d_max':>8} {'eps':>6} {'margin':>7}  accepted")
+    for e in entries:
+        print(f"{e['from']:30} {e['to']:30} {e['zmp_max_deviation']:8.4f} {e['eps']:6.3f} {e['min_margin']:7.3f}  "
+              f"{'yes' if e['accepted'] else 'no'}")
     return 0
 
 

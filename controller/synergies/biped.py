@@ -63,6 +63,12 @@ def build(job: dict, check: bool = True) -> Synergy | None:
     """The nominal of one job (module doc); check: the collocation cross-check too. None when the
     shooting and the collocation find no periodic trunk (e.g. a large S at a long period: the trunk
     would have to lean back past the singular posture)."""
+    made = build_with_nominal(job, check)
+    return None if made is None else made[0]
+
+
+def build_with_nominal(job: dict, check: bool = True) -> tuple[Synergy, object] | None:
+    """`build`, with the `semi_inverse.BipedNominal` it packs (the library's transitions need it)."""
     model = load_model(job["model"])
     j = job["joints"]
     joints = BipedJoints(tuple(j["hips"]), tuple(j["knees"]), tuple(j["ankles"]), j["trunk"], tuple(j["feet"]))
@@ -74,7 +80,7 @@ def build(job: dict, check: bool = True) -> Synergy | None:
     except BipedError:
         return None     # no periodic trunk for this grid point (it falls): listed as skipped by the build
     fg = figures(nom)
-    return synergy_of(nom, fg, job, hashlib.sha256(resolve(job["model"]).read_bytes()).hexdigest())
+    return synergy_of(nom, fg, job, hashlib.sha256(resolve(job["model"]).read_bytes()).hexdigest()), nom
 
 
 def synergy_of(nom, fg, job: dict, model_hash: str) -> Synergy:

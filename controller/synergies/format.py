@@ -129,30 +129,130 @@ def _jsonable(meta: dict) -> dict:
     return fix(meta)
 
 
-def save(syn: Synergy, path: Path) -> Path:
-    """Write syn to path (.npz, written to a temporary name and renamed: never half a file)."""
+def _write(path: Path, meta: dict, actuators, arrays: dict) -> Path:
+    """An .npz of meta (JSON bytes), actuators and arrays, written to a temporary name and renamed."""
     path = Path(path)
     tmp = path.with_suffix(".tmp.npz")
-    meta = json.dumps(_jsonable(syn.meta), sort_keys=True).encode()
-    np.savez(tmp, meta=np.frombuffer(meta, dtype=np.uint8), actuators=np.array(syn.actuators, dtype="U64"),
-             **{k: getattr(syn, k) for k in ARRAYS if k != "actuators"})
+    blob = json.dumps(_jsonable(meta), sort_keys=True).encode()
+    np.savez(tmp, meta=np.frombuffer(blob, dtype=np.uint8), actuators=np.array(actuators, dtype="U64"), **arrays)
     tmp.replace(path)
     return path
 
 
-def load(path: Path) -> Synergy:
-    """Read a nominal file; SynergyError naming the file for a missing, unreadable or bad one."""
+def _read(path: Path, names: tuple[str, ...], what: str) -> dict:
+    """The keyword arguments of a file written by `_write` (meta, actuators, float arrays `names`)."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode())
-            arr = {k: z[k] for k in ARRAYS}
+            arr = {k: z[k] for k in names}
     except FileNotFoundError:
-        raise SynergyError(f"{path}: no such nominal file") from None
+        raise SynergyError(f"{path}: no such {what} file") from None
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
-        raise SynergyError(f"{path}: not a readable nominal file ({e})") from None
+        raise SynergyError(f"{path}: not a readable {what} file ({e})") from None
+    return {"meta": meta, "actuators": tuple(str(a) for a in arr.pop("actuators")),
+            **{k: np.asarray(v, dtype=float) for k, v in arr.items()}}
+
+
+def save(syn: Synergy, path: Path) -> Path:
+    """Write syn to path (.npz, written to a temporary name and renamed: never half a file)."""
+    return _write(path, syn.meta, syn.actuators, {k: getattr(syn, k) for k in ARRAYS if k != "actuators"})
+
+
+def load(path: Path) -> Synergy:
+    """Read a nominal file; SynergyError naming the file for a missing, unreadable or bad one."""
+    kw = _read(path, ARRAYS, "nominal")
     try:
-        return Synergy(meta=meta, actuators=tuple(str(a) for a in arr.pop("actuators")),
-                       **{k: np.asarray(v, dtype=float) for k, v in arr.items()})
+        return Synergy(**kw)
+    except SynergyError as e:
+        raise SynergyError(f"{path}: {e}") from None
+
+
+# ------------------------------------------------------------------------------ transitions
+
+TRANSITION_META = ("name", "robot", "model", "from", "to", "period", "zmp_max_deviation", "eps", "accepted",
+                   "min_margin")
+TRANSITION_ARRAYS = ("actuators", "u", "q", "qd", "qdd", "tau", "model_q", "model_v", "model_a", "zmp_law_x", "zmp",
+                     "margin")
+
+
+@dataclass(frozen=True, eq=False)
+class StoredTransition:
+    """A precomputed transition stride between two nominals of one period T (methods.md j.6): ``meta``
+    (name, robot, model, from, to, period s, zmp_max_deviation = d_max m, eps m, accepted = d_max < eps,
+    min_margin m, ...); the actuators' q rad, qd rad/s, qdd rad/s^2, tau N m at phases ``u`` (M + 1,)
+    = k/M, k = 0..M, of the stride (u = 0 is nominal `from` at its phase 0, u = 1 nominal `to` at its
+    phase 0: the endpoint is stored, the motion is not periodic); and the 3-D model's motion it was
+    judged on: model_q (M, nq), model_v, model_a (M, nv) at u[:-1] (lab frame, x forward, z up), the
+    blended law path zmp_law_x (M,) m, the ZMP by dynamics zmp (M, 2) m and its margin (M,) m."""
+
+    meta: dict
+    actuators: tuple[str, ...]
+    u: np.ndarray
+    q: np.ndarray
+    qd: np.ndarray
+    qdd: np.ndarray
+    tau: np.ndarray
+    model_q: np.ndarray
+    model_v: np.ndarray
+    model_a: np.ndarray
+    zmp_law_x: np.ndarray
+    zmp: np.ndarray
+    margin: np.ndarray
+
+    def __post_init__(self) -> None:
+        name = self.meta.get("name", "?")
+        missing = [k for k in TRANSITION_META if k not in self.meta]
+        if missing:
+            raise SynergyError(f"transition {name}: meta: missing key {missing[0]!r}")
+        A, M = len(self.actuators), self.u.shape[0] - 1
+        if M < 8 or not np.allclose(self.u, np.arange(M + 1) / M):
+            raise SynergyError(f"transition {name}: u: expected phases k/M, k = 0..M, M >= 8")
+        for k in ("q", "qd", "qdd", "tau"):
+            a = getattr(self, k)
+            if a.shape != (M + 1, A) or not np.all(np.isfinite(a)):
+                raise SynergyError(f"transition {name}: {k}: expected finite shape ({M + 1}, {A}), got {a.shape}")
+        if not (self.model_q.shape[0] == self.model_v.shape[0] == self.model_a.shape[0] == self.zmp_law_x.shape[0]
+                == self.margin.shape[0] == M) or self.zmp.shape != (M, 2):
+            raise SynergyError(f"transition {name}: model_q, model_v, model_a, zmp_law_x, zmp, margin: expected {M} rows")
+
+    @property
+    def name(self) -> str:
+        return str(self.meta["name"])
+
+    @property
+    def period(self) -> float:
+        return float(self.meta["period"])
+
+    def reference(self, x: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """q, qd, qdd, tau (A,) at the fraction x in [0, 1] of the stride (clipped): cubic Hermite
+        interpolation of q with its stored rate and of qd with its stored acceleration (C1), qdd and
+        tau linear between the samples."""
+        M = self.u.shape[0] - 1
+        s = min(max(float(x), 0.0), 1.0) * M
+        k = min(int(s), M - 1)
+        f, h = s - k, self.period / M
+        h00, h10, h01, h11 = 2 * f**3 - 3 * f**2 + 1, f**3 - 2 * f**2 + f, -2 * f**3 + 3 * f**2, f**3 - f**2
+        q = h00 * self.q[k] + h10 * h * self.qd[k] + h01 * self.q[k + 1] + h11 * h * self.qd[k + 1]
+        qd = h00 * self.qd[k] + h10 * h * self.qdd[k] + h01 * self.qd[k + 1] + h11 * h * self.qdd[k + 1]
+        qdd = (1 - f) * self.qdd[k] + f * self.qdd[k + 1]
+        tau = (1 - f) * self.tau[k] + f * self.tau[k + 1]
+        return q, qd, qdd, tau
+
+    def summary(self) -> dict:
+        """The entry of the library's transitions index: meta plus samples and actuators."""
+        return {**self.meta, "samples": int(self.u.shape[0] - 1), "actuators": list(self.actuators)}
+
+
+def save_transition(tr: StoredTransition, path: Path) -> Path:
+    """Write a transition to path (.npz, written to a temporary name and renamed)."""
+    return _write(path, tr.meta, tr.actuators, {k: getattr(tr, k) for k in TRANSITION_ARRAYS if k != "actuators"})
+
+
+def load_transition(path: Path) -> StoredTransition:
+    """Read a transition file; SynergyError naming the file for a missing, unreadable or bad one."""
+    kw = _read(path, TRANSITION_ARRAYS, "transition")
+    try:
+        return StoredTransition(**kw)
     except SynergyError as e:
         raise SynergyError(f"{path}: {e}") from None

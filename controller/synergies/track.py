@@ -22,6 +22,17 @@ a(s) of `dynamics.synthesis.transition.blend_weight`, s = t/D) the clock rate an
 so q, q', q'' are continuous at both ends (no setpoint jump). The rate is at most
 B + (15/8) max|Q_t - Q_f| / D, B the bound of the first term (`Tracker._rate_bound`, 15/8 = max a'), so
 D = max(min_transition_s, (15/8) max|Q_t - Q_f| / (slew - B)) keeps every setpoint step within slew x dt. A request during a transition waits for its end.
+
+Precomputed transitions (biped / exoskeleton, `controller.synergies.transitions`): a switch between two
+semi-inverse nominals (meta kind ``semi_inverse``) never uses the online blend above (its ZMP is not
+checked). It goes through the library's stored transition from the current nominal to the requested
+one, if that transition was accepted (its ZMP deviation d_max < eps): the switch starts when the phase
+next crosses a whole stride (the stored stride starts at nominal a's phase 0), the setpoint follows the
+stored stride for one period T (`StoredTransition.reference`), then nominal b from its phase 0 (both
+nominals share T, so the clock's rate does not change). A request whose transition was rejected, or
+for which none is stored (not neighbours: another T or ZMP law, or a step scale S two grid steps
+away), is refused with a `SelectionError` naming the pair and d_max: the operator steps through the
+neighbours, or stops (speed 0: the torque ramps off) and starts the other nominal from rest.
 """
 from __future__ import annotations
 
@@ -31,7 +42,7 @@ import numpy as np
 
 from dynamics.synthesis.transition import blend_weight
 
-from .format import Synergy
+from .format import StoredTransition, Synergy
 from .select import SelectionError
 
 
@@ -51,13 +62,18 @@ class Reference:
 class Tracker:
     """Phase clocks, switching and transitions (module doc). slew (A,) rad/s."""
 
-    def __init__(self, nominal: Synergy, slew, min_transition_s: float = 0.5) -> None:
+    def __init__(self, nominal: Synergy, slew, min_transition_s: float = 0.5,
+                 transitions: tuple[StoredTransition, ...] | list = ()) -> None:
         self.slew = np.asarray(slew, dtype=float)
         self.min_transition_s = float(min_transition_s)
         self._rate_bound(nominal, nominal)
         self.nominal = nominal
         self.phase = np.zeros(len(nominal.actuators))
         self.pending: Synergy | None = None
+        self.transitions = {(t.meta["from"], t.meta["to"]): t for t in transitions}
+        self._pending_via: StoredTransition | None = None  # the stored transition to the pending nominal
+        self._via: StoredTransition | None = None          # the stored transition being followed
+        self._p0 = 0.0                                      # the whole phase where it started
         self._from: Synergy | None = None
         self._t = 0.0
         self._D = 0.0
@@ -76,24 +92,52 @@ class Tracker:
         return bound
 
     def align(self, q) -> None:
-        """Set the clock to the phase of the current nominal nearest the measured coordinates q (A,)."""
+        """Set the clock to the phase of the current nominal nearest the measured coordinates q (A,); a
+        transition under way ends (a resume after a stop starts on the current nominal)."""
         self.phase = nearest_phase(self.nominal, np.asarray(q, dtype=float))
+        self._from = self._via = None
 
     def request(self, nominal: Synergy) -> None:
-        """Queue a switch to `nominal` (nothing to do if it is the current one and nothing is queued)."""
-        if nominal is self.nominal and self.pending is None:
+        """Queue a switch to `nominal` (the current one: cancel a queued switch). SelectionError if the
+        switch is not allowed (module doc: rates beyond the slew limit; between semi-inverse nominals,
+        no accepted stored transition)."""
+        if nominal is self.nominal:
+            self.pending = self._pending_via = None
             return
         if tuple(nominal.actuators) != tuple(self.nominal.actuators) or np.any(nominal.wrap != self.nominal.wrap):
             raise SelectionError(f"nominal {nominal.name}: actuators {nominal.actuators} (wrap {nominal.wrap.tolist()}) "
                                  f"differ from {self.nominal.actuators}")
-        self._rate_bound(self.nominal, nominal)
-        self.pending = nominal
+        via = None
+        if "semi_inverse" in (nominal.meta.get("kind"), self.nominal.meta.get("kind")):
+            via = self.stored(self.nominal, nominal)
+        else:
+            self._rate_bound(self.nominal, nominal)
+        self.pending, self._pending_via = nominal, via
+
+    def stored(self, a: Synergy, b: Synergy) -> StoredTransition:
+        """The accepted stored transition a -> b (module doc); SelectionError naming why there is none."""
+        tr = self.transitions.get((a.name, b.name))
+        stop = "stop first (speed 0) and start it from rest"
+        if tr is None:
+            raise SelectionError(f"{a.name} -> {b.name}: no precomputed transition (the library has them between "
+                                 f"neighbouring step scales of one period and ZMP law): step through the neighbours, "
+                                 f"or {stop}")
+        if not tr.meta["accepted"]:
+            raise SelectionError(f"{a.name} -> {b.name}: its transition was rejected (ZMP deviation "
+                                 f"{tr.meta['zmp_max_deviation']:.4f} m >= eps {tr.meta['eps']:.4f} m): {stop}")
+        fast = np.abs(tr.qd).max(axis=0)
+        if np.any(fast >= self.slew):
+            raise SelectionError(f"{a.name} -> {b.name}: its transition's rates up to {fast.round(3).tolist()} rad/s "
+                                 f"reach the setpoint slew limits {self.slew.tolist()} rad/s")
+        return tr
 
     @property
     def blending(self) -> bool:
         return self._from is not None
 
     def _safe(self, old: np.ndarray, new: np.ndarray) -> bool:
+        if self._pending_via is not None:  # a stored transition starts at a whole stride
+            return bool(np.floor(new[0]) > np.floor(old[0]))
         sp = self.nominal.meta.get("switch_phases")
         if not sp:
             return True
@@ -109,6 +153,8 @@ class Tracker:
             else:
                 q, qd, qdd, tau = self.nominal.reference(self.phase)
                 return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), False)
+        elif self._via is not None:
+            self.phase = self.phase + dt / self.nominal.period
         else:
             a = blend_weight(self._t / self._D)[0]
             self.phase = self.phase + dt * ((1 - a) / self._from.period + a / self.nominal.period)
@@ -117,6 +163,14 @@ class Tracker:
                 self._from = None
                 q, qd, qdd, tau = self.nominal.reference(self.phase)
                 return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), False)
+        if self._via is not None:
+            x = float(self.phase[0] - self._p0)
+            if x < 1.0:
+                q, qd, qdd, tau = self._via.reference(x)
+                return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), True)
+            self._from = self._via = None
+            q, qd, qdd, tau = self.nominal.reference(self.phase)
+            return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), False)
         return self._blended()
 
     def _blended(self) -> Reference:
@@ -140,6 +194,11 @@ class Tracker:
         return Reference(q, qd, qdd, tau, t.name, self.phase.copy(), True)
 
     def _start(self, new: Synergy) -> None:
+        if self._pending_via is not None:
+            self._via, self._p0 = self._pending_via, float(np.floor(self.phase[0]))
+            self._from, self.nominal, self.pending, self._pending_via = self.nominal, new, None, None
+            self.switches += 1
+            return
         bound = self._rate_bound(self.nominal, new)
         dQ = np.abs(periodic_part(new, new.u) - periodic_part(self.nominal, new.u)).max(axis=0)
         self._D = float(max(self.min_transition_s, np.max(1.875 * dQ / (self.slew - bound))))

@@ -505,3 +505,120 @@ def test_reset_on_latch_resets_a_tripped_watchdog_and_walks_on(lab, tmp_path):
         assert tau.size > 50 and abs(tau[0]) <= 0.6 + 1e-9 and np.abs(np.diff(tau)).max() <= 0.6 + 1e-9
     finally:
         stop_all(proc, bus, mcu)
+
+
+class ZmpSource:
+    """A dynamics service's ``dynamics/zmp`` stream as the test sets it: blocks of 10 samples at 500 Hz
+    every 20 ms, stamped with the host clock, margin `self.margin` (m); `stop()` ends the stream."""
+
+    CHANNELS, UNITS = ["ZMPx", "ZMPy", "margin", "support", "valid"], ["m", "m", "m", "1", "1"]
+
+    def __init__(self, pub) -> None:
+        import threading
+
+        self.pub, self.margin, self.sent = pub, 0.05, 0
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.halt.wait(0.02):
+            rows = np.tile([0.0, 0.0, self.margin, 4.0, 1.0], (10, 1))
+            t = time.monotonic_ns() - 18_000_000
+            self.pub.publish("dynamics/zmp", rows, kind="zmp", rate_hz=500.0, channels=self.CHANNELS,
+                             units=self.UNITS, t_host=t, t=t)
+            self.sent += 1
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.thread.join(5.0)
+
+
+def test_zmp_margin_guard_stops_the_walk_through_the_torque_ramp_then_idles_latched(lab, tmp_path):
+    """``--zmp-guard on``: the loop reads ``dynamics/zmp`` each cycle without waiting. A margin above
+    limits.min_margin: nothing. Below: a latched ``zmp_margin`` event, the nominal dropped, the torque
+    ramped to zero within the torque slew and limits, then idle, and the MCU's e-stop latched once the ramp
+    is over; `walklab estop --reset` and a request walk again. A ZMP stream that stops: ``zmp_stale``, the
+    same stop. Truth: the events and commands the loop published, the MCU's own mode and latch; the
+    robot config's limits."""
+    from daq.bus import Publisher
+
+    src = (lab["cfg"].parent / "robot.toml").read_text()
+    robot = tmp_path / "robot.toml"
+    # a slower torque slew than the walk's (0.06 N m a cycle): the stop's ramp lasts several cycles
+    assert "torque_slew = [300.0]" in src
+    robot.write_text(src.replace("torque_slew = [300.0]", "torque_slew = [30.0]").rstrip()
+                     + "\nmin_margin = 0.02\nzmp_stale_s = 0.3\n")
+    dyn = f"tcp://127.0.0.1:{free_tcp_ports(1)[0]}"
+    cfg, endpoint = loop_lab(tmp_path, robot, ["--zmp-guard", "on"], f"""
+        # not started: this test publishes the ZMP stream there
+        [[processes]]
+        name = "dyn"
+        module = "controller.healthmon"
+        bind = "{dyn}"
+        """)
+    plant = crank_plant(read_crank_legs("jansen_walker"), ground_penetration=0.008, law=LAW)
+    mcu = VirtualMCU(1, motor=MotorParams(), control_hz=1000, stream_hz=500, watchdog_ms=1000,
+                     load=lambda t, th, om: motor_load(plant, th, om))
+    mcu.start()
+    os.symlink(mcu.port, tmp_path / "mcu")
+    bus = Bus(endpoint)
+    proc = start_loop(cfg)
+    pub = Publisher(dyn)
+    zmp = None
+    tslew, tmax = 30.0 / 500.0, 6.0  # N m per cycle at 500 Hz, N m (the robot config)
+
+    def zmp_events():
+        return [f for f in bus.events if str(f.meta.get("cause", "")).startswith("zmp")]
+
+    def ramp(k: int) -> None:
+        """The k-th stop of the walk in the loop's state rows (walking 1 -> 0: the stop's cycle drops the
+        nominal): from the last walking torque, the torque steps to zero by torque_slew x dt a cycle, as
+        fast as that allows, then stays 0; every command within the torque limit."""
+        rows = np.vstack([f.data for f in bus.state])
+        w = rows[:, 0]
+        i = (np.flatnonzero((w[:-1] == 1) & (w[1:] == 0)) + 1)[k]
+        tau = rows[i - 1:, 5]
+        expect = np.sign(tau[0]) * np.maximum(abs(tau[0]) - tslew * np.arange(tau.size), 0.0)
+        n = int(np.ceil(abs(tau[0]) / tslew)) + 25
+        assert tau.size > n and np.all(w[i:i + n] == 0)
+        np.testing.assert_allclose(tau[:n], expect[:n], rtol=0, atol=1e-9)
+        assert np.all(np.abs(rows[:, 5]) <= tmax)
+
+    try:
+        # the loop's two bus subscribers (operator streams, ZMP) on this publisher, then the stream
+        assert pub.wait_for_subscribers(2, 60.0), "the loop never subscribed to the ZMP stream"
+        zmp = ZmpSource(pub)
+        until(lambda: zmp.sent > 5, 10.0, "ZMP frames")
+        r = walklab("command", "speed", "0.2", str(cfg), "--timeout", "30")
+        assert r.returncode == 0, r.stderr
+        until(lambda: mcu.wd_armed and mcu.mode[0] == P.MODE_TORQUE, 30.0, "the loop walking", bus.pump)
+        bus.pump(1.0)
+        assert zmp_events() == [] and np.all(bus.state[-1].data[:, 0] == 1)   # margin above the limit: nothing
+        zmp.margin = 0.005
+        until(lambda: zmp_events(), 10.0, "a zmp_margin event", bus.pump)
+        until(lambda: mcu.estop and mcu.mode[0] == P.MODE_IDLE, 10.0, "the ramp's end latching the MCU", bus.pump)
+        bus.pump(0.3)
+        ev = zmp_events()
+        assert [f.meta["cause"] for f in ev] == ["zmp_margin"] and ev[0].data[0, 0] == 1.0   # latched
+        assert "0.005 m < 0.02 m" in ev[0].meta["detail"]
+        ramp(0)
+        # latched until reset: margin good again, reset, walk
+        zmp.margin = 0.05
+        operator_reset_and_walk({"cfg": cfg, "mcu": mcu, "bus": bus})
+        bus.pump(0.5)
+        assert len(zmp_events()) == 1
+        # the stream stops: zmp_stale, the same stop
+        zmp.stop()
+        until(lambda: len(zmp_events()) == 2, 10.0, "a zmp_stale event", bus.pump)
+        until(lambda: mcu.estop and mcu.mode[0] == P.MODE_IDLE, 10.0, "the stale stop latching the MCU", bus.pump)
+        bus.pump(0.3)
+        stale = zmp_events()[1]
+        assert stale.meta["cause"] == "zmp_stale" and "s old" in stale.meta["detail"]
+        ramp(1)
+        assert proc.poll() is None
+    finally:
+        if zmp is not None:
+            zmp.stop()
+        pub.close()
+        stop_all(proc, bus, mcu)

@@ -81,12 +81,65 @@ def test_stale_data_turns_torque_off_without_latching_and_reports_once():
 def test_position_limit_and_zmp_margin():
     lim = dataclasses.replace(LIMITS, position_min=(-1.0, -1.0), position_max=(1.0, 1.0), min_margin=0.02)
     s = Safety(lim, DT)
-    ev = s.check(0, 0.0, np.array([0.0, 0.0]), np.zeros(2), margin=0.01)
+    # a margin with no ZMP age: the guard is not watching (no nominal tracked)
+    assert [e.cause for e in s.check(0, 0.0, np.array([0.0, 0.0]), np.zeros(2), margin=0.01)] == ["fresh"]
+    ev = s.check(0, 0.0, np.array([0.0, 0.0]), np.zeros(2), margin=0.01, zmp_age_s=0.0)
+    assert [e.cause for e in ev] == ["zmp_margin"] and ev[0].latched and s.latched is ev[0]
     d = s.shape(0, np.zeros(2), None, ev)
-    assert d.stop_requested and s.latched is None
+    assert d.stop_requested
     ev = s.check(1, 0.0, np.array([0.0, 1.5]), np.zeros(2), margin=0.05)
     assert [e.cause for e in ev] == ["position_limit"] and "actuator 1" in ev[0].detail
-    assert not s.shape(1, np.zeros(2), None, ev).enabled
+    assert not s.shape(1, np.zeros(2), None, ev).enabled and s.latched.cause == "position_limit"
+
+
+def walking(lim, tau=(3.0, -2.5), cycles=100) -> Safety:
+    """A Safety whose torque has ramped up to `tau` (N m) through its slew limit."""
+    s = Safety(lim, DT)
+    for k in range(cycles):
+        fresh(s, k)
+        s.shape(k, np.array(tau), s.setpoint(np.zeros(2)))
+    np.testing.assert_array_equal(s.tau, tau)
+    return s
+
+
+@pytest.mark.parametrize("margin, age, cause", [(0.01, 0.0, "zmp_margin"), (None, 0.5, "zmp_stale"),
+                                                (None, float("inf"), "zmp_stale"), (float("nan"), 0.0, "zmp_margin")])
+def test_zmp_guard_latches_a_torque_ramp_to_idle(margin, age, cause):
+    """The ZMP guard's stop: latched, the torque ramps to zero at the torque slew limit (never a step
+    beyond torque_slew x dt), then the motors idle until reset. Truth: the configured limits."""
+    lim = dataclasses.replace(LIMITS, min_margin=0.02, zmp_stale_s=0.2)
+    s = walking(lim)
+    ev = s.check(100, 0.0, np.zeros(2), np.zeros(2), margin=margin, zmp_age_s=age)
+    assert [e.cause for e in ev] == [cause] and ev[0].latched and s.latched is ev[0]
+    assert s.check(101, 0.0, np.zeros(2), np.zeros(2), margin=0.0, zmp_age_s=9.0) == []  # latched: once
+    taus, step = [s.tau.copy()], np.asarray(lim.torque_slew) * DT
+    for k in range(101, 400):
+        d = s.shape(k, np.array([5.0, 5.0]), None, ev if k == 101 else [])
+        assert d.stop_requested == (k == 101)
+        taus.append(d.tau)
+        if not d.enabled:
+            break
+    taus = np.array(taus)
+    assert np.all(np.abs(np.diff(taus, axis=0)) <= step + 1e-12) and np.all(taus[-1] == 0)
+    assert len(taus) - 1 == int(np.ceil(np.abs(taus[0]).max() / step.max() - 1e-9))  # as fast as the slew allows
+    assert not s.shape(500, np.ones(2)).enabled and s.latched.cause == cause   # idle until reset
+    s.reset(501)
+    fresh(s, 502)
+    assert s.shape(502, np.ones(2)).enabled
+
+
+def test_zmp_guard_quiet_above_the_margin_and_a_hard_stop_cuts_its_ramp():
+    lim = dataclasses.replace(LIMITS, min_margin=0.02, zmp_stale_s=0.2)
+    s = walking(lim)
+    assert s.check(100, 0.0, np.zeros(2), np.zeros(2), margin=0.021, zmp_age_s=0.19) == []
+    assert s.check(101, 0.0, np.zeros(2), np.zeros(2), margin=None, zmp_age_s=0.2) == []
+    assert s.latched is None and s.shape(101, s.tau).enabled
+    ev = s.check(102, 0.0, np.zeros(2), np.zeros(2), margin=-0.01, zmp_age_s=0.0)
+    d = s.shape(102, np.zeros(2), None, ev)
+    assert d.enabled and np.all(d.tau != 0)            # ramping down
+    s.estop(103, "test")                                # an e-stop during the ramp: torque off at once
+    d = s.shape(103, np.zeros(2))
+    assert not d.enabled and np.all(d.tau == 0) and s.latched.cause == "estop"
 
 
 def test_non_finite_command_latches():

@@ -1,0 +1,152 @@
+"""Transitions between neighbouring biped nominals stored in the library, and the loop following them
+(controller.synergies.transitions, library, track; methods.md j.6).
+
+A tiny grid of the shipped biped config (surla_bidyn, T = 1.2 s, ZMP law II/2, S = 0.8, 0.81, 0.85, 64
+phases) is built once. Truths: the ZMP that `dynamics.zmp.zmp_model` computes again from the stored
+transition's own 3-D motion (the recorded d_max must be its deviation from the stored law path); the
+nominals' own tables at the transition's two ends; the configured slew and torque limits; the real CLI in
+a subprocess.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.loop import Controller, Measured
+from controller.synergies import library
+from controller.synergies.robot import load_robot
+from controller.synergies.select import Request, SelectionError
+from dynamics.loader import load_model
+from dynamics.zmp import zmp_model
+
+REPO = Path(__file__).resolve().parents[2]
+GRID = ('[synergies]\nlibrary = "LIB"\nscales = [0.8, 0.81, 0.85]\nperiods = [1.2]\nzmp_laws = [[2, 2]]\n'
+        'samples = 64\n\n')
+NAME = "biped_S{:.2f}_T1.20_z22"
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("biped_lib")
+    src = (REPO / "configs" / "biped.toml").read_text()
+    head, _, rest = src.partition("[synergies]")
+    (tmp / "biped.toml").write_text(head + GRID.replace("LIB", str(tmp / "lib")) + rest[rest.index("[biped]"):])
+    cfg = load_robot(tmp / "biped.toml")
+    written, skipped = library.build(cfg, jobs=2)
+    assert sorted(written) == [NAME.format(S) for S in (0.8, 0.81, 0.85)] and not skipped
+    return {"cfg": cfg, "path": tmp / "biped.toml", "nominals": {s.meta["S"]: s for s in library.load_all(cfg.library)},
+            "transitions": library.load_transitions(cfg.library)}
+
+
+def pair(lib, a: float, b: float):
+    return next(t for t in lib["transitions"] if t.meta["from"] == NAME.format(a) and t.meta["to"] == NAME.format(b))
+
+
+def test_build_stores_the_transitions_between_neighbouring_step_scales(lib):
+    trs = lib["transitions"]
+    assert sorted((t.meta["S_from"], t.meta["S_to"]) for t in trs) == [(0.8, 0.81), (0.81, 0.8), (0.81, 0.85),
+                                                                        (0.85, 0.81)]
+    for t in trs:
+        assert t.meta["accepted"] == (t.meta["zmp_max_deviation"] < t.meta["eps"]) and t.meta["eps"] == 0.01
+    # methods.md j.6 as measured on this model (docs/controller.md): a 1 % step in S passes eps = 1 cm,
+    # a 4 % step does not
+    assert pair(lib, 0.8, 0.81).meta["accepted"] and pair(lib, 0.81, 0.8).meta["accepted"]
+    assert not pair(lib, 0.81, 0.85).meta["accepted"] and not pair(lib, 0.85, 0.81).meta["accepted"]
+    # the CLI lists them, with the recorded d_max
+    r = subprocess.run([sys.executable, "-m", "controller.cli", "synergies", "list", "--config", str(lib["path"]),
+                        "--transitions", "--json"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert {(x["from"], x["to"]): x["zmp_max_deviation"] for x in rows} == \
+        {(t.meta["from"], t.meta["to"]): t.meta["zmp_max_deviation"] for t in trs}
+
+
+def test_recorded_deviation_is_the_zmp_of_the_stored_motion_and_the_ends_are_the_nominals(lib):
+    model = load_model("surla_bidyn")
+    for t in lib["transitions"]:
+        x = zmp_model(model, t.model_q, t.model_v, t.model_a).point[:, 0]
+        assert np.abs(x - t.zmp_law_x).max() == pytest.approx(t.meta["zmp_max_deviation"], rel=1e-9, abs=1e-12)
+        a, b = lib["nominals"][t.meta["S_from"]], lib["nominals"][t.meta["S_to"]]
+        # the stride starts on nominal a at its phase 0 (angle, rate, acceleration) and ends on b at phase 0;
+        # one sample before its end it is within one sample's motion of b
+        for k in ("q", "qd", "qdd"):
+            np.testing.assert_allclose(getattr(t, k)[0], getattr(a, k)[0], atol=1e-7)
+            np.testing.assert_array_equal(getattr(t, k)[-1], getattr(b, k)[0])
+        h = t.period / (t.u.size - 1)
+        assert np.all(np.abs(t.q[-2] - b.q[-1]) <= np.abs(b.qd).max(axis=0) * h * 0.05 + 1e-4)
+
+
+def simulate(ctl: Controller, seconds: float, plan: dict, start) -> list:
+    """The update step with the measured state = the previous cycle's reference (a perfect plant) and a
+    fresh ZMP sample of a 5 cm margin each cycle (the biped's guard is on); plan: cycle -> speed request."""
+    refs = []
+    q, qd = start
+    for k in range(int(round(seconds / ctl.dt))):
+        if k in plan:
+            ctl.command(Request(plan[k]))
+        t = k * round(ctl.dt * 1e9)
+        out = ctl.update(t, Measured(t, q, qd), 0.05, t)
+        assert out.decision.enabled and out.reference is not None
+        q, qd = out.reference.q, out.reference.qd
+        refs.append(out)
+    return refs
+
+
+def open_limits(cfg):
+    """The config's limits without its position limits: the shipped configs/biped.toml has knee_min = 0,
+    and the nominals' knees reach -0.9 mrad (the measured gait cycle's knee at S = 0.8), which latches."""
+    return dataclasses.replace(cfg, limits=dataclasses.replace(cfg.limits, position_min=None, position_max=None))
+
+
+def test_the_loop_follows_the_stored_transition_without_a_setpoint_step(lib):
+    cfg = open_limits(lib["cfg"])
+    noms = list(lib["nominals"].values())
+    ctl = Controller(cfg, noms, transitions=lib["transitions"])
+    a, b = lib["nominals"][0.8], lib["nominals"][0.81]
+    tr = pair(lib, 0.8, 0.81)
+    refs = simulate(ctl, 4.0, {0: a.meta["speed"], 300: b.meta["speed"]}, (a.q[0], a.qd[0]))
+    names = [o.reference.nominal for o in refs]
+    during = [o for o in refs if o.reference.blending]
+    assert names[0] == a.name and names[-1] == b.name and ctl.tracker.switches == 1
+    # it waited for the next whole stride (phase 1, t = T) and followed the stored stride for one period
+    assert abs(len(during) * ctl.dt - tr.period) <= 2 * ctl.dt
+    p0 = np.floor(during[0].reference.phase[0])
+    assert p0 == 1.0
+    M = tr.u.size - 1
+    h = tr.period / M
+    bound = np.abs(tr.qdd).max(axis=0) * h ** 2 / 8 + 1e-6   # linear interpolation's error bound
+    for o in during:
+        x = o.reference.phase[0] - p0
+        lin = np.array([np.interp(x, tr.u, tr.q[:, j]) for j in range(tr.q.shape[1])])
+        assert np.all(np.abs(o.reference.q - lin) <= bound)
+    # no setpoint step beyond the slew limit (the reference itself, before the safety's slew), torque limits kept
+    q = np.array([o.reference.q for o in refs])
+    assert np.all(np.abs(np.diff(q, axis=0)) <= np.asarray(cfg.limits.slew) * ctl.dt)
+    assert np.all(np.abs([o.decision.tau for o in refs]) <= np.asarray(cfg.limits.torque))
+    # after the stride: nominal b, at its own reference
+    last = refs[-1].reference
+    np.testing.assert_allclose(last.q, b.reference(last.phase)[0])
+
+
+def test_a_switch_without_an_accepted_transition_is_refused(lib):
+    cfg = open_limits(lib["cfg"])
+    n = lib["nominals"]
+    ctl = Controller(cfg, list(n.values()), transitions=lib["transitions"])
+    ctl.command(Request(n[0.81].meta["speed"]))
+    with pytest.raises(SelectionError, match=r"transition was rejected \(ZMP deviation 0\.0\d+ m >= eps 0\.0100 m\)"):
+        ctl.command(Request(n[0.85].meta["speed"]))
+    assert ctl.tracker.pending is None and ctl.request.speed == n[0.81].meta["speed"]
+    ctl = Controller(cfg, list(n.values()), transitions=lib["transitions"])
+    ctl.command(Request(n[0.8].meta["speed"]))
+    with pytest.raises(SelectionError, match="no precomputed transition"):
+        ctl.command(Request(n[0.85].meta["speed"]))
+    ctl.command(Request(n[0.81].meta["speed"]))   # a neighbour: queued
+    assert ctl.tracker.pending is n[0.81]
