@@ -210,6 +210,7 @@ class TreeService:
                 self._markers(np.asarray(f.data, dtype=float)[new], t[new], th[new], None if td is None else td[new],
                               recv, f.rate_hz)
             else:
+                inp.note_lateness(recv, int(t[0]))
                 cols = [f.channels.index(c) for c in PLATE_CHANNELS]
                 inp.add(t, np.asarray(f.data, dtype=float)[:, cols], recv)
         self._compute()
@@ -292,16 +293,9 @@ class TreeService:
         while ready < len(self.pending) and self.pending[ready][0] <= cover:
             ready += 1
         if ready < len(self.pending):
-            # the laggards held for the samples that waited --max-wait-s since their receipt (a prefix:
-            # receipts grow with lab time), or for all while a plate holds KEEP_S of samples
-            limit = now - self.settings.max_wait_s * 1e9
-            due = ready
-            if any(p.full for p in self.plates):
-                due = len(self.pending)
-            else:
-                while due < len(self.pending) and self.pending[due][6] < limit:
-                    due += 1
-            ready = due
+            # the laggards held for the waiting samples past their deadline (a prefix), or for all while a
+            # plate holds KEEP_S of samples
+            ready = len(self.pending) if any(p.full for p in self.plates) else ready + self._overdue(ready, awaited, now)
         if not ready:
             return
         batch, self.pending = self.pending[:ready], self.pending[ready:]
@@ -316,6 +310,19 @@ class TreeService:
                 self._run(batch[c:min(b, c + MAX_BATCH)])
         for p in self.plates:
             p.trim(batch[-1][0])
+
+    def _overdue(self, ready: int, awaited: list[_Input], now: int) -> int:
+        """How many of the waiting samples (``pending[ready:]``) are past their deadline, the walker's rule
+        (`WalkerService._overdue`): a sample at lab time t, its look-ahead received at r, waits for a plate
+        that does not reach t yet as long as the plate's measured lateness says its sample may still come,
+        t + lateness, never less than r; then ``--max-wait-s`` more."""
+        slack, n = self.settings.max_wait_s * 1e9, 0
+        for t, *_, r in self.pending[ready:]:
+            late = [t + p.lateness for p in awaited if p.newest is not None and p.newest < t]
+            if max([r] + late) + slack >= now:
+                break
+            n += 1
+        return n
 
     def _run(self, samples: list[tuple]) -> None:
         """Steps 3-4 and the outputs for consecutive marker samples."""

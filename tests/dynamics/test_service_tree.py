@@ -287,3 +287,27 @@ def test_samples_wait_for_the_plates_and_a_silent_plate_is_held():
     i = at_markers(t)
     # FP2 read nothing before it stopped: held at nothing, the torques are still the truth
     np.testing.assert_allclose(tq[:, columns(ch, "tau:")], record()[4][i, 6:], atol=2e-3 * np.abs(record()[4]).max())
+
+
+def test_a_slow_plate_stream_is_waited_for_as_long_as_its_measured_lateness():
+    """Plate frames received 0.3 s after their last sample, markers at once, --max-wait-s 0.1: once the
+    plates have been seen, every sample waits for them (their measured lateness, then 0.1 s) — none is
+    stale, each equals the truth. (Waiting --max-wait-s from the marker receipt would compute them all
+    with the plates held.)"""
+    delay = {"markers/sim": 0, "dynamics/grf/FP1": 300_000_000, "dynamics/grf/FP2": 300_000_000}
+    frames = frames_of()
+    arrivals = sorted((fr.t + round((fr.samples - 1) * 1e9 / fr.rate_hz) + delay[fr.stream], k, fr)
+                      for k, fr in enumerate(frames))
+    now = [0]
+    bus = Bus()
+    svc = TreeService(model(), mset(), FEET, record()[-1], "markers/sim", TreeSettings(max_wait_s=0.1, height_tol_m=2.0),
+                      bus.publish, clock=lambda: now[0])
+    for r, _, fr in arrivals:
+        fr.t_recv = now[0] = r
+        svc.feed([fr])
+    t, tq, ch = bus.series(TORQUES)
+    after = t > T0 + 500_000_000
+    assert after.sum() > 150 and np.all(tq[after, ch.index("stale")] == 0)
+    tau = record()[4]
+    np.testing.assert_allclose(tq[after][:, columns(ch, "tau:")], tau[at_markers(t[after]), 6:],
+                               atol=5e-4 * np.abs(tau).max())
