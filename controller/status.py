@@ -12,11 +12,12 @@
    are sent on ``controller/request`` to the control loop, each at its time, as `walklab command` sends
    one (`controller.commands.estop.send_to_loop`: the operator endpoint bound only while the command is
    delivered and confirmed, so `walklab estop` and `walklab command` reach the loop between them);
-4. the status (`Monitor`, from health frames, ``sim/walker``, ``controller/events`` and the
+4. the status (`Monitor`, from health frames, ``sim/walker``, ``dynamics/energy``, ``controller/events`` and the
    supervisor's events; a `rich` table refreshed 4 times a second on a terminal) shows the streams
    (frames/s as published, frames lost on the way as their subscribers count them: `lost_frames`), the walker
    dynamics' latency p50/p99 (``dynamics.service_torques``' per-frame ``latency`` health subject: host time
-   of a torques frame's publication minus the receipt of the newest input sample it used), the distance walked, the energy per crank cycle, the safety state;
+   of a torques frame's publication minus the receipt of the newest input sample it used), the distance walked, the energy per crank cycle (the last revolution's net and absolute work of
+   each shaft, from the dynamics service's ``dynamics/energy``), the safety state;
 5. after ``--duration`` seconds (or Ctrl-C) the supervisor and the recorder stop cleanly (SIGINT) and
    the summary is printed: what the status showed over the whole run, the recording's and the log's paths.
 
@@ -32,7 +33,7 @@ import tempfile
 import time
 import tomllib
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,17 +117,13 @@ def _num(x: float, digits: int) -> str:
 
 @dataclass
 class _Walker:
-    """What sim/walker frames told: first and last chassis x (m), shaft angles (rad), energy per left-shaft
-    revolution (J, ∫ (P_L + P_R) dt from the legs' load power)."""
+    """What sim/walker frames told: first and last chassis x (m), shaft angles (rad)."""
 
     x0: float = math.nan
     x: float = math.nan
     s0: np.ndarray | None = None
     s: np.ndarray | None = None
     advance: float = math.nan
-    cycle_start: float = math.nan
-    work: float = 0.0
-    cycles: list[float] = field(default_factory=list)
 
 
 class Monitor:
@@ -137,7 +134,8 @@ class Monitor:
 
         self.lab = lab
         eps = [lab.supervisor.bind] + [p.endpoint for p in lab.processes if p.enabled]
-        self.sub = subscriber_for(lab, eps, ["health/*", "sim/*", "controller/events", "events/*"], expect=())
+        self.sub = subscriber_for(lab, eps, ["health/*", "sim/*", "controller/events", "events/*", "dynamics/energy"],
+                                  expect=())
         self.processes = [p.name for p in lab.processes if p.enabled]
         self.health: dict[str, dict] = {}
         self.state: dict[str, str] = {}
@@ -145,6 +143,8 @@ class Monitor:
         self.latency: list[tuple[float, float]] = []   # (p50, p99) s of the walker dynamics per health period
         self.walker_dynamics = {p.name for p in lab.processes if p.enabled and p.module == "dynamics.service_torques"}
         self.walker = _Walker()
+        #: per shaft, the dynamics service's (net, absolute) work of each completed revolution, J
+        self.cycles: dict[str, list[tuple[float, float]]] = {}
         self.events: list[str] = []
         self.safety: list[str] = []
         self.loop_states: set[str] = set()  # control-loop health states seen while the lab was up
@@ -177,6 +177,10 @@ class Monitor:
                     self.latency.append((lat["latency_p50_s"], lat["latency_p99_s"]))
             elif f.stream == "sim/walker":
                 self._walker(f)
+            elif f.stream == "dynamics/energy":
+                ch = list(f.channels)
+                self.cycles.setdefault(str((f.meta or {}).get("shaft", "?")), []).append(
+                    (float(f.data[0, ch.index("net")]), float(f.data[0, ch.index("absolute")])))
             elif f.stream == "controller/events":
                 cause = str((f.meta or {}).get("cause", "?"))
                 detail = str((f.meta or {}).get("detail", ""))
@@ -196,16 +200,9 @@ class Monitor:
         if math.isnan(w.x0):
             w.x0 = float(d[0, ch["x"]])
             w.s0 = d[0, [ch["s_L"], ch["s_R"]]].copy()
-            w.cycle_start = float(d[0, ch["s_L"]])
             w.advance = float((f.meta or {}).get("advance_per_cycle_m", math.nan))
         w.x = float(d[-1, ch["x"]])
         w.s = d[-1, [ch["s_L"], ch["s_R"]]].copy()
-        power = d[:, ch["power_L"]] + d[:, ch["power_R"]]
-        for k in range(d.shape[0]):  # one left-shaft revolution at a time: [start, start + 2π)
-            if d[k, ch["s_L"]] - w.cycle_start >= 2 * math.pi:
-                w.cycles.append(w.work)
-                w.work, w.cycle_start = 0.0, float(d[k, ch["s_L"]])
-            w.work += power[k] / f.rate_hz
 
     # -- figures -----------------------------------------------------------------------------
 
@@ -253,12 +250,13 @@ class Monitor:
         for name in sorted(s for s in self.rates if not s.startswith("health/")):
             t.add_row(name, f"{self.rates[name][-1]:.0f}", _lost(drops.get(name)))
         p50, p99 = self.latency_figures()
-        cycle = self.walker.cycles[-1] if self.walker.cycles else math.nan
         info = Table.grid(padding=(0, 2))
         info.add_row("processes", ", ".join(f"{n} {self.state.get(n, '…')}" for n in self.processes))
         info.add_row("walker dynamics latency", f"p50 {_num(p50 * 1e3, 2)} ms, p99 {_num(p99 * 1e3, 2)} ms")
         info.add_row("distance walked", f"{_num(self.distance(), 2)} m (no-slip {_num(self.expected_distance(), 2)} m)")
-        info.add_row("energy per cycle", f"{_num(cycle, 2)} J (last left-shaft revolution)")
+        info.add_row("energy per cycle", "; ".join(f"{shaft} {v[-1][0]:.2f} J net, {v[-1][1]:.2f} J absolute"
+                                                   for shaft, v in sorted(self.cycles.items()))
+                     or "no completed revolution yet (dynamics/energy)")
         info.add_row("safety", f"{self.safety_state()}; safety events: {len(self.safety)}")
         info.add_row("last command", self.events[-1] if self.events else "none")
         return Group(head, t, info)
@@ -282,11 +280,12 @@ class Monitor:
         w = self.walker
         lines.append(f"  distance walked: {_num(self.distance(), 3)} m (x {_num(w.x0, 3)} -> {_num(w.x, 3)} m); "
                      f"no-slip distance of the crank revolutions: {_num(self.expected_distance(), 3)} m")
-        if w.cycles:
-            lines.append(f"  energy per cycle: {np.mean(w.cycles):.2f} J mean over {len(w.cycles)} left-shaft "
-                         f"revolutions (last {w.cycles[-1]:.2f} J; the legs' load work)")
-        else:
-            lines.append("  energy per cycle: no complete crank revolution")
+        for shaft, cycles in sorted(self.cycles.items()):
+            net, ab = np.mean(cycles, axis=0)
+            lines.append(f"  energy per cycle, {shaft}: {net:.2f} J net, {ab:.2f} J absolute, mean over "
+                         f"{len(cycles)} revolution(s) (dynamics/energy)")
+        if not self.cycles:
+            lines.append("  energy per cycle: no completed revolution (dynamics/energy)")
         lines.append(f"  walker dynamics latency: p50 {_num(p50 * 1e3, 3)} ms, p99 {_num(p99 * 1e3, 3)} ms (largest 1-s p99)")
         lines.append(f"  safety: {self.safety_state()}; {len(self.safety)} safety event(s)"
                      + ("".join(f"\n    {e}" for e in self.safety[:10])))

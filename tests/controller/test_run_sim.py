@@ -106,6 +106,20 @@ def test_walklab_run_walks_the_world_records_it_and_summarises(tmp_path, robot):
     m = re.search(r"distance walked: ([-0-9.]+) m", run.stdout)
     assert m and float(m.group(1)) == pytest.approx(distance, abs=0.05)
     assert "recording: " + str(rec.resolve()) in run.stdout
+    # energy per cycle: the dynamics service's revolutions as recorded, per shaft (net, absolute, J); a
+    # revolution is 0.9 m of walking, so this run completes at most one or two
+    shown = 0
+    for shaft in ("left_shaft", "right_shaft"):
+        cycles = np.array([d["arrays"]["data"][0, :3] for d in f.get("dynamics/energy", [])
+                           if d["meta"]["shaft"] == shaft]).reshape(-1, 3)
+        m = re.search(rf"energy per cycle, {shaft}: ([-0-9.]+) J net, ([-0-9.]+) J absolute, mean over (\d+)", run.stdout)
+        assert (m is None) == (len(cycles) == 0), run.stdout
+        if m:
+            shown += 1
+            assert int(m.group(3)) == len(cycles)
+            assert float(m.group(1)) == pytest.approx(cycles[:, 0].mean(), abs=0.006)
+            assert float(m.group(2)) == pytest.approx(cycles[:, 2].mean(), abs=0.006) and cycles[:, 2].min() > 0
+    assert shown or "energy per cycle: no completed revolution" in run.stdout
     # plates: offsets from the first second (walker off the plates), then Fz of FP1 + FP2 while every foot
     # is on them (chassis x in [0.48, 0.72] m: feet within 0.478 m of it) averages the weight
     lab = load(cfg)
@@ -200,8 +214,8 @@ def test_live_lab_templates_are_valid(name):
 
 def test_live_status_renders_what_the_bus_says(tmp_path, robot):
     # The status table (a terminal) and the plain line (a log) from real frames on a real socket: a
-    # process's health, the world's truth (1 m walked over two left-shaft revolutions of 2 J each), a
-    # control-loop safety event and an operator request.
+    # process's health, the world's truth (1 m walked), the dynamics service's energy of a revolution of
+    # each shaft, a control-loop safety event and an operator request.
     import io
     import math
 
@@ -225,6 +239,10 @@ def test_live_status_renders_what_the_bus_says(tmp_path, robot):
             pub.publish("sim/walker", data[k:k + 10], kind="sim", rate_hz=100.0,
                         channels=["x", "z", "pitch", "vx", "s_L", "s_R", "omega_L", "omega_R", "tau_L", "tau_R",
                                   "power_L", "power_R"], units=["m"] * 12, meta={"advance_per_cycle_m": 0.5})
+        for shaft, row in (("left_shaft", [2.0, 2.25, 2.5, 2.0]), ("right_shaft", [1.5, 2.25, 3.0, 2.0])):
+            pub.publish("dynamics/energy", np.array([row]), kind="energy", rate_hz=0.0,
+                        channels=["net", "positive", "absolute", "period"], units=["J", "J", "J", "s"],
+                        meta={"shaft": shaft, "cycle": 1})
         for cause in ("request", "stale"):
             pub.publish("controller/events", np.array([[0.0]]), kind="event", rate_hz=0.0, channels=["latched"],
                         units=["1"], meta={"cause": cause, "detail": f"{cause} detail"})
@@ -232,18 +250,19 @@ def test_live_status_renders_what_the_bus_says(tmp_path, robot):
                     channels=["forceplate/FP1:sent_per_s", "forceplate/FP1:sent"], units=["1/s", "1"],
                     meta={"process": "world", "pid": 1, "uptime_s": 1.0, "state": "running"})
         deadline = time.monotonic() + 30.0
-        while time.monotonic() < deadline and not (mon.walker.cycles and mon.safety and "world" in mon.state):
+        while time.monotonic() < deadline and not (len(mon.cycles) == 2 and mon.safety and "world" in mon.state):
             mon.poll(0.1)
     finally:
         pub.close()
         mon.close()
     assert mon.distance() == pytest.approx(0.9975)          # x from -1.0 to -1.0 + 0.25 * 3.99
     assert mon.expected_distance() == pytest.approx(3.99 / 2 * 0.5)
-    assert mon.walker.cycles[0] == pytest.approx(2 * 2.0)  # both shafts, 2 s (200 samples) at 1 W each
+    assert mon.cycles == {"left_shaft": [(2.0, 2.5)], "right_shaft": [(1.5, 3.0)]}
     out = Console(file=io.StringIO(), force_terminal=True, width=120, record=True)
     out.print(mon.table(4.0, 20.0))
     text = out.export_text()
-    for words in ("forceplate/FP1", "200", "1.00 m (no-slip 1.00 m)", "4.00 J", "safety events: 1", "request"):
+    for words in ("forceplate/FP1", "200", "1.00 m (no-slip 1.00 m)", "left_shaft 2.00 J net, 2.50 J absolute",
+                  "right_shaft 1.50 J net, 3.00 J absolute", "safety events: 1", "request"):
         assert words in text, text
     assert "distance 1.00 m" in mon.line(4.0) and "1 safety event(s)" in mon.line(4.0)
     assert not math.isnan(mon.distance())
