@@ -129,18 +129,20 @@ def _jsonable(meta: dict) -> dict:
     return fix(meta)
 
 
-def _write(path: Path, meta: dict, actuators, arrays: dict) -> Path:
-    """An .npz of meta (JSON bytes), actuators and arrays, written to a temporary name and renamed."""
+def _write(obj, path: Path, names: tuple[str, ...]) -> Path:
+    """An .npz of obj's meta (JSON bytes), actuators and arrays `names`, written to a temporary name and
+    renamed: never half a file."""
     path = Path(path)
     tmp = path.with_suffix(".tmp.npz")
-    blob = json.dumps(_jsonable(meta), sort_keys=True).encode()
-    np.savez(tmp, meta=np.frombuffer(blob, dtype=np.uint8), actuators=np.array(actuators, dtype="U64"), **arrays)
+    blob = json.dumps(_jsonable(obj.meta), sort_keys=True).encode()
+    np.savez(tmp, meta=np.frombuffer(blob, dtype=np.uint8), actuators=np.array(obj.actuators, dtype="U64"),
+             **{k: getattr(obj, k) for k in names if k != "actuators"})
     tmp.replace(path)
     return path
 
 
-def _read(path: Path, names: tuple[str, ...], what: str) -> dict:
-    """The keyword arguments of a file written by `_write` (meta, actuators, float arrays `names`)."""
+def _read(path: Path, cls, names: tuple[str, ...], what: str):
+    """A `cls` (Synergy, StoredTransition) from a file `_write` wrote; SynergyError naming the file."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as z:
@@ -150,22 +152,21 @@ def _read(path: Path, names: tuple[str, ...], what: str) -> dict:
         raise SynergyError(f"{path}: no such {what} file") from None
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
         raise SynergyError(f"{path}: not a readable {what} file ({e})") from None
-    return {"meta": meta, "actuators": tuple(str(a) for a in arr.pop("actuators")),
-            **{k: np.asarray(v, dtype=float) for k, v in arr.items()}}
+    try:
+        return cls(meta=meta, actuators=tuple(str(a) for a in arr.pop("actuators")),
+                   **{k: np.asarray(v, dtype=float) for k, v in arr.items()})
+    except SynergyError as e:
+        raise SynergyError(f"{path}: {e}") from None
 
 
 def save(syn: Synergy, path: Path) -> Path:
     """Write syn to path (.npz, written to a temporary name and renamed: never half a file)."""
-    return _write(path, syn.meta, syn.actuators, {k: getattr(syn, k) for k in ARRAYS if k != "actuators"})
+    return _write(syn, path, ARRAYS)
 
 
 def load(path: Path) -> Synergy:
     """Read a nominal file; SynergyError naming the file for a missing, unreadable or bad one."""
-    kw = _read(path, ARRAYS, "nominal")
-    try:
-        return Synergy(**kw)
-    except SynergyError as e:
-        raise SynergyError(f"{path}: {e}") from None
+    return _read(path, Synergy, ARRAYS, "nominal")
 
 
 # ------------------------------------------------------------------------------ transitions
@@ -246,13 +247,9 @@ class StoredTransition:
 
 def save_transition(tr: StoredTransition, path: Path) -> Path:
     """Write a transition to path (.npz, written to a temporary name and renamed)."""
-    return _write(path, tr.meta, tr.actuators, {k: getattr(tr, k) for k in TRANSITION_ARRAYS if k != "actuators"})
+    return _write(tr, path, TRANSITION_ARRAYS)
 
 
 def load_transition(path: Path) -> StoredTransition:
     """Read a transition file; SynergyError naming the file for a missing, unreadable or bad one."""
-    kw = _read(path, TRANSITION_ARRAYS, "transition")
-    try:
-        return StoredTransition(**kw)
-    except SynergyError as e:
-        raise SynergyError(f"{path}: {e}") from None
+    return _read(path, StoredTransition, TRANSITION_ARRAYS, "transition")

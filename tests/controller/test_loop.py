@@ -474,18 +474,23 @@ def operator_reset_and_walk(lab) -> None:
           "torque after the operator's reset", bus.pump)
 
 
-def test_reset_on_latch_resets_a_tripped_watchdog_and_walks_on(lab, tmp_path):
-    """``--reset-on-latch`` (simulated robots): the loop latches for a cycle, RESETs the MCU whose watchdog
-    tripped under it, once, and the motor takes torque again, from zero within the torque slew limit. Truth:
-    the MCU's counters and latch state; the robot config's torque_slew."""
-    cfg, endpoint = loop_lab(tmp_path, lab["cfg"].parent / "robot.toml", ["--speed", "0.2", "--reset-on-latch"])
+def walker_loop(tmp_path: Path, cfg: Path, endpoint: str) -> tuple[VirtualMCU, Bus, subprocess.Popen]:
+    """A VirtualMCU driving the walker's crank plant at tmp_path/mcu, a reader of the loop's outputs, and
+    the loop process of `cfg` (loop_lab) started."""
     plant = crank_plant(read_crank_legs("jansen_walker"), ground_penetration=0.008, law=LAW)
     mcu = VirtualMCU(1, motor=MotorParams(), control_hz=1000, stream_hz=500, watchdog_ms=1000,
                      load=lambda t, th, om: motor_load(plant, th, om))
     mcu.start()
     os.symlink(mcu.port, tmp_path / "mcu")
-    bus = Bus(endpoint)
-    proc = start_loop(cfg)
+    return mcu, Bus(endpoint), start_loop(cfg)
+
+
+def test_reset_on_latch_resets_a_tripped_watchdog_and_walks_on(lab, tmp_path):
+    """``--reset-on-latch`` (simulated robots): the loop latches for a cycle, RESETs the MCU whose watchdog
+    tripped under it, once, and the motor takes torque again, from zero within the torque slew limit. Truth:
+    the MCU's counters and latch state; the robot config's torque_slew."""
+    cfg, endpoint = loop_lab(tmp_path, lab["cfg"].parent / "robot.toml", ["--speed", "0.2", "--reset-on-latch"])
+    mcu, bus, proc = walker_loop(tmp_path, cfg, endpoint)
     try:
         until(lambda: mcu.wd_armed and not mcu.wd_tripped and mcu.mode[0] == P.MODE_TORQUE, 60.0, "the loop walking",
               bus.pump)
@@ -557,13 +562,7 @@ def test_zmp_margin_guard_stops_the_walk_through_the_torque_ramp_then_idles_latc
         module = "controller.healthmon"
         bind = "{dyn}"
         """)
-    plant = crank_plant(read_crank_legs("jansen_walker"), ground_penetration=0.008, law=LAW)
-    mcu = VirtualMCU(1, motor=MotorParams(), control_hz=1000, stream_hz=500, watchdog_ms=1000,
-                     load=lambda t, th, om: motor_load(plant, th, om))
-    mcu.start()
-    os.symlink(mcu.port, tmp_path / "mcu")
-    bus = Bus(endpoint)
-    proc = start_loop(cfg)
+    mcu, bus, proc = walker_loop(tmp_path, cfg, endpoint)
     pub = Publisher(dyn)
     zmp = None
     tslew, tmax = 30.0 / 500.0, 6.0  # N m per cycle at 500 Hz, N m (the robot config)
