@@ -621,3 +621,85 @@ def test_zmp_margin_guard_stops_the_walk_through_the_torque_ramp_then_idles_latc
             zmp.stop()
         pub.close()
         stop_all(proc, bus, mcu)
+
+
+def test_zmp_watch_takes_the_least_new_margin_and_the_newest_sample_time():
+    """ZmpWatch (the guard's input): per cycle, the least margin of the samples at or before its time not
+    taken yet — however the frames arrive (out of order, a late one) — and the newest sample's time; a
+    sample with a non-finite margin carries none and does not refresh the stream. Truth: the margins and
+    times the test put in hand-built frames."""
+    from daq.frames import Frame
+    from controller.loop import ZmpWatch
+
+    MS = 1_000_000
+
+    def frame(t0_ms: int, margins) -> Frame:
+        rows = np.column_stack([np.zeros((len(margins), 2)), margins, np.full((len(margins), 2), 1.0)])
+        return Frame("dynamics/zmp", "zmp", 0, None, t0_ms * MS, t0_ms * MS, 1000.0, ZmpSource.CHANNELS,
+                     ZmpSource.UNITS, rows)
+
+    w = ZmpWatch("t_host")
+    assert w.take(10 * MS) is None and w.newest is None
+    w.feed(frame(0, [0.05, 0.04, 0.03]))        # samples at 0, 1, 2 ms
+    w.feed(frame(5, [0.06, np.nan, 0.01]))      # 5, 6 (no margin), 7 ms
+    assert w.take(4 * MS) == 0.03 and w.newest == 2 * MS
+    assert w.take(6 * MS) == 0.06 and w.newest == 5 * MS      # 6 ms carries no margin
+    w.feed(frame(3, [0.002]))                   # late: a sample at 3 ms arrives after the 6 ms cycle
+    assert w.take(8 * MS) == 0.002 and w.newest == 7 * MS      # checked at the next cycle; newest stays 7 ms
+    assert w.take(9 * MS) is None and w.newest == 7 * MS
+    w.feed(frame(10, [np.nan, np.nan]))
+    assert w.take(20 * MS) is None and w.newest == 7 * MS      # a stream of NaN goes stale
+    with pytest.raises(ValueError, match="expected 'margin'"):
+        w.feed(Frame("dynamics/zmp", "zmp", 0, None, 0, 0, 1000.0, ("ZMPx",), ("m",), np.zeros((1, 1))))
+
+
+def test_shadow_loop_guards_the_zmp_margin_on_the_data_clock(lab, tmp_path):
+    """``--shadow --zmp-guard on``: the ZMP stream of a replay is taken on the data's clock like the encoders:
+    the margin drops below limits.min_margin at lab time 1.5 s, and the stop comes in the cycle at that time
+    (the first whose due samples hold it), whatever the host's speed. Truth: the times and margins this test
+    published."""
+    from daq.bus import Publisher
+
+    src = (lab["cfg"].parent / "robot.toml").read_text()
+    robot = tmp_path / "robot.toml"
+    robot.write_text(src.rstrip() + "\nmin_margin = 0.02\nzmp_stale_s = 0.3\n")
+    replay = f"tcp://127.0.0.1:{free_tcp_ports(1)[0]}"
+    cfg, endpoint = loop_lab(tmp_path, robot, ["--shadow", "--zmp-guard", "on"], f"""
+        [[processes]]
+        name = "replay"
+        module = "controller.healthmon"
+        bind = "{replay}"
+        """)
+    mcu = VirtualMCU(1, motor=MotorParams(), control_hz=1000, stream_hz=500)
+    mcu.start()
+    os.symlink(mcu.port, tmp_path / "mcu")
+    bus = Bus(endpoint)
+    proc = start_loop(cfg)
+    T0, MS, OMEGA = 10**12, 1_000_000, 2.0
+    try:
+        with Publisher(replay) as pub:
+            assert pub.wait_for_subscribers(1, 60.0), "the shadow loop never subscribed"
+            assert bus.sub.wait_connected(30.0), "the loop's outputs never came"
+            for k in range(250):                      # 2.5 s of 10-sample blocks at 1 kHz
+                t = T0 + 10 * k * MS
+                if k == 50:                           # at 0.5 s: walk
+                    pub.publish("controller/request", np.array([[0.2, 0.0]]), kind="command", rate_hz=0.0,
+                                channels=["speed", "turn"], units=["m/s", "rad/s"], t_host=t, t=t)
+                margin = 0.05 if k < 150 else 0.005   # below the limit from 1.5 s
+                pub.publish("dynamics/zmp", np.tile([0.0, 0.0, margin, 4.0, 1.0], (10, 1)), kind="zmp",
+                            rate_hz=1000.0, channels=ZmpSource.CHANNELS, units=ZmpSource.UNITS, t_host=t, t=t)
+                ts = (t - T0 + np.arange(10) * MS) * 1e-9
+                pub.publish("encoder/crank", np.column_stack([OMEGA * ts, np.full(10, OMEGA), np.zeros(10)]),
+                            kind="encoder", rate_hz=1000.0, channels=["angle", "velocity", "current"],
+                            units=["rad", "rad/s", "A"], t_host=t, t=t)
+            until(lambda: sum(f.samples for f in bus.state) >= 1200, 60.0, "the shadow loop's cycles", bus.pump)
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        t = np.concatenate([f.sample_times() for f in bus.state])
+        rows = np.vstack([f.data for f in bus.state])
+        ev = [f for f in bus.events if str(f.meta.get("cause")).startswith("zmp")]
+        assert [f.meta["cause"] for f in ev] == ["zmp_margin"] and ev[0].t == T0 + 1500 * MS
+        walk = rows[:, 0] == 1
+        assert np.all(walk[(t >= T0 + 500 * MS) & (t < T0 + 1500 * MS)]) and not np.any(walk[t >= T0 + 1500 * MS])
+        assert mcu.stats.rx_frames == 0   # shadow: nothing reached the MCU
+    finally:
+        stop_all(proc, bus, mcu)
