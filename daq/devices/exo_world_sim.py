@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 from typing import Sequence
 
 import numpy as np
 
 from daq.context import Block, ProcessContext
-from daq.devices.world_sim import WorldSource, _Out, serve
+from daq.devices.world_sim import WorldSource, _Out, check_args, serve, world_parser
 
 log = logging.getLogger("walklab.exo_world_sim")
 
@@ -57,52 +56,27 @@ ROTOR_INERTIA = 3.3e-5
 def _parser() -> argparse.ArgumentParser:
     from dynamics.plants.exo_world import CUFF_DAMPING, CUFF_STIFFNESS
 
-    p = argparse.ArgumentParser(prog="daq.devices.exo_world_sim", description="simulated exoskeleton world")
-    p.add_argument("--port", help="pty symlink path (default: the mcu device's port)")
+    p = world_parser("daq.devices.exo_world_sim", "simulated exoskeleton world", gear=100.0, cpr=16384, x0=-2.0,
+                     marker_stream="markers/exo")
     p.add_argument("--robot", default="exoskeleton", help="robot config (a file, or a shipped name)")
     p.add_argument("--scale", type=float, default=0.6, help="step scale S of the nominal")
     p.add_argument("--period", type=float, default=1.2, help="stride period T of the nominal, s")
     p.add_argument("--zmp-law", type=int, nargs=2, default=[1, 1], metavar=("SINGLE", "DOUBLE"))
     p.add_argument("--samples", type=int, default=200, help="nominal samples per stride")
-    p.add_argument("--control-hz", type=int, default=500)
-    p.add_argument("--gear", type=float, default=100.0)
-    p.add_argument("--cpr", type=int, default=16384)
     p.add_argument("--cuff-stiffness", type=float, default=CUFF_STIFFNESS)
     p.add_argument("--cuff-damping", type=float, default=CUFF_DAMPING)
-    p.add_argument("--x0", type=float, default=-2.0)
-    p.add_argument("--plate-noise-n", type=float, default=0.5)
-    p.add_argument("--plate-offset-n", type=float, default=5.0)
     p.add_argument("--markerset", default="human15")
-    p.add_argument("--marker-stream", default="markers/exo")
-    p.add_argument("--marker-rate-hz", type=float, default=200.0)
-    p.add_argument("--marker-noise-mm", type=float, default=1.0)
-    p.add_argument("--dropout", type=float, default=0.002)
-    p.add_argument("--seed", type=int, default=0)
     return p
 
 
 def parse_args(name: str, args: Sequence[str]) -> argparse.Namespace:
     o = _parser().parse_args(list(args))
     bad = []
-    if o.control_hz <= 0 or 1_000_000 % o.control_hz:
-        bad.append(f"--control-hz {o.control_hz}: expected a divisor of 1000000")
-    for k in ("scale", "period", "gear", "cuff_stiffness", "marker_rate_hz"):
-        if not (math.isfinite(getattr(o, k)) and getattr(o, k) > 0):
-            bad.append(f"--{k.replace('_', '-')} {getattr(o, k)}: expected > 0")
-    for k in ("cuff_damping", "plate_noise_n", "plate_offset_n", "marker_noise_mm"):
-        if not (math.isfinite(getattr(o, k)) and getattr(o, k) >= 0):
-            bad.append(f"--{k.replace('_', '-')} {getattr(o, k)}: expected >= 0")
     if not (1 <= o.zmp_law[0] <= 5 and 1 <= o.zmp_law[1] <= 3):
         bad.append(f"--zmp-law {o.zmp_law[0]} {o.zmp_law[1]}: expected a single-support law 1..5 and a double 1..3")
-    if o.samples < 64 or o.cpr <= 0:
-        bad.append(f"--samples {o.samples} / --cpr {o.cpr}: expected >= 64 and > 0")
-    if not 0 <= o.dropout < 1:
-        bad.append(f"--dropout {o.dropout}: expected 0 <= p < 1")
-    if not o.marker_stream.startswith("markers/"):
-        bad.append(f"--marker-stream {o.marker_stream!r}: marker streams are named markers/NAME")
-    if bad:
-        raise ValueError(f"process {name!r}: " + "; ".join(bad))
-    return o
+    if o.samples < 64 or o.samples % 2:
+        bad.append(f"--samples {o.samples}: expected an even number >= 64")
+    return check_args(name, o, positive=("scale", "period", "cuff_stiffness"), nonnegative=("cuff_damping",), bad=bad)
 
 
 def build_world(opts: argparse.Namespace):
@@ -121,6 +95,7 @@ def build_world(opts: argparse.Namespace):
     if g is None:
         raise ValueError(f"--robot {opts.robot}: {cfg.source} has no [biped] table (a biped or exoskeleton config)")
     joints = BipedJoints(tuple(g.hips), tuple(g.knees), tuple(g.ankles), g.trunk, tuple(g.feet))
+    mset = None if opts.markerset == "model" else load_marker_set(opts.markerset)
     single, double = opts.zmp_law
     try:
         nom = build_nominal(load_model(cfg.model), joints, read_cycle(g.gait), opts.scale, opts.period,
@@ -129,7 +104,6 @@ def build_world(opts: argparse.Namespace):
     except BipedError as exc:
         raise ValueError(f"--scale {opts.scale} --period {opts.period} --zmp-law {single} {double}: "
                          f"no nominal ({exc})") from None
-    mset = None if opts.markerset == "model" else load_marker_set(opts.markerset)
     name = f"{cfg.robot}_S{opts.scale:.2f}_T{opts.period:.2f}_z{single}{double}"
     return exo_world(nom, cfg.actuators, mset, stiffness=opts.cuff_stiffness, damping=opts.cuff_damping, name=name)
 
@@ -197,23 +171,13 @@ class ExoWorldSource(WorldSource):
                  self.world.speed, self.world.period, [d.name for d in self.devices] or "none", self.port)
 
     def read(self, timeout_s: float) -> list[Block]:
-        from daq.simulated_robot import count_mcu
         from dynamics.plants.exo_world import body_at
         from dynamics.plants.jansen_world import plate_loads
 
-        self.ctx.stop.wait(min(timeout_s, 0.005))  # a plate block's period: frames leave as they fill
-        if not self.mcu.running:
-            raise OSError("the virtual MCU's thread stopped (see the traceback above): the world is frozen")
-        count_mcu(self.ctx, self.mcu.stats, self._reported)
-        s = self.sim.take(MAX_ROWS)
-        if s is None:
+        got = self._drain(timeout_s, lambda: self.sim.take(MAX_ROWS))
+        if got is None:
             return []
-        now = self.ctx.clock()
-        N = s.t.size
-        k = self.n + np.arange(N)
-        self.n += N
-        self.ctx.health.count("world/steps", N * self.sim.record_every)
-        t_ns = np.round(s.t * 1e9).astype(np.int64)
+        s, k, t_ns, now = got
         w = self.world
         q, v, g, markers = body_at(w, self.table, s.t, self.opts.x0)
         loads = plate_loads(g.point, g.foot_force, self.plates, g.foot_moment)

@@ -55,21 +55,20 @@ SIM_CHANNELS = ("x", "z", "pitch", "vx", "s_L", "s_R", "omega_L", "omega_R", "ta
 SIM_UNITS = ("m", "m", "rad", "m/s", "rad", "rad", "rad/s", "rad/s", "N*m", "N*m", "W", "W")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="daq.devices.world_sim", description="simulated Jansen world")
+def world_parser(prog: str, description: str, *, gear: float, cpr: int, x0: float,
+                 marker_stream: str) -> argparse.ArgumentParser:
+    """The options of every simulated world process: its MCU's pty path and control rate, the motors'
+    gear and encoder counts, where the walker starts (x0, m), the instruments' noise, offsets, marker
+    stream, rate, occlusions, and the seed (module doc); `check_args` validates them."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--port", help="pty symlink path (default: the mcu device's port)")
-    p.add_argument("--model", default="jansen_walker")
     p.add_argument("--control-hz", type=int, default=500)
-    p.add_argument("--stiffness", type=float, default=2e4)
-    p.add_argument("--damping", type=float, default=1.0)
-    p.add_argument("--mu", type=float, default=0.8)
-    p.add_argument("--slip-velocity", type=float, default=0.02)
-    p.add_argument("--gear", type=float, default=20.0)
-    p.add_argument("--cpr", type=int, default=4096)
-    p.add_argument("--x0", type=float, default=-1.0)
+    p.add_argument("--gear", type=float, default=gear)
+    p.add_argument("--cpr", type=int, default=cpr)
+    p.add_argument("--x0", type=float, default=x0)
     p.add_argument("--plate-noise-n", type=float, default=0.5)
     p.add_argument("--plate-offset-n", type=float, default=5.0)
-    p.add_argument("--marker-stream", default="markers/walker")
+    p.add_argument("--marker-stream", default=marker_stream)
     p.add_argument("--marker-rate-hz", type=float, default=200.0)
     p.add_argument("--marker-noise-mm", type=float, default=1.0)
     p.add_argument("--dropout", type=float, default=0.002)
@@ -77,15 +76,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(name: str, args: Sequence[str]) -> argparse.Namespace:
-    o = _parser().parse_args(list(args))
-    bad = []
+def check_args(name: str, o: argparse.Namespace, positive: Sequence[str] = (), nonnegative: Sequence[str] = (),
+               bad: Sequence[str] = ()) -> argparse.Namespace:
+    """`o` if `world_parser`'s options and the world's own `positive` (> 0) and `nonnegative` (>= 0) finite
+    ones are valid, else one ValueError naming the process and every bad option (`bad`: the world's other
+    complaints)."""
+    bad = list(bad)
     if o.control_hz <= 0 or 1_000_000 % o.control_hz:
         bad.append(f"--control-hz {o.control_hz}: expected a divisor of 1000000")
-    for k in ("stiffness", "slip_velocity", "gear", "marker_rate_hz"):
+    if o.cpr <= 0:
+        bad.append(f"--cpr {o.cpr}: expected > 0 counts per revolution")
+    for k in ("gear", "marker_rate_hz", *positive):
         if not (math.isfinite(getattr(o, k)) and getattr(o, k) > 0):
             bad.append(f"--{k.replace('_', '-')} {getattr(o, k)}: expected > 0")
-    for k in ("damping", "mu", "plate_noise_n", "plate_offset_n", "marker_noise_mm"):
+    for k in ("plate_noise_n", "plate_offset_n", "marker_noise_mm", *nonnegative):
         if not (math.isfinite(getattr(o, k)) and getattr(o, k) >= 0):
             bad.append(f"--{k.replace('_', '-')} {getattr(o, k)}: expected >= 0")
     if not 0 <= o.dropout < 1:
@@ -95,6 +99,22 @@ def parse_args(name: str, args: Sequence[str]) -> argparse.Namespace:
     if bad:
         raise ValueError(f"process {name!r}: " + "; ".join(bad))
     return o
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = world_parser("daq.devices.world_sim", "simulated Jansen world", gear=20.0, cpr=4096, x0=-1.0,
+                     marker_stream="markers/walker")
+    p.add_argument("--model", default="jansen_walker")
+    p.add_argument("--stiffness", type=float, default=2e4)
+    p.add_argument("--damping", type=float, default=1.0)
+    p.add_argument("--mu", type=float, default=0.8)
+    p.add_argument("--slip-velocity", type=float, default=0.02)
+    return p
+
+
+def parse_args(name: str, args: Sequence[str]) -> argparse.Namespace:
+    return check_args(name, _parser().parse_args(list(args)), positive=("stiffness", "slip_velocity"),
+                      nonnegative=("damping", "mu"))
 
 
 def _channel_scales(plate, channels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -227,23 +247,31 @@ class WorldSource:
                  self.world.n_legs, self.world.mass, 1e3 * self.sim.h, [d.name for d in self.devices] or "none",
                  self.port)
 
-    def read(self, timeout_s: float) -> list[Block]:
+    def _drain(self, timeout_s: float, take):
+        """Wait a plate block's period at most, then the world samples recorded meanwhile (``take()``): (samples,
+        their numbers k (N,), stamps t_ns (N,) ns, the host time now ns), or None if there are none."""
         from daq.simulated_robot import count_mcu
-        from dynamics.plants.jansen_world import marker_positions, plate_loads
 
         self.ctx.stop.wait(min(timeout_s, 0.005))  # a plate block's period: frames leave as they fill
         if not self.mcu.running:
             raise OSError("the virtual MCU's thread stopped (see the traceback above): the world is frozen")
         count_mcu(self.ctx, self.mcu.stats, self._reported)
-        s = self.sim.take()
+        s = take()
         if s is None:
-            return []
-        now = self.ctx.clock()
+            return None
         N = s.t.size
         k = self.n + np.arange(N)
         self.n += N
         self.ctx.health.count("world/steps", N * self.sim.record_every)
-        t_ns = np.round(s.t * 1e9).astype(np.int64)
+        return s, k, np.round(s.t * 1e9).astype(np.int64), self.ctx.clock()
+
+    def read(self, timeout_s: float) -> list[Block]:
+        from dynamics.plants.jansen_world import marker_positions, plate_loads
+
+        got = self._drain(timeout_s, self.sim.take)
+        if got is None:
+            return []
+        s, k, t_ns, now = got
         out = self._instrument_blocks(t_ns, k, now, plate_loads(s.foot, s.force, self.plates), s.q[:, 3:5], s.u[:, 3:5],
                                       s.aux, lambda sel: marker_positions(self.world, s)[sel])
         sel = k % self.truth.every == 0

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pinocchio as pin
-import pytest
 
 import configs
 from controller.config import load
