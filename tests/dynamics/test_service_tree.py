@@ -43,6 +43,7 @@ FS, FS_PLATE = 200.0, 1000.0
 SECONDS = 1.5
 FEET = ("foot_r",)
 SETTINGS = TreeSettings(max_wait_s=1.0, height_tol_m=2.0)
+PLATE = ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "valid")
 
 
 @functools.lru_cache(maxsize=None)
@@ -311,3 +312,57 @@ def test_a_slow_plate_stream_is_waited_for_as_long_as_its_measured_lateness():
     tau = record()[4]
     np.testing.assert_allclose(tq[after][:, columns(ch, "tau:")], tau[at_markers(t[after]), 6:],
                                atol=5e-4 * np.abs(tau).max())
+
+
+def test_bad_frames_are_counted_and_change_nothing():
+    """A marker frame with none of the set's markers, a plate frame without `valid`, one without samples,
+    a repeated marker frame and a plate frame stamped 60 s ahead of its receipt: each counted under its
+    stream, skipped, and every sample the good frames determine is as without them."""
+    frames = frames_of()
+    good = serve(frames).series(TORQUES)
+    junk = [Frame("markers/sim", "markers", 0, T0, T0, T0, FS, ("nose:x", "nose:y", "nose:z"), ("m",) * 3,
+                  np.zeros((2, 3))),
+            Frame("dynamics/grf/FP1", "grf", 0, T0, T0, T0, FS_PLATE, ("Fx", "Fy", "Fz", "Mx", "My", "Mz"),
+                  ("1",) * 6, np.zeros((5, 6))),
+            Frame("dynamics/grf/FP2", "grf", 0, T0, T0, T0, FS_PLATE, PLATE, ("1",) * 7, np.zeros((0, 7)))]
+    mixed, repeated = [], False
+    for k, fr in enumerate(frames):
+        mixed.append(fr)
+        if k == 40:
+            mixed += junk
+        if k >= 80 and fr.stream == "markers/sim" and not repeated:
+            mixed.append(fr)
+            repeated = True
+    ahead = next(fr for fr in frames[200:] if fr.stream == "dynamics/grf/FP2")
+    mixed.insert(150, Frame(ahead.stream, ahead.kind, 99, ahead.t + 60 * 10 ** 9, ahead.t_host, ahead.t + 60 * 10 ** 9,
+                            FS_PLATE, ahead.channels, ahead.units, ahead.data))
+    counts: dict[str, int] = {}
+    bus = Bus()
+    svc = TreeService(model(), mset(), FEET, record()[-1], "markers/sim", SETTINGS, bus.publish,
+                      count=lambda s, k=1: counts.__setitem__(s, counts.get(s, 0) + k), clock=lambda: 0)
+    for i in range(0, len(mixed), 3):
+        svc.feed(mixed[i:i + 3])
+    t, tq, _ = bus.series(TORQUES)
+    assert np.array_equal(t, good[0])
+    np.testing.assert_allclose(tq, good[1], rtol=1e-12, atol=1e-9)
+    assert counts["markers/sim:rejected"] == 1 and counts["dynamics/grf/FP1:rejected"] == 1
+    assert counts["dynamics/grf/FP2:rejected"] == 1 and counts["markers/sim:repeated"] == 1
+    assert counts["dynamics/grf/FP2:clock_faults"] == 1
+
+
+def test_bad_settings_are_one_line_errors():
+    from dynamics.service_tree import tree_model
+
+    plates = record()[-1]
+    with pytest.raises(ValueError, match="feet \\['nose'\\]: need foot segments of the marker set"):
+        TreeService(model(), mset(), ("nose",), plates, "markers/sim", SETTINGS, Bus().publish)
+    with pytest.raises(ValueError, match="needs its force plates"):
+        TreeService(model(), mset(), FEET, [], "markers/sim", SETTINGS, Bus().publish)
+    with pytest.raises(ValueError, match="--mass and --height: give both"):
+        tree_model("human15", 70.0, None, "male")
+    with pytest.raises(ValueError, match="is not a tree model"):
+        tree_model("jansen_walker", None, None, "male")
+    with pytest.raises(ValueError, match="--max-wait-s > 0"):
+        TreeSettings(max_wait_s=0.0)
+    scaled = tree_model("human15", 60.0, 1.60, "female")
+    assert scaled.total_mass == pytest.approx(60.0) and scaled.nv == model().nv
