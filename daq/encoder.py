@@ -20,8 +20,10 @@ velocity rad/s, current A, device time µs unwrapped to ns) published per motor 
 ``flags`` (uint8, (samples,)). Stamps of sample 0: ``t_device`` (MCU clock, ns), ``t_host``
 (host monotonic ns when the daemon took the STATE off the link) and ``t`` =
 `daq.clock.ClockSync` mapping of ``t_device`` (one estimate per session: a reconnected MCU may
-have rebooted). Sample i of a block is at ``t + i·1e9/rate_hz``: a block never spans missing
-samples. A STATE whose device time is not the next sample time (a lost frame) closes the block;
+have rebooted). Sample i of a block is at ``t + i·1e9/rate_lab_hz`` (`Frame.sample_times`), with
+``meta["rate_lab_hz"]`` = the STATE rate on the lab clock, ``rate_hz / (1 + drift)`` from the same
+fit (`ClockSync.lab_rate_hz`: a crystal 50 ppm off moves a 1 s block's last sample by 50 µs); a
+block never spans missing samples. A STATE whose device time is not the next sample time (a lost frame) closes the block;
 the missing samples are counted (``encoder/<name>/samples_lost``), never hidden. STATE frames that
 arrive before the session's CONFIG is acknowledged (at the boot rate) are counted as
 ``link/discarded`` and not published.
@@ -208,7 +210,8 @@ class EncoderDaemon:
             f"encoder/{self.motors[k]}", np.array(b.rows, dtype=np.float64), kind="encoder",
             rate_hz=float(self.opts.stream_hz), channels=CHANNELS, units=UNITS, t_device=t_dev,
             t_host=b.t_host[0], t=int(self.clock.to_lab(t_dev)),
-            extra={"flags": np.array(b.flags, dtype=np.uint8)}, meta={"session": self.session})
+            extra={"flags": np.array(b.flags, dtype=np.uint8)},
+            meta={"session": self.session, "rate_lab_hz": self.clock.lab_rate_hz(float(self.opts.stream_hz))})
         self.blocks[k] = Block()
 
     def flush_all(self) -> None:

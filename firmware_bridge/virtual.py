@@ -114,7 +114,8 @@ class VirtualMCU:
     watchdog timeout watchdog_ms, current noise sigma current_noise_a (A), output-shaft load callback
     `load(t, theta, omega) -> (J_load, tau_load)` (shapes (n,)), fault injection `faults`
     (changeable at run time with set_faults), MCU clock start clock_start_us (to exercise the
-    2**32 µs wrap), record=True keeps every frame by seq in `sent` as encoded (before fault injection)
+    2**32 µs wrap), its crystal's rate error clock_ppm (+: the MCU clock runs fast, its ticks come
+    period / (1 + clock_ppm·1e-6) apart on the host clock; a real crystal is within ±50), record=True keeps every frame by seq in `sent` as encoded (before fault injection)
     and in `transmitted` as handed to the pty (after it; dropped frames absent) (tests).
     A force-plate amplifier / load-cell board: n_force = 6 or 8 and `force(t) -> channels` (SI, N and
     N·m, called at each STATE period with the MCU time in s) adds a FORCE frame per stream period;
@@ -123,11 +124,13 @@ class VirtualMCU:
     def __init__(self, n_motors: int = 8, *, motor: plant.MotorParams | list[plant.MotorParams] | None = None,
                  cpr: int = 4096, control_hz: int = 1000, stream_hz: int = 1000, heartbeat_hz: int = 20,
                  watchdog_ms: int = 100, current_noise_a: float = 0.0, load: plant.LoadFn | None = None,
-                 faults: Faults = Faults(), clock_start_us: int = 0, vel_window: int = 10,
+                 faults: Faults = Faults(), clock_start_us: int = 0, clock_ppm: float = 0.0, vel_window: int = 10,
                  name: str = "walklab-virtual", record: bool = False, seed: int = 0,
                  n_force: int = 0, force: Callable[[float], Sequence[float]] | None = None):
         if not 0 <= n_motors <= 32:
             raise ValueError(f"n_motors = {n_motors}: expected 0..32")
+        if not abs(clock_ppm) <= 10_000:
+            raise ValueError(f"clock_ppm = {clock_ppm}: expected -10000..10000 (a crystal is within ±50)")
         if n_force not in (0, 6, 8) or (n_force > 0) != (force is not None):
             raise ValueError(f"n_force = {n_force}: expected 0, or 6 / 8 together with a force(t) callback")
         if control_hz <= 0 or 1_000_000 % control_hz:
@@ -181,6 +184,7 @@ class VirtualMCU:
         self.wd_armed = False
         self._t_feed = 0
         self._t0_us = clock_start_us
+        self.clock_ppm = float(clock_ppm)
         self._tick = 0
         self._tx_seq = 0
         self._rx_ack = 0
@@ -302,7 +306,7 @@ class VirtualMCU:
     # ----------------------------------------------------------------- loop
 
     def _run(self) -> None:
-        period_s = self.period_us * 1e-6
+        period_s = self.period_us * 1e-6 / (1.0 + self.clock_ppm * 1e-6)  # one tick of MCU time, on the host clock
         start = time.monotonic()
         while not self._stop.is_set():
             deadline = start + (self._tick + 1) * period_s
@@ -682,6 +686,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--watchdog-ms", type=int, default=100, help="boot watchdog timeout (CONFIG overrides it)")
     ap.add_argument("--current-noise-a", type=float, default=0.0, help="current measurement noise sigma, A")
     ap.add_argument("--seed", type=int, default=0, help="seed of the fault injection and of the noise")
+    ap.add_argument("--clock-ppm", type=float, default=0.0,
+                    help="rate error of the MCU clock, ppm (+: fast; a crystal is within ±50)")
     ap.add_argument("--name", default="walklab-virtual", help="device name announced in CAPS")
     g = ap.add_argument_group("fault injection (MCU time counts from start; MCU -> host unless rx)")
     g.add_argument("--drop-rate", type=float, default=0.0, help="probability per frame of not sending it")
@@ -707,7 +713,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         mcu = VirtualMCU(args.motors, cpr=args.cpr, control_hz=args.control_hz, stream_hz=args.stream_hz,
                          heartbeat_hz=args.heartbeat_hz, watchdog_ms=args.watchdog_ms,
-                         current_noise_a=args.current_noise_a, faults=faults, name=args.name, seed=args.seed)
+                         current_noise_a=args.current_noise_a, faults=faults, name=args.name, seed=args.seed,
+                         clock_ppm=args.clock_ppm)
     except (ValueError, OSError) as exc:
         ap.error(str(exc))
     with mcu:
