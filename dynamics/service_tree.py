@@ -40,7 +40,8 @@ held (``stale``, ``STREAM:held_samples``):
 Published (stamps: the marker samples' ``t``/``t_host``/``t_device``; one frame per run of samples
 computed together; ``meta["latency_s"]``: host time of publication minus the receipt of the newest
 input sample used — the look-ahead marker sample or a plate's — also in the health frame as
-``latency``):
+``latency``; ``meta["wait_s"]``: that receipt minus the newest sample's own marker frame's, the
+alignment wait):
 
 - ``dynamics/torques``: ``tau:JOINT`` (N·m; N for a prismatic joint) bottom-up generalised force of
   each joint coordinate below the root, ``power:JOINT`` (W, τ q̇), the root residual ``res:Fx res:Fy
@@ -160,7 +161,8 @@ class TreeService:
         self.hist_q = np.full((LOOKAHEAD, model.nq), np.nan)   # the last 2 LOOKAHEAD samples (start: NaN rows)
         self.hist: list[tuple | None] = [None] * LOOKAHEAD     # per history row: its sample, or None (virtual)
         self.last_t: int | None = None
-        self.pending: list[tuple] = []    # (t, q, v, a, foot points, (t_host, t_device), receipt of the newest used)
+        # (t, q, v, a, foot points, (t_host, t_device), receipt of the newest marker used, its own receipt)
+        self.pending: list[tuple] = []
         self.first_recv: int | None = None
         self.latencies: list[float] = []
         self.rejected = 0
@@ -275,9 +277,9 @@ class TreeService:
         v, a = h15.joint_rates(self.model, Q, rate)
         for i in range(LOOKAHEAD, Q.shape[0] - LOOKAHEAD):
             if rows[i] is not None:
-                ti, pts, stamps, _ = rows[i]
+                ti, pts, stamps, own = rows[i]
                 newest = max(r[3] for r in rows[i:i + LOOKAHEAD + 1] if r is not None)
-                self.pending.append((ti, Q[i], v[i], a[i], pts, stamps, newest))
+                self.pending.append((ti, Q[i], v[i], a[i], pts, stamps, newest, own))
         self.hist_q, self.hist = Q[-2 * LOOKAHEAD:], rows[-2 * LOOKAHEAD:]
 
     # -- computation ------------------------------------------------------------------------
@@ -320,7 +322,7 @@ class TreeService:
         that does not reach t yet as long as the plate's measured lateness says its sample may still come,
         t + lateness, never less than r; then ``--max-wait-s`` more."""
         slack, n = self.settings.max_wait_s * 1e9, 0
-        for t, *_, r in self.pending[ready:]:
+        for t, *_, r, _own in self.pending[ready:]:
             late = [t + p.lateness for p in awaited if p.newest is not None and p.newest < t]
             if max([r] + late) + slack >= now:
                 break
@@ -359,7 +361,8 @@ class TreeService:
         th0, td0 = samples[0][5]
         common = dict(rate_hz=self.rate, t=int(t[0]), t_host=th0, t_device=td0)
         latency = (self.clock() - max(recv)) * 1e-9
-        meta = {"latency_s": latency}
+        # the alignment wait, as the walker's: receipt of the newest input used minus the newest sample's own
+        meta = {"latency_s": latency, "wait_s": (max(recv) - samples[-1][7]) * 1e-9}
         self.publish(TORQUES, torques, kind="torques", channels=self.torque_channels, units=self.torque_units,
                      meta=meta, **common)
         self.publish(ZMP, zmp, kind="zmp", channels=ZMP_CHANNELS, units=ZMP_UNITS, meta=meta, **common)

@@ -293,8 +293,8 @@ def test_samples_wait_for_the_plates_and_a_silent_plate_is_held():
 def test_a_slow_plate_stream_is_waited_for_as_long_as_its_measured_lateness():
     """Plate frames received 0.3 s after their last sample, markers at once, --max-wait-s 0.1: once the
     plates have been seen, every sample waits for them (their measured lateness, then 0.1 s) — none is
-    stale, each equals the truth. (Waiting --max-wait-s from the marker receipt would compute them all
-    with the plates held.)"""
+    stale, each equals the truth, and each frame's meta.wait_s is that 0.3 s. (Waiting --max-wait-s from
+    the marker receipt would compute them all with the plates held.)"""
     delay = {"markers/sim": 0, "dynamics/grf/FP1": 300_000_000, "dynamics/grf/FP2": 300_000_000}
     frames = frames_of()
     arrivals = sorted((fr.t + round((fr.samples - 1) * 1e9 / fr.rate_hz) + delay[fr.stream], k, fr)
@@ -312,6 +312,10 @@ def test_a_slow_plate_stream_is_waited_for_as_long_as_its_measured_lateness():
     tau = record()[4]
     np.testing.assert_allclose(tq[after][:, columns(ch, "tau:")], tau[at_markers(t[after]), 6:],
                                atol=5e-4 * np.abs(tau).max())
+    # meta.wait_s: the receipt of the plate frame covering a frame's last sample minus that sample's own
+    # (its marker frame's) receipt: the plates' 0.3 s, within a plate and a marker frame's span
+    wait = [kw["meta"]["wait_s"] for d, kw in bus.frames[TORQUES] if kw["t"] > T0 + 500_000_000]
+    assert len(wait) > 50 and all(0.29 <= w <= 0.31 for w in wait)
 
 
 def test_bad_frames_are_counted_and_change_nothing():
