@@ -26,7 +26,8 @@ D = max(min_transition_s, (15/8) max|Q_t - Q_f| / (slew - B)) keeps every setpoi
 Precomputed transitions (biped / exoskeleton, `controller.synergies.transitions`): a switch between two
 semi-inverse nominals (meta kind ``semi_inverse``) never uses the online blend above (its ZMP is not
 checked). It goes through the library's stored transition from the current nominal to the requested
-one, if that transition was accepted (its ZMP deviation d_max < eps): the switch starts when the phase
+one, if that transition was accepted (its ZMP deviation d_max < eps) and its ZMP margin reaches
+limits.min_margin (else the margin guard would stop the robot in it): the switch starts when the phase
 next crosses a whole stride (the stored stride starts at nominal a's phase 0), the setpoint follows the
 stored stride for one period T (`StoredTransition.reference`), then nominal b from its phase 0 (both
 nominals share T, so the clock's rate does not change). A request whose transition was rejected, or
@@ -63,8 +64,9 @@ class Tracker:
     """Phase clocks, switching and transitions (module doc). slew (A,) rad/s."""
 
     def __init__(self, nominal: Synergy, slew, min_transition_s: float = 0.5,
-                 transitions: tuple[StoredTransition, ...] | list = ()) -> None:
+                 transitions: tuple[StoredTransition, ...] | list = (), min_margin: float = 0.0) -> None:
         self.slew = np.asarray(slew, dtype=float)
+        self.min_margin = float(min_margin)  # m: a stored transition's ZMP margin must reach it (limits.min_margin)
         self.min_transition_s = float(min_transition_s)
         self._rate_bound(nominal, nominal)
         self.nominal = nominal
@@ -125,6 +127,9 @@ class Tracker:
         if not tr.meta["accepted"]:
             raise SelectionError(f"{a.name} -> {b.name}: its transition was rejected (ZMP deviation "
                                  f"{tr.meta['zmp_max_deviation']:.4f} m >= eps {tr.meta['eps']:.4f} m): {stop}")
+        if not tr.meta["min_margin"] >= self.min_margin:
+            raise SelectionError(f"{a.name} -> {b.name}: its transition's stability margin {tr.meta['min_margin']:.4f} m "
+                                 f"is below limits.min_margin {self.min_margin:.4f} m: {stop}")
         fast = np.abs(tr.qd).max(axis=0)
         if np.any(fast >= self.slew):
             raise SelectionError(f"{a.name} -> {b.name}: its transition's rates up to {fast.round(3).tolist()} rad/s "

@@ -150,3 +150,19 @@ def test_a_switch_without_an_accepted_transition_is_refused(lib):
         ctl.command(Request(n[0.85].meta["speed"]))
     ctl.command(Request(n[0.81].meta["speed"]))   # a neighbour: queued
     assert ctl.tracker.pending is n[0.81]
+
+
+def test_a_transition_whose_margin_is_below_the_limit_is_refused(lib):
+    """A transition accepted by its ZMP deviation but whose own stability margin is below limits.min_margin
+    (the guard would stop the robot in it) is refused; the nominals themselves stay valid. The limit is
+    put between the stored figures."""
+    tr = pair(lib, 0.8, 0.81)
+    a, b = lib["nominals"][0.8], lib["nominals"][0.81]
+    assert tr.meta["accepted"] and tr.meta["min_margin"] < min(a.meta["min_margin"], b.meta["min_margin"])
+    limit = 0.5 * (tr.meta["min_margin"] + min(a.meta["min_margin"], b.meta["min_margin"]))
+    cfg = open_limits(lib["cfg"])
+    cfg = dataclasses.replace(cfg, limits=dataclasses.replace(cfg.limits, min_margin=limit))
+    ctl = Controller(cfg, list(lib["nominals"].values()), transitions=lib["transitions"])
+    ctl.command(Request(a.meta["speed"]))
+    with pytest.raises(SelectionError, match="stability margin 0.0\\d+ m is below limits.min_margin"):
+        ctl.command(Request(b.meta["speed"]))
