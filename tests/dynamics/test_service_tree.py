@@ -102,11 +102,14 @@ def record():
     return (tp[::every], qp[::every], vp[::every], ap[::every], tau[::every], tp, f, n, plates)
 
 
-def frames_of(drop_marker_frame: int | None = None, block: int = 2) -> list[Frame]:
+def frames_of(drop_marker_frame: int | None = None, block: int = 2, occlude=None) -> list[Frame]:
     """Marker frames (`block` samples each, 200 Hz) and plate frames (5 samples, 1 kHz), in the order of
-    their last sample's time; `drop_marker_frame`: that marker frame is lost."""
+    their last sample's time; `drop_marker_frame`: that marker frame is lost; occlude: {label: slice of
+    marker samples} NaN."""
     tm, qm, _, _, _, tp, f, n, plates = record()
     pos = synthetic_markers(model(), mset(), qm)
+    for label, where in (occlude or {}).items():
+        pos[label][where] = np.nan
     labels = list(pos)
     chans = tuple(f"{lab}:{ax}" for lab in labels for ax in "xyz")
     data = np.stack([pos[lab] for lab in labels], axis=1).reshape(len(tm), -1)
@@ -370,3 +373,30 @@ def test_bad_settings_are_one_line_errors():
         TreeSettings(max_wait_s=0.0)
     scaled = tree_model("human15", 60.0, 1.60, "female")
     assert scaled.total_mass == pytest.approx(60.0) and scaled.nv == model().nv
+
+
+def test_occluded_markers_give_the_offline_pipelines_nan_and_numbers():
+    """The left forearm's 4 markers hidden for 40 samples (its elbow and wrist angles unknown there, the
+    joints above them NaN) and LASI for 20 (the pelvis fitted from the other 4, another visibility
+    pattern): every published number, NaN included, is the offline pipeline's on the same markers."""
+    occlude = {m: slice(100, 140) for m in ("LELB", "LFRM", "LWRA", "LWRB")} | {"LASI": slice(200, 220)}
+    tm, qm, *_ = record()
+    pos = synthetic_markers(model(), mset(), qm)
+    for label, where in occlude.items():
+        pos[label][where] = np.nan
+    q = joint_coordinates(model(), mset(), fit_segments(model(), mset(), pos))
+    v, a = joint_rates(model(), q, FS)
+    _, _, _, _, _, tp, f, n, plates = record()
+    every = round(FS_PLATE / FS)
+    loads = [PlateLoad(f[::every] if name == "FP1" else 0 * f[::every], n[::every] if name == "FP1" else 0 * n[::every],
+                       p.corners, np.full(len(tm), name == "FP1"), name) for name, p in plates]
+    kin = marker_inverse_dynamics(model(), q, v, a, loads, FEET, None, SETTINGS.height_tol_m, SETTINGS.edge_tol_m)
+    t, tq, ch = serve(frames_of(occlude=occlude)).series(TORQUES)
+    t, tq = t[2:], tq[2:]
+    i = at_markers(t)
+    tau = tq[:, columns(ch, "tau:")]
+    elbow = ch.index("tau:elbow_l")
+    assert np.isnan(tau[(i >= 100) & (i < 140), elbow]).all() and np.isfinite(tau[(i >= 200) & (i < 220)]).all()
+    np.testing.assert_allclose(tau, kin.tau_bottom_up[i, 6:], rtol=1e-9, atol=1e-7, equal_nan=True)
+    np.testing.assert_allclose(tq[:, columns(ch, "power:")], (kin.tau_bottom_up * v)[i, 6:], rtol=1e-9, atol=1e-6,
+                               equal_nan=True)
