@@ -12,11 +12,12 @@
    are sent on ``controller/request`` to the control loop, each at its time, as `walklab command` sends
    one (`controller.commands.estop.send_to_loop`: the operator endpoint bound only while the command is
    delivered and confirmed, so `walklab estop` and `walklab command` reach the loop between them);
-4. the status (`Monitor`, from health frames, ``sim/walker``, ``dynamics/energy``, ``controller/events`` and the
+4. the status (`Monitor`, from health frames, ``sim/walker``, ``dynamics/torques`` and ``/energy``, ``controller/events`` and the
    supervisor's events; a `rich` table refreshed 4 times a second on a terminal) shows the streams
-   (frames/s as published, frames lost on the way as their subscribers count them: `lost_frames`), the walker
-   dynamics' latency p50/p99 (``dynamics.service_torques``' per-frame ``latency`` health subject: host time
-   of a torques frame's publication minus the receipt of the newest input sample it used), the distance walked, the energy per crank cycle (the last revolution's net and absolute work of
+   (frames/s as published, frames lost on the way as their subscribers count them: `lost_frames`), the
+   dynamics' latency p50/p99 (each ``dynamics/torques`` frame's ``meta["latency_s"]``: host time of its
+   publication minus the receipt of the newest input sample it used; the live figures over the latest
+   `RECENT_FRAMES`, the summary's over the whole run from the moment the lab was up), the distance walked, the energy per crank cycle (the last revolution's net and absolute work of
    each shaft, from the dynamics service's ``dynamics/energy``), the safety state;
 5. after ``--duration`` seconds (or Ctrl-C) the supervisor and the recorder stop cleanly (SIGINT) and
    the summary is printed: what the status showed over the whole run, the recording's and the log's paths.
@@ -111,6 +112,10 @@ def _lost(figure: tuple[int, str] | None) -> str:
     return f"{figure[0]} (by {figure[1]})" if figure else "0"
 
 
+#: the live status's latency figures are over this many of the latest dynamics/torques frames
+RECENT_FRAMES = 1000
+
+
 def _num(x: float, digits: int) -> str:
     return "—" if not math.isfinite(x) else f"{x:.{digits}f}"
 
@@ -134,14 +139,14 @@ class Monitor:
 
         self.lab = lab
         eps = [lab.supervisor.bind] + [p.endpoint for p in lab.processes if p.enabled]
-        self.sub = subscriber_for(lab, eps, ["health/*", "sim/*", "controller/events", "events/*", "dynamics/energy"],
-                                  expect=())
+        self.sub = subscriber_for(lab, eps, ["health/*", "sim/*", "controller/events", "events/*", "dynamics/energy",
+                                             "dynamics/torques"], expect=())
         self.processes = [p.name for p in lab.processes if p.enabled]
         self.health: dict[str, dict] = {}
         self.state: dict[str, str] = {}
         self.rates: dict[str, list[float]] = {}
-        self.latency: list[tuple[float, float]] = []   # (p50, p99) s of the walker dynamics per health period
-        self.walker_dynamics = {p.name for p in lab.processes if p.enabled and p.module == "dynamics.service_torques"}
+        #: every dynamics/torques frame's latency_s since the lab was up (start-up excluded), s
+        self.latency: list[float] = []
         self.walker = _Walker()
         #: per shaft, the dynamics service's (net, absolute) work of each completed revolution, J
         self.cycles: dict[str, list[tuple[float, float]]] = {}
@@ -172,11 +177,12 @@ class Monitor:
                 for subject, fields in v.items():
                     if "sent_per_s" in fields:
                         self.rates.setdefault(subject, []).append(fields["sent_per_s"])
-                lat = v.get("latency", {})
-                if name in self.walker_dynamics and math.isfinite(lat.get("latency_p99_s", math.nan)):
-                    self.latency.append((lat["latency_p50_s"], lat["latency_p99_s"]))
             elif f.stream == "sim/walker":
                 self._walker(f)
+            elif f.stream == "dynamics/torques":
+                lat = (f.meta or {}).get("latency_s")
+                if self.up() and isinstance(lat, float) and math.isfinite(lat):
+                    self.latency.append(lat)
             elif f.stream == "dynamics/energy":
                 ch = list(f.channels)
                 self.cycles.setdefault(str((f.meta or {}).get("shaft", "?")), []).append(
@@ -220,12 +226,14 @@ class Monitor:
             return math.nan
         return float(np.mean(w.s - w.s0)) / (2 * math.pi) * w.advance
 
-    def latency_figures(self) -> tuple[float, float]:
-        """(median of the per-second p50, largest per-second p99) of the walker dynamics' latency, s."""
+    def latency_figures(self, last: int | None = None) -> tuple[float, float, float]:
+        """(p50, p99, max) of the dynamics' latency over every torques frame since the lab was up, or
+        over the ``last`` ones, s (NaN before the first)."""
         if not self.latency:
-            return math.nan, math.nan
-        a = np.array(self.latency)
-        return float(np.nanmedian(a[:, 0])), float(np.nanmax(a[:, 1]))
+            return math.nan, math.nan, math.nan
+        a = np.array(self.latency[-last:] if last else self.latency)
+        p50, p99 = np.percentile(a, [50, 99])
+        return float(p50), float(p99), float(a.max())
 
     def safety_state(self) -> str:
         """The control loops' health states seen while the lab was up (running, stale, latched)."""
@@ -249,10 +257,11 @@ class Monitor:
         drops = self.drops()
         for name in sorted(s for s in self.rates if not s.startswith("health/")):
             t.add_row(name, f"{self.rates[name][-1]:.0f}", _lost(drops.get(name)))
-        p50, p99 = self.latency_figures()
+        p50, p99, _ = self.latency_figures(last=RECENT_FRAMES)
         info = Table.grid(padding=(0, 2))
         info.add_row("processes", ", ".join(f"{n} {self.state.get(n, '…')}" for n in self.processes))
-        info.add_row("walker dynamics latency", f"p50 {_num(p50 * 1e3, 2)} ms, p99 {_num(p99 * 1e3, 2)} ms")
+        info.add_row("dynamics latency", f"p50 {_num(p50 * 1e3, 2)} ms, p99 {_num(p99 * 1e3, 2)} ms "
+                                         f"(last {RECENT_FRAMES} torques frames)")
         info.add_row("distance walked", f"{_num(self.distance(), 2)} m (no-slip {_num(self.expected_distance(), 2)} m)")
         info.add_row("energy per cycle", "; ".join(f"{shaft} {v[-1][0]:.2f} J net, {v[-1][1]:.2f} J absolute"
                                                    for shaft, v in sorted(self.cycles.items()))
@@ -263,15 +272,15 @@ class Monitor:
 
     def line(self, elapsed: float) -> str:
         """The status in one plain line (no terminal)."""
-        p50, p99 = self.latency_figures()
+        p50, p99, _ = self.latency_figures(last=RECENT_FRAMES)
         drops = sum(n for n, _ in self.drops().values())
         return (f"walklab run: {elapsed:5.1f} s, {len(self.rates)} streams, {drops} frames lost, distance "
-                f"{_num(self.distance(), 2)} m, walker dynamics latency p50 {_num(p50 * 1e3, 2)} ms p99 "
+                f"{_num(self.distance(), 2)} m, dynamics latency p50 {_num(p50 * 1e3, 2)} ms p99 "
                 f"{_num(p99 * 1e3, 2)} ms, "
                 f"{self.safety_state()}, {len(self.safety)} safety event(s)")
 
     def summary(self, elapsed: float, record: str | None, log: Path, status: int) -> str:
-        p50, p99 = self.latency_figures()
+        p50, p99, top = self.latency_figures()
         lines = [f"walklab run: {elapsed:.1f} s of lab {self.lab.lab.name!r} ({self.lab.source}), exit {status}"]
         drops = self.drops()
         for name in sorted(s for s in self.rates if not s.startswith("health/")):
@@ -286,7 +295,8 @@ class Monitor:
                          f"{len(cycles)} revolution(s) (dynamics/energy)")
         if not self.cycles:
             lines.append("  energy per cycle: no completed revolution (dynamics/energy)")
-        lines.append(f"  walker dynamics latency: p50 {_num(p50 * 1e3, 3)} ms, p99 {_num(p99 * 1e3, 3)} ms (largest 1-s p99)")
+        lines.append(f"  dynamics latency: p50 {_num(p50 * 1e3, 3)} ms, p99 {_num(p99 * 1e3, 3)} ms, max "
+                     f"{_num(top * 1e3, 3)} ms over {len(self.latency)} torques frames (start-up excluded)")
         lines.append(f"  safety: {self.safety_state()}; {len(self.safety)} safety event(s)"
                      + ("".join(f"\n    {e}" for e in self.safety[:10])))
         lines.append(f"  commands: {len(self.events)}" + "".join(f"\n    {e}" for e in self.events[:20]))
