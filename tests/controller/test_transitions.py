@@ -2,7 +2,7 @@
 (controller.synergies.transitions, library, track; methods.md j.6).
 
 A tiny grid of the shipped biped config (surla_bidyn, T = 1.2 s, ZMP law II/2, S = 0.8, 0.81, 0.85, 64
-phases) is built once. Truths: the ZMP that `dynamics.zmp.zmp_model` computes again from the stored
+phases) is built once by `walklab synergies build` in a subprocess. Truths: the ZMP that `dynamics.zmp.zmp_model` computes again from the stored
 transition's own 3-D motion (the recorded d_max must be its deviation from the stored law path); the
 nominals' own tables at the transition's two ends; the configured slew and torque limits; the real CLI in
 a subprocess.
@@ -32,6 +32,11 @@ GRID = ('[synergies]\nlibrary = "LIB"\nscales = [0.8, 0.81, 0.85]\nperiods = [1.
 NAME = "biped_S{:.2f}_T1.20_z22"
 
 
+def walklab(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "controller.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=1200, env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("biped_lib")
@@ -39,8 +44,9 @@ def lib(tmp_path_factory):
     head, _, rest = src.partition("[synergies]")
     (tmp / "biped.toml").write_text(head + GRID.replace("LIB", str(tmp / "lib")) + rest[rest.index("[biped]"):])
     cfg = load_robot(tmp / "biped.toml")
-    written, skipped = library.build(cfg, jobs=2)
-    assert sorted(written) == [NAME.format(S) for S in (0.8, 0.81, 0.85)] and not skipped
+    r = walklab("synergies", "build", "--robot", "biped", "--config", str(tmp / "biped.toml"), "--jobs", "2")
+    assert r.returncode == 0, r.stderr
+    assert "3 nominals written" in r.stdout and "4 transitions between neighbours stored, 2 accepted" in r.stdout
     return {"cfg": cfg, "path": tmp / "biped.toml", "nominals": {s.meta["S"]: s for s in library.load_all(cfg.library)},
             "transitions": library.load_transitions(cfg.library)}
 
@@ -60,9 +66,7 @@ def test_build_stores_the_transitions_between_neighbouring_step_scales(lib):
     assert pair(lib, 0.8, 0.81).meta["accepted"] and pair(lib, 0.81, 0.8).meta["accepted"]
     assert not pair(lib, 0.81, 0.85).meta["accepted"] and not pair(lib, 0.85, 0.81).meta["accepted"]
     # the CLI lists them, with the recorded d_max
-    r = subprocess.run([sys.executable, "-m", "controller.cli", "synergies", "list", "--config", str(lib["path"]),
-                        "--transitions", "--json"], cwd=REPO, capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONPATH=str(REPO)))
+    r = walklab("synergies", "list", "--config", str(lib["path"]), "--transitions", "--json")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     assert {(x["from"], x["to"]): x["zmp_max_deviation"] for x in rows} == \
@@ -166,3 +170,14 @@ def test_a_transition_whose_margin_is_below_the_limit_is_refused(lib):
     ctl.command(Request(a.meta["speed"]))
     with pytest.raises(SelectionError, match="stability margin 0.0\\d+ m is below limits.min_margin"):
         ctl.command(Request(b.meta["speed"]))
+
+
+def test_a_biped_walk_is_guarded_by_the_zmp_margin_by_default(lib):
+    """The biped's loop watches the ZMP without being asked (--zmp-guard auto): walking with no ZMP sample
+    is a latched zmp_stale stop, the nominal dropped."""
+    ctl = Controller(open_limits(lib["cfg"]), list(lib["nominals"].values()), transitions=lib["transitions"])
+    a = lib["nominals"][0.8]
+    ctl.command(Request(a.meta["speed"]))
+    out = ctl.update(0, Measured(0, a.q[0], a.qd[0]))
+    assert [e.cause for e in out.decision.events] == ["fresh", "zmp_stale"] and out.decision.stop_requested
+    assert ctl.tracker is None and ctl.safety.latched.cause == "zmp_stale"
