@@ -4,6 +4,8 @@ channels through dynamics.forceplate; Pinocchio's forward kinematics for the mar
 ZMP law at its samples; finite differences of the interpolated motion (v = q̇, a = q̈) and its stride
 periodicity; Newton's law for the unpowered motors strapped to the joints (cuff torque = reflected
 inertia × the joint's acceleration)."""
+import dataclasses
+
 import numpy as np
 import pinocchio as pin
 import pytest
@@ -213,3 +215,8 @@ def test_bad_inputs_are_one_line_errors(nominal):
         exo_world(nominal, ("elbow_x",))
     with pytest.raises(ExoWorldError, match="cuff stiffness"):
         exo_world(nominal, ACTUATORS, stiffness=-1.0)
+    # a base that rolls (as the frontal nominal's does): refused, the interpolation assumes it upright
+    q = nominal.q.copy()
+    q[:, 3], q[:, 6] = np.sin(0.01), np.cos(0.01)        # quaternion (x, y, z, w): 0.02 rad about x
+    with pytest.raises(ExoWorldError, match="the base turns"):
+        exo_world(dataclasses.replace(nominal, q=q), ACTUATORS)
