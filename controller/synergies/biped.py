@@ -116,7 +116,8 @@ def synergy_of(nom, fg, job: dict, model_hash: str) -> Synergy:
         "peak_torques": peaks,
         "peak_actuator_torques": {n: a * peaks[n] for n in job["actuators"]},
         "peak_wearer_torques": {n: (1 - a) * v if n in actuated else v for n, v in peaks.items()},
-        "joint_energy_net_per_cycle": j_net, "joint_energy_positive_per_cycle": j_pos, "joint_energy_abs_per_cycle": j_abs,
+        "joint_energy_net_per_cycle": j_net, "joint_energy_positive_per_cycle": j_pos,
+        "joint_energy_abs_per_cycle": j_abs,
         "peak_contact_force": float(fg.foot_force.max()),
         "energy_net_per_cycle": e_net, "energy_positive_per_cycle": e_pos, "energy_abs_per_cycle": e_abs,
         "energy_note": "motors' tau * qd summed (their share a of the joint torque), over one stride; joint_energy_*: "

@@ -483,13 +483,15 @@ def _lateral(tree: PlanarTree):
 @dataclass(frozen=True, eq=False)
 class FrontalHalfStep:
     """The prescribed part of a half-step for the two-unknown trunk system (module doc "Frontal
-    compensation"): splined over [0, P] the rest-of-body sums about the pivot K (the stance foot's
-    ground contact, x = R phi_f, z = 0, y = the stance foot's line y_st), in the unrolled frame:
+    compensation"): the leg synergy and P (s); splined over [0, P] the rest-of-body sums about the
+    pivot K (the stance foot's ground contact, x = R phi_f, z = 0, y = the stance foot's line y_st),
+    in the unrolled frame:
     S, Sd, L0, N0, N1, N2, N3 (3 each), the waist joint's w, w', w'' (3 each) from K, K'' x and the
     stance ankle x (m, the sagittal law's reference); the trunk group's mass mT, CoM cT (3) from the
     waist at psi = 0 and inertia IT (3, 3) about its CoM; the feet lines y_st, y_ot (m)."""
 
-    hs: HalfStep
+    leg: LegSynergy
+    P: float
     channels: CubicSpline
     m_rest: float
     mT: float
@@ -498,19 +500,10 @@ class FrontalHalfStep:
     y_st: float
     y_ot: float
 
-    @property
-    def P(self) -> float:
-        return self.hs.P
-
-    @property
-    def leg(self) -> LegSynergy:
-        return self.hs.leg
-
 
 def frontal_half_step(tree: PlanarTree, leg: LegSynergy, stance: int = 0, grid: int = 1201) -> FrontalHalfStep:
     """Precompute the two-unknown system's prescribed sums of a half-step (FrontalHalfStep doc)."""
-    hs = half_step(tree, leg, stance, grid)
-    P = hs.P
+    P = leg.T / 2
     t = np.linspace(0.0, P, grid)
     q, qd, qdd = _joint_angles(tree, leg, t, stance)
     st = planar_state(tree, q, qd, qdd)
@@ -543,7 +536,8 @@ def frontal_half_step(tree: PlanarTree, leg: LegSynergy, stance: int = 0, grid: 
     Sd = (m * ud).sum(1)
     L0 = (m * udd).sum(1)
     N0 = (m * np.cross(u, udd)).sum(1) + ((w ** 2)[..., None] * np.cross(EY, Jy) + al[..., None] * Jy).sum(1)
-    N1 = (2 * m * np.cross(u, np.cross(EX, ud))).sum(1) + (w[..., None] * (np.cross(EY, Jx) + Jz + np.cross(EX, Jy))).sum(1)
+    N1 = ((2 * m * np.cross(u, np.cross(EX, ud))).sum(1)
+          + (w[..., None] * (np.cross(EY, Jx) + Jz + np.cross(EX, Jy))).sum(1))
     N2 = (m * np.cross(u, np.cross(EX, np.cross(EX, u)))).sum(1) + np.cross(EX, Jx).sum(1)
     N3 = (m * np.cross(u, np.cross(EX, u))).sum(1) + Jx.sum(1)
     tj = tree.trunk[0]
@@ -564,9 +558,10 @@ def frontal_half_step(tree: PlanarTree, leg: LegSynergy, stance: int = 0, grid: 
     cg3 = lift(s0.c[0, grp], yc[grp])
     cg = (cg3 * mg[:, None]).sum(0) / mT
     r = cg3 - cg
-    IT = (I0[grp] + mg[:, None, None] * ((r * r).sum(1)[:, None, None] * np.eye(3) - r[:, :, None] * r[:, None, :])).sum(0)
+    steiner = (r * r).sum(1)[:, None, None] * np.eye(3) - r[:, :, None] * r[:, None, :]   # parallel axes
+    IT = (I0[grp] + mg[:, None, None] * steiner).sum(0)
     cT = cg - np.array([s0.o[0, tj, 0], yo[tj], s0.o[0, tj, 1]])
-    return FrontalHalfStep(hs, ch, float(tree.mass[rest].sum()), mT, cT, IT, float(y_st), float(y_ot))
+    return FrontalHalfStep(leg, P, ch, float(tree.mass[rest].sum()), mT, cT, IT, float(y_st), float(y_ot))
 
 
 def lateral_law(t, P: float, law: "GaitLaw") -> np.ndarray:
@@ -682,7 +677,8 @@ def frontal_rhs(fh: FrontalHalfStep, law: "GaitLaw"):
         th, psi, dth, dpsi = y
         a, b, det = _frontal_accel(float(t), th, psi, dth, dpsi, kn, c0, c1, c2, c3, br, px, py, k)
         if abs(det) < 1e-9:
-            raise BipedError(f"two-unknown trunk system singular at t = {t:.4g} s (theta = {th:.4g}, psi = {psi:.4g} rad)")
+            raise BipedError(f"two-unknown trunk system singular at t = {t:.4g} s "
+                             f"(theta = {th:.4g}, psi = {psi:.4g} rad)")
         return np.array([dth, dpsi, a, b])
 
     return rhs, breaks
@@ -854,7 +850,8 @@ def build_nominal(model: Model, joints: BipedJoints, cycle: LegCycle, S: float, 
     psi, dpsi, ddpsi = fl.y[n - 1], fl.y[-1], acc[-1]
     roll = (fl.y[0], fl.y[n], acc[0]) if frontal else None
     q, v, a, ankle_x, stance, zx, zy, jump = _full_state(tree, leg, laws, halves[0].P, t, psi, dpsi, ddpsi, Sh, roll)
-    extra = {"theta": roll[0], "dtheta": roll[1], "ddtheta": roll[2], "zmp_law_y": zy, "transfer_jump": jump} if frontal else {}
+    extra = ({"theta": roll[0], "dtheta": roll[1], "ddtheta": roll[2], "zmp_law_y": zy, "transfer_jump": jump}
+             if frontal else {})
     return BipedNominal(tree, float(S), float(T), laws, t, psi, dpsi, ddpsi, q, v, a, zx, stance, ankle_x, Sh,
                         Sh / halves[0].P, trunk, h, vtr, cycle.source, halves, **extra)
 
