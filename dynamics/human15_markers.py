@@ -241,24 +241,35 @@ def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits, previous
         flips = first + np.concatenate(([0], np.cumsum(np.einsum("ij,ij->i", quat[1:], quat[:-1]) < 0)))
         q[ok, 3:7] = np.where((flips % 2 == 1)[:, None], -quat, quat)
     q[:, :3] = fits.translation[root.name]
-    angles = []
-    for c in (chains(model, mset) if links is None else links):
-        Rp, Rc = fits.rotation[c.parent], fits.rotation[c.segment]
-        good = np.all(np.isfinite(Rp), axis=(1, 2)) & np.all(np.isfinite(Rc), axis=(1, 2))
-        rel = np.einsum("nji,njk->nik", Rp[good], Rc[good])
-        ang = np.full((n, len(c.q_index)), np.nan)
-        if len(c.q_index) == 3:
-            idx = np.argmax(np.abs(c.axes), axis=1)
-            sign = np.sign(c.axes[np.arange(3), idx])
-            if good.any():
-                ang[good] = Rotation.from_matrix(rel).as_euler("".join("XYZ"[i] for i in idx)) * sign
-        else:
-            a = c.axes[0]
-            w = _vee(rel)
-            cos = 0.5 * (np.trace(rel, axis1=1, axis2=2) - np.einsum("i,nij,j->n", a, rel, a))
-            ang[good, 0] = np.arctan2(w @ a, cos)
-        q[:, c.q_index] = ang
-        angles.extend(c.q_index)
+    links = chains(model, mset) if links is None else links
+    angles = [i for c in links for i in c.q_index]
+    if links:           # every chain at once: one rotation conversion per Euler sequence (per-call cost)
+        Rp = np.stack([fits.rotation[c.parent] for c in links])                       # (C, N, 3, 3)
+        Rc = np.stack([fits.rotation[c.segment] for c in links])
+        good = np.all(np.isfinite(Rp), axis=(2, 3)) & np.all(np.isfinite(Rc), axis=(2, 3))   # (C, N)
+        rel = np.einsum("cnji,cnjk->cnik", Rp, Rc)                                     # NaN where not good
+        groups: dict[str, list[int]] = {}
+        one = []
+        for k, c in enumerate(links):
+            if len(c.q_index) == 3:
+                groups.setdefault("".join("XYZ"[i] for i in np.argmax(np.abs(c.axes), axis=1)), []).append(k)
+            else:
+                one.append(k)
+        for seq, ks in groups.items():
+            g = good[ks]
+            if not g.any():
+                continue
+            ang = np.full((len(ks), n, 3), np.nan)
+            ang[g] = Rotation.from_matrix(rel[ks][g]).as_euler(seq)
+            for j, k in enumerate(ks):
+                c = links[k]
+                q[:, c.q_index] = ang[j] * np.sign(c.axes[np.arange(3), np.argmax(np.abs(c.axes), axis=1)])
+        if one:         # one axis a: the rotation about a nearest R_rel (module doc); NaN where not good
+            a = np.array([links[k].axes[0] for k in one])                              # (K, 3)
+            r = rel[one]
+            w = _vee(r.reshape(-1, 3, 3)).reshape(len(one), n, 3)
+            cos = 0.5 * (np.trace(r, axis1=2, axis2=3) - np.einsum("ki,knij,kj->kn", a, r, a))
+            q[:, [links[k].q_index[0] for k in one]] = np.arctan2(np.einsum("kni,ki->kn", w, a), cos).T
     if angles:          # every angle at once (the columns are independent)
         q[:, angles] = unwrap_finite(q[:, angles], None if previous is None else np.asarray(previous, float)[angles])
     return q
