@@ -3,8 +3,8 @@
 ``run(ctx, args)`` (``module = "daq.devices.exo_world_sim"``) runs `dynamics.plants.exo_world`: the
 wearer and exoskeleton walk one semi-inverse nominal of the robot config ``--robot`` (configs/exoskeleton.toml:
 model, joints, gait cycle; grid point ``--scale`` S, ``--period`` T s, ``--zmp-law`` single double),
-built when the process starts (`semi_inverse.build_nominal`, a few seconds; the sagittal nominal, without
-the frontal roll, whatever ``biped.frontal`` says: `build_world`); the body's motion is
+built when the process starts (`semi_inverse.build_nominal`, a few seconds; with the frontal roll when
+the config's ``biped.frontal`` is true, as configs/exoskeleton.toml's); the body's motion is
 prescribed, its ground reaction computed by `dynamics.rnea`. The exoskeleton's joint motors are the
 motors of a virtual MCU on a pty (`firmware_bridge.virtual`, the ``kind = "mcu"`` device the process
 serves, whose ``motors`` must be the robot config's actuators; its path linked as in
@@ -82,10 +82,8 @@ def parse_args(name: str, args: Sequence[str]) -> argparse.Namespace:
 
 def build_world(opts: argparse.Namespace):
     """The `ExoWorld` of the options (module doc): the robot config's model, joints and gait cycle, the
-    nominal at (S, T, law), the marker set. A grid point with no periodic trunk is a ValueError. The
-    nominal is the sagittal one (the trunk alone compensates), whatever the config's ``biped.frontal``:
-    the frontal one rolls the whole body about the stance foot, and the world interpolates an upright
-    base (`exo_world.exo_world`)."""
+    nominal at (S, T, law; with the frontal roll when the config's ``biped.frontal`` says so), the marker
+    set. A grid point with no periodic trunk is a ValueError."""
     from controller.synergies.gait_cycle import read_cycle
     from controller.synergies.robot import load_robot
     from daq.devices.markers_sim import load_marker_set
@@ -104,7 +102,7 @@ def build_world(opts: argparse.Namespace):
     try:
         nom = build_nominal(load_model(cfg.model), joints, read_cycle(g.gait), opts.scale, opts.period,
                             single=(single, single), double=(double, double), share=g.double_support,
-                            samples=opts.samples, roll=g.roll, frontal=False)
+                            samples=opts.samples, roll=g.roll, frontal=g.frontal)
     except BipedError as exc:
         raise ValueError(f"--scale {opts.scale} --period {opts.period} --zmp-law {single} {double}: "
                          f"no nominal ({exc})") from None

@@ -17,22 +17,25 @@ samples; stride k adds k·2 S_h to the base x. One exception, `join_transfers`: 
 position and velocity jump at each support transfer (it is placed from the stance foot, and the
 closed chain of double support is not enforced), so the world spreads each jump over the half-step
 centred on the transfer (a quintic smooth step): there the world's base differs from the nominal's by
-up to the jump (1.9 cm in height for the exoskeleton at S = 0.6, T = 1.2 s), and its ZMP from the law. The base (pelvis) stays upright, as in the nominal: its
-quaternion is the identity and its angular velocity zero (checked when the world is built), so the free
-flyer's linear velocity and acceleration are the pelvis origin's, lab axes. World time t = 0 is the
-support transfer to the left foot (mid double support), the left foot's flat place at x = x0.
+up to the jump (1.9 cm in height for the exoskeleton at S = 0.6, T = 1.2 s), and its ZMP from the law.
+The base (pelvis) is upright (the sagittal nominal) or rolled by θ about the lab's x axis (the
+frontal nominal, `build_nominal(frontal=True)`; any other turn is refused): its position p, rates and
+roll θ are interpolated in the lab, and the free flyer's local velocity and acceleration rebuilt from
+them (`motion`). World time t = 0 is the support transfer to the left foot (mid double support), the
+left foot's flat place at x = x0.
 
 **Computed by `dynamics`**: the ground reaction the motion requires. `dynamics.rnea.rnea` of (q, v, a)
-with no external load leaves the free flyer's six rows, the residual base wrench (force F, moment n_b about
-the pelvis origin, base axes = lab axes), which the ground alone must supply (the body has no other
-external load than gravity):  F = τ[0:3],  n_O = τ[3:6] + p_base × F  (about the lab origin).
+with no external load leaves the free flyer's six rows, the residual base wrench (force, moment about
+the pelvis origin, base axes), which the ground alone must supply (the body has no other external load
+than gravity):  F = R τ[0:3],  n_O = R τ[3:6] + p_base × F  (lab axes, about the lab origin; R = R_x(θ)).
 Its ZMP p on z = 0 (`dynamics.zmp.zmp_of_wrench`, n_p = n_O − p × F = (0, 0, n_z)). Split between the feet
 as the nominal's figures split it (`semi_inverse.figures`): all on the stance foot in single support; in
 double support the stance foot carries s = clip((p_x − a_ox)/(a_sx − a_ox), 0, 1) (a the ankles), the
 other foot 1 − s. Each foot k's share s_k F acts at its own ground point c_k = (a_kx, a_ky, 0) + d with the
 common offset d = p − Σ s_j (a_jx, a_jy, 0) (so Σ s_k c_k = p, and the feet's forces give F and n_O
 exactly), plus the free moment s_k n_z about z. In single support c = p: the COP is the ZMP, whose lateral
-place the sagittal nominal does not compensate (about the body's mid-line, `zmp_lateral_max`).
+place the frontal nominal keeps near the stance foot's line and the sagittal one does not compensate
+(about the body's mid-line, `zmp_lateral_max`).
 
 **Integrated**: the exoskeleton's joint motors (`dynamics.plants.motor` in the virtual MCU) are strapped
 to the wearer's joints by cuffs, a spring-damper between the motor's output angle θ and the prescribed
@@ -84,16 +87,16 @@ class ExoWorldError(ValueError):
 class ExoWorld:
     """The wearer + exoskeleton walking one nominal over and over (module doc): constant data.
 
-    model; knots (M+1,) s from 0 to the stride period T; coef (M, n, 6) the interpolant's polynomial
+    model; knots (M+1,) s from 0 to the stride period T; coef (M, n + 1, 6) the interpolant's polynomial
     coefficients of s⁰..s⁵ per interval and coordinate (module doc, after the support transfers are
-    joined); iq, iv (n,) the coordinates' places in q and v (the base's x, y, z and every
+    joined; the last column the base's roll θ about x, rad); iq, iv (n,) the other coordinates' places in q and v (the base's x, y, z and every
     one-degree-of-freedom joint); advance (m per
     stride, x); share: double support, % of the stride; feet (2,) segment indices (left, right; their
     frames' origins are the ankles); actuated (A,) index into the n coordinates of each actuated joint,
     actuators (A,) their joint names; markers: labels (K,), segments (K,) and points (K, 3) m in the
     segment frames; cuff stiffness k and damping c (module doc); name, S, speed (m/s), step S_h (m),
-    period T (s); jump (2, 3): the nominal's base position (m) and velocity (m/s) jumps at a support
-    transfer that `join_transfers` smoothed."""
+    period T (s); jump (2, 4): the nominal's base position (m) and roll (rad), and their rates' jumps at a
+    support transfer that `join_transfers` smoothed."""
 
     model: Model
     knots: np.ndarray
@@ -155,10 +158,10 @@ def exo_world(nominal, actuators: Sequence[str], marker_set=None, *, stiffness: 
     m = nominal.tree.model
     iq, iv = _coordinates(m)
     q, v, a = np.asarray(nominal.q), np.asarray(nominal.v), np.asarray(nominal.a)
-    ff_rot = np.abs(q[:, 3:7] - m.neutral()[3:7]).max()
-    if ff_rot > 1e-12 or max(np.abs(v[:, 3:6]).max(), np.abs(a[:, 3:6]).max()) > 1e-12:
-        raise ExoWorldError(f"nominal of {m.name!r}: the base turns (quaternion off the identity by {ff_rot:.3g}); "
-                            "the exoskeleton world interpolates an upright base")
+    off_x = max(np.abs(q[:, 4:6]).max(), np.abs(v[:, 4:6]).max(), np.abs(a[:, 4:6]).max())
+    if off_x > 1e-12:
+        raise ExoWorldError(f"nominal of {m.name!r}: the base turns about another axis than the lab's x (by up to "
+                            f"{off_x:.3g}); the exoskeleton world interpolates a base upright or rolled about x")
     if not (math.isfinite(stiffness) and stiffness > 0 and math.isfinite(damping) and damping >= 0):
         raise ExoWorldError(f"cuff stiffness {stiffness} N m/rad and damping {damping} N m s/rad: expected > 0 and >= 0")
     T = float(nominal.T)
@@ -170,10 +173,18 @@ def exo_world(nominal, actuators: Sequence[str], marker_set=None, *, stiffness: 
     shift = np.zeros(iq.size)
     shift[0] = adv
     knots = np.append(np.asarray(nominal.t, float), T)
-    Q = np.vstack([q[:, iq], q[0, iq] + shift])
-    V = np.vstack([v[:, iv], v[:1, iv]])
-    A = np.vstack([a[:, iv], a[:1, iv]])
-    jump = join_transfers(knots, Q, V, A)
+    # the base in the lab frame: position p, rates ṗ = R v_b, p̈ = R (a_b + Ω × v_b) (the free flyer's local
+    # v_b, a_b, Ω = θ̇ e_x), and the roll θ about x as one more coordinate, the last column
+    th = 2.0 * np.arctan2(q[:, 3], q[:, 6])
+    om = np.zeros((M, 3))
+    om[:, 0] = v[:, 3]
+    vv, aa = v[:, iv].copy(), a[:, iv].copy()
+    vv[:, :3] = _roll(th, v[:, :3])
+    aa[:, :3] = _roll(th, a[:, :3] + np.cross(om, v[:, :3]))
+    Q = np.vstack([np.column_stack([q[:, iq], th]), np.append(q[0, iq] + shift, th[0])])
+    V = np.vstack([np.column_stack([vv, v[:, 3]]), np.append(vv[0], v[0, 3])])
+    A = np.vstack([np.column_stack([aa, a[:, 3]]), np.append(aa[0], a[0, 3])])
+    jump = join_transfers(knots, Q, V, A, (0, 1, 2, iq.size))
     seg = {(s.joint_name or s.name): k for k, s in enumerate(m.segments)}
     col = {int(p): c for c, p in enumerate(iv)}
     bad = [j for j in actuators if j not in seg or m.segments[seg[j]].joint.type != "revolute"]
@@ -216,13 +227,14 @@ def _smoothstep(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return (x ** 3 * (10 - 15 * x + 6 * x * x), 30 * x * x * (1 - x) ** 2, 60 * x * (1 - x) * (1 - 2 * x))
 
 
-def join_transfers(knots: np.ndarray, Q: np.ndarray, V: np.ndarray, A: np.ndarray, cols: int = 3) -> np.ndarray:
+def join_transfers(knots: np.ndarray, Q: np.ndarray, V: np.ndarray, A: np.ndarray,
+                   cols: Sequence[int] = (0, 1, 2)) -> np.ndarray:
     """Join the nominal's half-steps at its support transfers (t = P = T/2 and T), in place.
 
     The nominal places the pelvis from the stance foot, and the closed chain of double support is not
     enforced (docs/controller.md): the base position and velocity jump where the stance foot changes
     (1.9 cm and 0.09 m/s in z for the exoskeleton at S = 0.6, T = 1.2 s). Each transfer's jump (J, J_v)
-    of the first `cols` coordinates (the base x, y, z) — the knot after it against the quintic Hermite
+    of the coordinates `cols` (the base x, y, z in the lab, and its roll) — the knot after it against the quintic Hermite
     extrapolation of the interval before it — is spread over the half-step centred on the transfer:
     with u = t − t_transfer, H(u) = [u ≥ 0] and S(u) the quintic smooth step from −P/2 to P/2,
 
@@ -232,18 +244,19 @@ def join_transfers(knots: np.ndarray, Q: np.ndarray, V: np.ndarray, A: np.ndarra
     which the interpolant spreads over one interval), and the motion is the nominal's again from
     |u| = P/2 on. Needs
     knots uniform with P on a knot; Q[M] is the first knot's value plus the stride's advance. Returns
-    the jumps (2, cols): J (m) and J_v (m/s) (equal at both transfers for a symmetric gait)."""
+    the jumps (2, len(cols)) at t = P: J (m, rad) and J_v (m/s, rad/s)."""
     M = knots.size - 1
     T, P = knots[-1], 0.5 * knots[-1]
+    cols = list(cols)
     jumps = []
-    corr = np.zeros((3, M + 1, cols))
+    corr = np.zeros((3, M + 1, len(cols)))
     for k in (M // 2, M):
         # the interval [k-2, k-1] extrapolated to its s = 2: the left limit at the transfer
-        c = hermite_coefficients(knots[k - 2:k], Q[k - 2:k, :cols], V[k - 2:k, :cols], A[k - 2:k, :cols])[0]
+        c = hermite_coefficients(knots[k - 2:k], Q[k - 2:k, cols], V[k - 2:k, cols], A[k - 2:k, cols])[0]
         d = knots[k - 1] - knots[k - 2]
         s = 2.0 ** _POW
-        J = Q[k, :cols] - c @ s
-        Jv = V[k, :cols] - (c[:, 1:] @ (_POW[1:] * s[:-1])) / d
+        J = Q[k, cols] - c @ s
+        Jv = V[k, cols] - (c[:, 1:] @ (_POW[1:] * s[:-1])) / d
         jumps.append((J, Jv))
         u = knots - knots[k]
         u = u - T * np.round(u / T) if k == M else u   # the transfer at T is also the one at 0
@@ -256,9 +269,9 @@ def join_transfers(knots: np.ndarray, Q: np.ndarray, V: np.ndarray, A: np.ndarra
         corr[0] += (S - H) * g
         corr[1] += dS * g + (S - H) * Jv
         corr[2] += ddS * g + 2 * dS * Jv
-    Q[:, :cols] += corr[0]
-    V[:, :cols] += corr[1]
-    A[:, :cols] += corr[2]
+    Q[:, cols] += corr[0]
+    V[:, cols] += corr[1]
+    A[:, cols] += corr[2]
     return np.array(jumps[0])
 
 
@@ -279,16 +292,32 @@ def _interpolate(world: ExoWorld, t: np.ndarray, cols: np.ndarray) -> tuple[np.n
     return x, xd, xdd
 
 
+def _roll(th: np.ndarray, x: np.ndarray, sign: float = 1.0) -> np.ndarray:
+    """R_x(θ) x for angles θ (N,) rad and vectors x (N, 3) (sign −1: R_x(θ)ᵀ x)."""
+    c, s = np.cos(th), sign * np.sin(th)
+    return np.column_stack([x[:, 0], c * x[:, 1] - s * x[:, 2], s * x[:, 1] + c * x[:, 2]])
+
+
 def motion(world: ExoWorld, t, x0: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The body's q (N, nq), v, a (N, nv) at world times t (N,) s (module doc); x0: the base moved by x0
-    along x (the left foot's first flat place, m)."""
+    along x (the left foot's first flat place, m). The base: position p and roll θ about x interpolated
+    in the lab, the free flyer's quaternion (sin θ/2, 0, 0, cos θ/2), local velocity v_b = Rᵀ ṗ, angular
+    (θ̇, 0, 0), acceleration Rᵀ p̈ − Ω × v_b and (θ̈, 0, 0) (Pinocchio's free-flyer convention)."""
     t = np.atleast_1d(np.asarray(t, dtype=float))
     m = world.model
-    x, xd, xdd = _interpolate(world, t, np.arange(world.iq.size))
+    n = world.iq.size
+    x, xd, xdd = _interpolate(world, t, np.arange(n + 1))
     q = np.tile(m.neutral(), (t.size, 1))
     v, a = np.zeros((t.size, m.nv)), np.zeros((t.size, m.nv))
-    q[:, world.iq], v[:, world.iv], a[:, world.iv] = x, xd, xdd
+    q[:, world.iq], v[:, world.iv], a[:, world.iv] = x[:, :n], xd[:, :n], xdd[:, :n]
+    th = x[:, n]
     q[:, 0] += x0
+    q[:, 3], q[:, 6] = np.sin(th / 2), np.cos(th / 2)
+    om = np.zeros((t.size, 3))
+    om[:, 0] = xd[:, n]
+    v[:, :3] = _roll(th, xd[:, :3], -1.0)
+    a[:, :3] = _roll(th, xdd[:, :3], -1.0) - np.cross(om, v[:, :3])
+    v[:, 3], a[:, 3] = xd[:, n], xdd[:, n]
     return q, v, a
 
 
@@ -327,8 +356,9 @@ def ground_reaction(world: ExoWorld, t, q: np.ndarray, v: np.ndarray, a: np.ndar
     `dynamics.rnea` (the free flyer's rows) and split between the feet as the nominal does (module doc)."""
     t = np.atleast_1d(np.asarray(t, dtype=float))
     tau = rnea(world.model, q, v, a)
-    F = tau[:, :3]                                    # base axes = lab axes (upright base)
-    n = tau[:, 3:6] + np.cross(q[:, :3], F)
+    th = 2.0 * np.arctan2(q[:, 3], q[:, 6])           # the base's roll about x (module doc)
+    F = _roll(th, tau[:, :3])
+    n = _roll(th, tau[:, 3:6]) + np.cross(q[:, :3], F)
     p = zmp_of_wrench(F, n).point
     nz = (n - np.cross(p, F))[:, 2]                   # the free moment about the vertical at the ZMP
     N = t.size

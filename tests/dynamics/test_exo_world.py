@@ -29,10 +29,12 @@ JOINTS = BipedJoints(("hip_flexion_l", "hip_flexion_r"), ("knee_l", "knee_r"), (
                      "lumbar_flexion", ("foot_l", "foot_r"))
 
 
-@pytest.fixture(scope="module")
-def nominal():
-    """configs/exoskeleton.toml's grid point S = 0.6, T = 1.2 s, ZMP law I/1."""
-    return build_nominal(load_model("exoskeleton"), JOINTS, read_cycle(), 0.6, 1.2, samples=200)
+@pytest.fixture(scope="module", params=["sagittal", "frontal"])
+def nominal(request):
+    """configs/exoskeleton.toml's grid point S = 0.6, T = 1.2 s, ZMP law I/1: the sagittal nominal (upright
+    base) and the frontal one (the whole body rolled about the stance foot: a base rolled about x)."""
+    return build_nominal(load_model("exoskeleton"), JOINTS, read_cycle(), 0.6, 1.2, samples=200,
+                         frontal=request.param == "frontal")
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +99,11 @@ def test_zmp_is_the_nominal_law_where_the_world_is_the_nominal_and_inside_the_su
     q, v, a = motion(world, t)
     k = np.searchsorted(nominal.t, t)
     np.testing.assert_allclose(q, nominal.q[k], atol=1e-12)
-    np.testing.assert_allclose(ground_reaction(world, t, q, v, a).zmp[:, 0], nominal.zmp_law_x[k], atol=1e-9)
+    zmp = ground_reaction(world, t, q, v, a).zmp
+    np.testing.assert_allclose(zmp[:, 0], nominal.zmp_law_x[k], atol=1e-9)
+    if nominal.theta is not None:  # the frontal nominal's lateral law too
+        assert np.ptp(nominal.theta) > 0.01
+        np.testing.assert_allclose(zmp[:, 1], nominal.zmp_law_y[k], atol=1e-9)
     # elsewhere the joined pelvis moves the ZMP off the law (module doc), but it stays inside the support:
     # the stance foot's heel-toe extent (both feet's in double support); not within the one interval of
     # the nominal's samples holding a double-support law switch, where the interpolant spreads the trunk's
@@ -128,9 +134,18 @@ def test_motion_is_smooth_consistent_and_periodic(world):
     q, v, a = motion(world, t)
     qp, vp, _ = motion(world, t + h)
     qm, vm, _ = motion(world, t - h)
-    iq, iv = world.iq, world.iv
-    scale = np.abs(v[:, iv]).max()
+    iq, iv = world.iq[3:], world.iv[3:]                      # the joints
+    scale = np.abs(v).max()
     np.testing.assert_allclose((qp[:, iq] - qm[:, iq]) / (2 * h), v[:, iv], atol=1e-5 * scale)
+    # the base: the lab velocity of its origin is R v_b, its roll rate v[3] (R = R_x(θ), θ from the quaternion)
+    th = 2 * np.arctan2(q[:, 3], q[:, 6])
+    c, s_ = np.cos(th), np.sin(th)
+    lab = np.column_stack([v[:, 0], c * v[:, 1] - s_ * v[:, 2], s_ * v[:, 1] + c * v[:, 2]])
+    np.testing.assert_allclose((qp[:, :3] - qm[:, :3]) / (2 * h), lab, atol=1e-5 * scale)
+    thp, thm = (2 * np.arctan2(x[:, 3], x[:, 6]) for x in (qp, qm))
+    np.testing.assert_allclose((thp - thm) / (2 * h), v[:, 3], atol=1e-5 * scale)
+    assert np.all(q[:, 4:6] == 0.0) and np.all(v[:, 4:6] == 0.0)
+    # a is the time derivative of v, the free flyer's local velocity included (Pinocchio's convention)
     np.testing.assert_allclose((vp - vm) / (2 * h), a, atol=1e-4 * np.abs(a).max())
     q2, v2, a2 = motion(world, t + T)
     shift = np.zeros(q.shape[1])
@@ -215,8 +230,8 @@ def test_bad_inputs_are_one_line_errors(nominal):
         exo_world(nominal, ("elbow_x",))
     with pytest.raises(ExoWorldError, match="cuff stiffness"):
         exo_world(nominal, ACTUATORS, stiffness=-1.0)
-    # a base that rolls (as the frontal nominal's does): refused, the interpolation assumes it upright
+    # a base that turns about another axis than x: refused (the world interpolates a roll about x)
     q = nominal.q.copy()
-    q[:, 3], q[:, 6] = np.sin(0.01), np.cos(0.01)        # quaternion (x, y, z, w): 0.02 rad about x
-    with pytest.raises(ExoWorldError, match="the base turns"):
+    q[:, 4], q[:, 6] = np.sin(0.01), np.cos(0.01)        # quaternion (x, y, z, w): 0.02 rad about y
+    with pytest.raises(ExoWorldError, match="the base turns about another axis"):
         exo_world(dataclasses.replace(nominal, q=q), ACTUATORS)
