@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .model import Joint, Model
+if TYPE_CHECKING:      # the joint types (dynamics/joints) use the algebra below: no import cycle at run time
+    from .model import Joint, Model
 
 
 def mul(x, y):
@@ -174,59 +175,19 @@ TEMP = re.compile(r"\bt\d+\b")
 
 def joint_transform(code: Code, j: Joint, qs: list[str]):
     """Rotation R_J (3x3 items) and translation t_J (3 items) of the child frame in the joint
-    placement frame, for the joint's coordinate names qs (quaternions assumed unit)."""
-    t = j.type
-    if t == "fixed":
-        return IDENTITY, ZERO
-    if t in ("revolute", "revolute_unbounded"):
-        if t == "revolute":
-            c, s = code.let(f"cos({qs[0]})"), code.let(f"sin({qs[0]})")
-        else:
-            c, s = qs[0], qs[1]
-        u = const(j.axis)
-        K = [[0.0, -u[2], u[1]], [u[2], 0.0, -u[0]], [-u[1], u[0], 0.0]]
-        # Rodrigues, R_ik = u_i u_k + c (δ_ik − u_i u_k) + s K_ik, folds to 0/1 for aligned axes
-        R = [[code.let(add(u[i] * u[k], mul(c, float(i == k) - u[i] * u[k]), mul(s, K[i][k]))) for k in range(3)]
-             for i in range(3)]
-        return R, ZERO
-    if t == "prismatic":
-        return IDENTITY, [mul(x, qs[0]) for x in const(j.axis)]
-    if t in ("spherical", "free_flyer"):
-        x, y, z, w = qs[-4:]
-        xx, yy, zz = code.let(f"{x}*{x}"), code.let(f"{y}*{y}"), code.let(f"{z}*{z}")
-        xy, xz, yz = code.let(f"{x}*{y}"), code.let(f"{x}*{z}"), code.let(f"{y}*{z}")
-        wx, wy, wz = code.let(f"{w}*{x}"), code.let(f"{w}*{y}"), code.let(f"{w}*{z}")
-        R = [[code.let(f"1.0 - 2.0*({yy} + {zz})"), code.let(f"2.0*({xy} - {wz})"), code.let(f"2.0*({xz} + {wy})")],
-             [code.let(f"2.0*({xy} + {wz})"), code.let(f"1.0 - 2.0*({xx} + {zz})"), code.let(f"2.0*({yz} - {wx})")],
-             [code.let(f"2.0*({xz} - {wy})"), code.let(f"2.0*({yz} + {wx})"), code.let(f"1.0 - 2.0*({xx} + {yy})")]]
-        return R, (list(qs[:3]) if t == "free_flyer" else ZERO)
-    if t == "planar":
-        c, s = code.let(f"cos({qs[2]})"), code.let(f"sin({qs[2]})")
-        return [[c, neg(s), None], [s, c, None], [None, None, 1.0]], [qs[0], qs[1], None]
-    raise AssertionError(t)
+    placement frame, for the joint's coordinate names qs (quaternions assumed unit): its type's
+    emit_transform (dynamics/joints)."""
+    from .joints import joint_type
+
+    return joint_type(j.type).emit_transform(code, j, qs)
 
 
 def joint_motion(code: Code, j: Joint, RJ, vs: list[str], as_: list[str]):
     """Joint velocity v_J = S v and acceleration S a + c_J in the child frame, as
-    ((lin, ang), (lin, ang)) items."""
-    t = j.type
-    if t == "fixed":
-        return (ZERO, ZERO), (ZERO, ZERO)
-    if t in ("revolute", "revolute_unbounded"):
-        u = const(j.axis)
-        return (ZERO, [mul(x, vs[0]) for x in u]), (ZERO, [mul(x, as_[0]) for x in u])
-    if t == "prismatic":
-        u = const(j.axis)
-        return ([mul(x, vs[0]) for x in u], ZERO), ([mul(x, as_[0]) for x in u], ZERO)
-    if t == "spherical":
-        return (ZERO, list(vs)), (ZERO, list(as_))
-    if t == "free_flyer":
-        return (list(vs[:3]), list(vs[3:])), (list(as_[:3]), list(as_[3:]))
-    if t == "planar":
-        vl = code.vec(rotT(RJ, [vs[0], vs[1], None]))
-        cJ = vneg(vcross([None, None, vs[2]], vl))          # c_J = (−ω_J × v_J,lin, 0)
-        return (vl, [None, None, vs[2]]), (vadd(rotT(RJ, [as_[0], as_[1], None]), cJ), [None, None, as_[2]])
-    raise AssertionError(t)
+    ((lin, ang), (lin, ang)) items: its type's emit_motion."""
+    from .joints import joint_type
+
+    return joint_type(j.type).emit_motion(code, j, RJ, vs, as_)
 
 
 def compiled(model: Model, key: str, generate: Callable[[Model], str], data=None) -> tuple[Callable, Callable]:
@@ -357,22 +318,11 @@ def _rotate_symmetric(code: Code, R, S):
 
 
 def subspace(j: Joint, RJ) -> list[tuple[list, list]]:
-    """Motion subspace columns S (nv_i × (lin, ang) items) of a joint, in the child frame."""
-    e = [[1.0, None, None], [None, 1.0, None], [None, None, 1.0]]
-    t = j.type
-    if t == "fixed":
-        return []
-    if t in ("revolute", "revolute_unbounded"):
-        return [(ZERO, const(j.axis))]
-    if t == "prismatic":
-        return [(const(j.axis), ZERO)]
-    if t == "spherical":
-        return [(ZERO, x) for x in e]
-    if t == "free_flyer":
-        return [(x, ZERO) for x in e] + [(ZERO, x) for x in e]
-    if t == "planar":          # x, y translations fixed in the placement frame, turned into the child
-        return [(rotT(RJ, e[0]), ZERO), (rotT(RJ, e[1]), ZERO), (ZERO, e[2])]
-    raise AssertionError(t)
+    """Motion subspace columns S (nv_i × (lin, ang) items) of a joint, in the child frame: its
+    type's emit_subspace."""
+    from .joints import joint_type
+
+    return joint_type(j.type).emit_subspace(j, RJ)
 
 
 def moving_bodies(model: Model) -> tuple[list[int], dict[int, tuple[int, np.ndarray, np.ndarray]], dict[int, tuple]]:

@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from .joints import joint_type
 from .model import GRAVITY, JOINT_NQ_NV, Actuator, Joint, Model, ModelError, Segment
 
 TOP_KEYS = {"name", "kind", "description", "source", "notes", "gravity", "meta", "segment", "actuator"}
-SEGMENT_KEYS = {"name", "parent", "joint", "joint_name", "axis", "origin", "rpy", "mass", "com",
+SEGMENT_KEYS = {"name", "parent", "joint", "joint_name", "axis", "pitch", "origin", "rpy", "mass", "com",
                 "inertia", "limits", "markers", "contacts", "notes"}
 LIMIT_KEYS = {"lower", "upper", "velocity", "effort"}
 ACTUATOR_KEYS = {"name", "joint", "gear_ratio", "torque_limit", "velocity_limit", "rotor_inertia", "notes"}
@@ -90,11 +91,12 @@ def _segment(d: Any, k: int) -> Segment:
     jtype = _string(d["joint"], f"{where}: joint")
     if jtype not in JOINT_NQ_NV:
         raise ModelError(f"{where}: joint: unknown type {jtype!r} (expected one of {', '.join(JOINT_NQ_NV)})")
-    needs_axis = jtype in ("revolute", "revolute_unbounded", "prismatic")
-    if needs_axis and "axis" not in d:
-        raise ModelError(f"{where}: a {jtype} joint needs 'axis'")
-    if not needs_axis and "axis" in d:
-        raise ModelError(f"{where}: a {jtype} joint takes no 'axis'")
+    jt = joint_type(jtype)
+    for key, needed in (("axis", jt.AXIS_PARAMETER), ("pitch", jt.PITCH_PARAMETER)):
+        if needed and key not in d:
+            raise ModelError(f"{where}: a {jtype} joint needs {key!r}")
+        if not needed and key in d:
+            raise ModelError(f"{where}: a {jtype} joint takes no {key!r}")
     axis = np.array(_numbers(d.get("axis", [0.0, 0.0, 1.0]), f"{where}: axis"))
     norm = np.linalg.norm(axis)
     if norm < 1e-9:
@@ -110,6 +112,7 @@ def _segment(d: Any, k: int) -> Segment:
         translation=np.array(_numbers(d.get("origin", [0.0, 0.0, 0.0]), f"{where}: origin")),
         lower=lim.get("lower", -np.inf), upper=lim.get("upper", np.inf),
         velocity=lim.get("velocity", np.inf), effort=lim.get("effort", np.inf),
+        pitch=_number(d["pitch"], f"{where}: pitch") if "pitch" in d else 0.0,
     )
     return Segment(
         name=name,

@@ -28,7 +28,12 @@ type                 nq nv q, v
 ``planar``           3  3  (x, y, θ): translation along x, y and rotation θ about z of the
                            placement frame; v = q̇ (not Pinocchio's cos/sin planar joint; URDF
                            export writes it as prismatic x, prismatic y, revolute z)
+``helical``          1  1  angle θ (rad) about ``axis`` with the translation ``pitch`` θ along it
+                           (Pinocchio's HelicalUnaligned); v = θ̇
 ==================== == == ==================================================================
+
+Each type is one module of `dynamics.joints` (its transform, motion subspace, q̇, URDF and
+Pinocchio forms and compiled step); JOINT_NQ_NV is read from them.
 
 Segments are stored parents-first; `Model.idx_q[i]`, `Model.idx_v[i]` give where segment i's
 joint coordinates start in q and v.
@@ -41,15 +46,10 @@ from typing import Mapping
 
 import numpy as np
 
-JOINT_NQ_NV: Mapping[str, tuple[int, int]] = MappingProxyType({
-    "fixed": (0, 0),
-    "revolute": (1, 1),
-    "revolute_unbounded": (2, 1),
-    "prismatic": (1, 1),
-    "spherical": (4, 3),
-    "free_flyer": (7, 6),
-    "planar": (3, 3),
-})
+from .joints import TYPES as _JOINT_TYPES, joint_type as _joint_type
+
+#: joint type -> (nq, nv), in the kernels' type-code order (each dynamics/joints module's NAME, NQ, NV)
+JOINT_NQ_NV: Mapping[str, tuple[int, int]] = MappingProxyType({t.NAME: (t.NQ, t.NV) for t in _JOINT_TYPES})
 
 #: The one gravity constant of walklab [m/s²] (methods.md section 0: g = 9.81, as the sources use;
 #: every default gravity, the simulators' body weight and the ZMP forms refer to it).
@@ -74,7 +74,8 @@ class Joint:
     """The joint between a segment and its parent.
 
     type: one of JOINT_NQ_NV. axis: (3,) unit vector in the joint frame (revolute, prismatic,
-    revolute_unbounded; ignored otherwise). rotation (3, 3), translation (3,) m: placement of the
+    revolute_unbounded, helical; ignored otherwise). pitch: m/rad, the helical joint's
+    translation per radian (0 for the other types). rotation (3, 3), translation (3,) m: placement of the
     joint frame in the parent segment's frame at zero joint coordinate. lower, upper: position
     limits (rad or m, 1-DoF joints; -inf/inf when absent); velocity (rad/s or m/s) and effort
     (N·m or N) limits, inf when absent.
@@ -88,6 +89,7 @@ class Joint:
     upper: float = np.inf
     velocity: float = np.inf
     effort: float = np.inf
+    pitch: float = 0.0
 
     @property
     def nq(self) -> int:
@@ -229,10 +231,7 @@ class Model:
         """(nq,) neutral configuration: zeros, identity quaternions (w = 1), cos θ = 1."""
         q = np.zeros(self.nq)
         for s, iq in zip(self.segments, self.idx_q):
-            if s.joint.type in ("spherical", "free_flyer"):
-                q[iq + s.joint.nq - 1] = 1.0
-            elif s.joint.type == "revolute_unbounded":
-                q[iq] = 1.0
+            q[iq:iq + s.joint.nq] = _joint_type(s.joint.type).NEUTRAL
         return q
 
 
@@ -281,6 +280,8 @@ def _validate(model: Model) -> None:
         if R.shape != (3, 3) or not np.allclose(R @ R.T, np.eye(3), atol=1e-9) or np.linalg.det(R) < 0:
             raise ModelError(f"{w}: joint rotation must be a proper 3x3 rotation matrix")
         _vec3(j.translation, f"{w}: joint translation")
+        if not np.isfinite(j.pitch) or (j.pitch and not _joint_type(j.type).PITCH_PARAMETER):
+            raise ModelError(f"{w}: joint pitch must be finite, and 0 for a {j.type} joint, got {j.pitch!r}")
         if not (j.lower <= j.upper):
             raise ModelError(f"{w}: joint lower limit {j.lower} above upper limit {j.upper}")
         if not (j.velocity > 0 and j.effort > 0):
@@ -315,7 +316,7 @@ def _validate(model: Model) -> None:
         if a.joint not in names:
             raise ModelError(f"{w}: unknown joint segment {a.joint!r}")
         jt = next(s.joint.type for s in model.segments if s.name == a.joint)
-        if jt not in ("revolute", "prismatic", "revolute_unbounded"):
+        if JOINT_NQ_NV[jt][1] != 1:
             raise ModelError(f"{w}: drives segment {a.joint!r} whose joint is {jt!r}, expected a 1-DoF joint")
         if not (a.gear_ratio > 0 and a.torque_limit > 0 and a.velocity_limit > 0 and a.rotor_inertia >= 0):
             raise ModelError(f"{w}: gear_ratio, torque_limit, velocity_limit must be > 0 and rotor_inertia >= 0")

@@ -1,9 +1,10 @@
 """Build the equivalent Pinocchio model of a walklab tree Model (for tests and benchmarks).
 
-Requires `pin` (a test dependency, imported lazily). Joint order, q and v layouts are identical:
-revolute → RevoluteUnaligned, revolute_unbounded → RUBZ in a frame turned onto the axis, prismatic →
-PrismaticUnaligned, spherical → Spherical, free_flyer → FreeFlyer, planar → Composite(PX, PY, RZ);
-fixed segments are merged into their parent's body as Pinocchio's URDF reader does. Used where
+Requires `pin` (a test dependency, imported lazily). Joint order, q and v layouts are identical;
+each joint type's module (dynamics/joints) gives its Pinocchio joint: revolute →
+RevoluteUnaligned, revolute_unbounded → RUBZ in a frame turned onto the axis, prismatic →
+PrismaticUnaligned, spherical → Spherical, free_flyer → FreeFlyer, planar → Composite(PX, PY, RZ),
+helical → HelicalUnaligned; fixed segments are merged into their parent's body as Pinocchio's URDF reader does. Used where
 URDF cannot carry the model (spherical and planar joints). Pinocchio's CRBA assumes each subtree's
 velocity coordinates are contiguous (depth-first order, as load_urdf gives); for other orders
 (e.g. samples.random_model) pin.crba is wrong while pin.rnea and pin.aba are not.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .joints import joint_type
 from .model import Model
 
 
@@ -31,27 +33,16 @@ def to_pinocchio(model: Model):
             pid, pplace = frame[model.index[s.parent]]
         placement = pplace * pin.SE3(np.asarray(j.rotation), np.asarray(j.translation))
         Y = pin.Inertia(float(s.mass), np.asarray(s.com, dtype=float), np.asarray(s.inertia, dtype=float))
-        if j.type == "fixed":
+        made = joint_type(j.type).pinocchio(pin, j)
+        if made is None:             # a fixed joint: the body joins its parent's
             pm.appendBodyToJoint(pid, Y, placement)
             frame.append((pid, placement))
             continue
+        jm, R_a = made
         body = pin.SE3.Identity()
-        if j.type == "revolute_unbounded":
-            # Pinocchio's Python API only builds axis-aligned unbounded joints: turn z onto the axis
-            z = np.array([0.0, 0.0, 1.0])
-            R_a = pin.Quaternion.FromTwoVectors(z, np.asarray(j.axis)).toRotationMatrix()
+        if R_a is not None:          # the joint model works in a frame turned by R_a (e.g. RUBZ onto the axis)
             placement = placement * pin.SE3(R_a, np.zeros(3))
             body = pin.SE3(R_a.T, np.zeros(3))
-            jm = pin.JointModelRUBZ()
-        elif j.type == "planar":
-            jm = pin.JointModelComposite(pin.JointModelPX())
-            jm.addJoint(pin.JointModelPY())
-            jm.addJoint(pin.JointModelRZ())
-        else:
-            jm = {"revolute": lambda: pin.JointModelRevoluteUnaligned(np.asarray(j.axis)),
-                  "prismatic": lambda: pin.JointModelPrismaticUnaligned(np.asarray(j.axis)),
-                  "spherical": pin.JointModelSpherical,
-                  "free_flyer": pin.JointModelFreeFlyer}[j.type]()
         jid = pm.addJoint(pid, jm, placement, s.joint_name or s.name)
         pm.appendBodyToJoint(jid, Y, body)
         frame.append((jid, body))

@@ -31,8 +31,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .codegen import (ZERO, Code, add, compiled, const, joint_motion, joint_transform, mul, rot, rotT, run, vadd,
-                      vcross, vneg)
+from .codegen import (ZERO, Code, compiled, const, dot6, joint_motion, joint_transform, mul, rot, rotT, run, subspace,
+                      vadd, vcross, vneg)
 from . import kernels, workspace
 from .joints import normalized_configuration
 from .kinematics import as_batch, check_state, kernel_input_failed, kernel_state, tree_state
@@ -143,17 +143,8 @@ def _generate(model: Model) -> str:
         fl, fa = f[i]
         R0, t0, RJ, tJ = joint[i]
         iv = model.idx_v[i]
-        if j.type in ("revolute", "revolute_unbounded"):
-            tau[iv] = add(*(mul(x, y) for x, y in zip(const(j.axis), fa)))
-        elif j.type == "prismatic":
-            tau[iv] = add(*(mul(x, y) for x, y in zip(const(j.axis), fl)))
-        elif j.type == "spherical":
-            tau[iv:iv + 3] = fa
-        elif j.type == "free_flyer":
-            tau[iv:iv + 6] = fl + fa
-        elif j.type == "planar":
-            g = rot(RJ, fl)
-            tau[iv:iv + 3] = [g[0], g[1], fa[2]]
+        for k, col in enumerate(subspace(j, RJ)):          # τ = Sᵀ f
+            tau[iv + k] = dot6(col, (fl, fa))
         if p >= 0:        # f_p += ᵖX_i* f_i: through the joint, then the placement
             fl2 = code.vec(rot(RJ, fl))
             fa2 = vadd(rot(RJ, fa), vcross(tJ, fl2))

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .joints import TYPES, joint_type
 from .loader import rpy_matrix
 from .model import Actuator, Joint, Model, ModelError, Segment
 
@@ -126,8 +127,7 @@ def model_from_urdf_string(text: str, floating: bool = False, source: str = "<st
 def _joint(j: ET.Element, source: str) -> Joint:
     where = f"{source}: joint {j.get('name')!r}"
     jt = j.get("type")
-    types = {"revolute": "revolute", "continuous": "revolute_unbounded", "prismatic": "prismatic",
-             "fixed": "fixed", "floating": "free_flyer"}
+    types = {t.URDF_TYPE: t.NAME for t in TYPES if t.URDF_TYPE}   # URDF type -> walklab joint type
     if jt not in types:
         raise ModelError(f"{where}: unsupported joint type {jt!r} (supported: {', '.join(types)})")
     if j.find("mimic") is not None:
@@ -234,20 +234,18 @@ def urdf_string(model: Model) -> str:
             continue
         parent = s.parent or WORLD_LINK
         name = s.joint_name or s.name
-        if j.type == "spherical":
-            raise ModelError(f"model {model.name!r}: segment {s.name!r}: URDF has no spherical joint")
-        if j.type == "planar":
-            px, py = f"{s.name}__px", f"{s.name}__py"
-            _add_link(robot, px)
-            _add_link(robot, py)
-            _add_joint(robot, f"{name}_x", "prismatic", parent, px, j.rotation, j.translation, [1, 0, 0], j)
-            _add_joint(robot, f"{name}_y", "prismatic", px, py, axis=[0, 1, 0], joint=j)
-            _add_joint(robot, f"{name}_z", "revolute", py, s.name, axis=[0, 0, 1], joint=j)
-            continue
-        jtype = {"fixed": "fixed", "revolute": "revolute", "revolute_unbounded": "continuous",
-                 "prismatic": "prismatic", "free_flyer": "floating"}[j.type]
-        axis = j.axis if jtype in ("revolute", "continuous", "prismatic") else None
-        _add_joint(robot, name, jtype, parent, s.name, j.rotation, j.translation, axis, j)
+        chain = joint_type(j.type).urdf_chain(j)
+        if chain is None:
+            raise ModelError(f"model {model.name!r}: segment {s.name!r}: URDF has no {j.type} joint")
+        # one URDF joint, or a chain through massless links (the planar joint: x, y, then z)
+        for k, (suffix, jtype, axis) in enumerate(chain):
+            last = k == len(chain) - 1
+            child = s.name if last else f"{s.name}__p{suffix}"
+            if not last:
+                _add_link(robot, child)
+            R, t = (j.rotation, j.translation) if k == 0 else (np.eye(3), np.zeros(3))
+            _add_joint(robot, f"{name}_{suffix}" if suffix else name, jtype, parent, child, R, t, axis, j)
+            parent = child
     for s in model.segments:
         for kind, pts in (("marker", s.markers), ("contact", s.contacts)):
             for n, p in pts.items():

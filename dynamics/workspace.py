@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .kernels.tree import AXIS, COM, FTAB_WIDTH, INERTIA, ITAB_WIDTH, MASS, ROT, TRANS, Y6, rnea_work_size
+from .joints import joint_type
+from .kernels.layout import AXIS, COM, FTAB_WIDTH, INERTIA, ITAB_WIDTH, MASS, PARAM, ROT, SCOL, TRANS, Y6
+from .kernels.tree import rnea_work_size
 from .model import JOINT_NQ_NV, Model
 from .spatial import parallel_axis
 
 
-JOINT_CODES = tuple(JOINT_NQ_NV)   # the kernels' joint type codes (kernels/tree.py FIXED ... PLANAR)
+JOINT_CODES = tuple(JOINT_NQ_NV)   # the kernels' joint type codes (each dynamics/joints module's CODE)
 
 
 def _tables(model: Model) -> tuple[np.ndarray, np.ndarray]:
@@ -31,11 +33,18 @@ def _tables(model: Model) -> tuple[np.ndarray, np.ndarray]:
         j = s.joint
         plain = bool(np.array_equal(np.asarray(j.rotation, dtype=float), np.eye(3)))
         axis = np.asarray(j.axis, dtype=float)
-        aligned = plain and j.type in ("revolute", "revolute_unbounded") and np.count_nonzero(axis) == 1 \
-            and abs(axis[np.flatnonzero(axis)[0]]) == 1.0
-        itab[i] = (model.parents[i], JOINT_CODES.index(j.type), model.idx_q[i], model.idx_v[i], j.nq, j.nv, plain,
-                   np.flatnonzero(axis)[0] if aligned else -1)
+        jt = joint_type(j.type)
+        aligned = plain and jt.ABOUT_AXIS and np.count_nonzero(axis) == 1 and abs(axis[np.flatnonzero(axis)[0]]) == 1.0
+        unit_q, unit_w = (model.idx_q[i] + jt.UNIT[0], jt.UNIT[1]) if jt.UNIT else (-1, 0)
+        sconst = jt.NV == 1 and jt.CONSTANT_SUBSPACE
+        itab[i] = (model.parents[i], jt.CODE, model.idx_q[i], model.idx_v[i], j.nq, j.nv, plain,
+                   np.flatnonzero(axis)[0] if aligned else -1, unit_q, unit_w,
+                   sum(1 << k for k, fixed in enumerate(jt.FIXED_IN_PARENT) if fixed), sconst)
+        if sconst:       # the constant column, from the type's own code items (floats, None for 0)
+            lin, ang = jt.emit_subspace(j, None)[0]
+            ftab[i, SCOL:SCOL + 6] = [float(x or 0.0) for x in (*lin, *ang)]
         ftab[i, AXIS:AXIS + 3] = j.axis
+        ftab[i, PARAM] = j.pitch
         ftab[i, ROT:ROT + 9] = np.asarray(j.rotation, dtype=float).ravel()
         ftab[i, TRANS:TRANS + 3] = j.translation
         ftab[i, MASS] = s.mass
@@ -56,8 +65,8 @@ def _tables(model: Model) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(eq=False)
 class Data:
-    """Workspace of `model` (see the module docstring). itab (nseg, 6) int64 and ftab (nseg, 64)
-    float: the kernel tables; gravity (3,) m/s² (zero_gravity: zeros); no_ext (0, nseg, 6) and
+    """Workspace of `model` (see the module docstring). itab and ftab (kernels/layout.py): the
+    kernel tables; gravity (3,) m/s² (zero_gravity: zeros); no_ext (0, nseg, 6) and
     no_cent (0, 15): the "no external wrenches" and "no centroidal output" arguments of the kernels;
     rnea_work: gravity and the one-sample rnea kernel's scratch (a kernel holds the GIL: threads may
     share it);

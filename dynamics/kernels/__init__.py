@@ -145,9 +145,38 @@ def entry(name: str) -> Callable:
 _entries: dict[str, Callable] = {}
 
 
+# Kernel modules that inline code of other source files, which numba's cache does not watch (it
+# checks only the kernel's own file): the tree kernels inline every joint type (dynamics/joints),
+# the walker and world kernels ground.py's helpers. Paths relative to the dynamics package.
+_INLINED = {"tree": ("joints",), "walker": ("kernels/ground.py",), "world": ("kernels/ground.py",)}
+
+
+def _drop_stale_cache(name: str) -> None:
+    """Remove numba's cache index of kernel `name` if a source file it inlines is newer than the
+    index, so that the kernel is compiled from the current sources instead of loaded stale."""
+    from pathlib import Path
+
+    deps = _INLINED.get(name.split(".")[0])
+    if not deps:
+        return
+    try:
+        index = Path(_dispatcher(name)._cache._cache_file._index_path)
+        built = index.stat().st_mtime
+    except (AttributeError, OSError):       # numba internals moved, or nothing cached yet
+        return
+    package = Path(__file__).resolve().parents[1]
+    files = [f for d in deps for f in ((package / d).glob("*.py") if (package / d).is_dir() else [package / d])]
+    if any(f.stat().st_mtime > built for f in files):
+        try:
+            index.unlink()
+        except OSError:                      # another process removed it first
+            pass
+
+
 def _prepare(name: str, announce: bool) -> Callable:
     d = _dispatcher(name)
     if not d.signatures:
+        _drop_stale_cache(name)
         if announce and not cached_on_disk(name):
             print(f"walklab: compiling dynamics kernel {name} (once; numba caches it on disk, "
                   "`walklab model compile` warms the cache)", file=sys.stderr, flush=True)

@@ -1,16 +1,10 @@
 """Compiled tree recursions (numba): kinematics, rnea with external wrenches, crba, aba.
 
 One generic recursion over the model's arrays (Featherstone's and Pinocchio's form), compiled
-once for every model: the model enters as two tables built by `dynamics.workspace.Data`,
-
-    itab (nseg, 7) int64:   parent (-1 = world), joint type code (JOINT_CODES), idx_q, idx_v, nq, nv,
-                            1 if the placement rotation R0 is the identity (its product skipped),
-                            k if the joint is revolute about ±e_k with R0 = E (else −1)
-    ftab (nseg, 64) float:  joint axis (3), placement rotation R0 row-major (9), translation t0 (3) m,
-                            mass kg, CoM (3) m, central inertia (9) kg·m², then the body's spatial
-                            inertia Y (6×6, row-major) about its frame origin,
-
-and gravity g (3,) m/s² (lab frame). Segments are parents-first. Spatial vectors are (linear,
+once for every model: the model enters as two tables built by `dynamics.workspace.Data`, itab
+(int64: parent, joint type code, q/v offsets and sizes, ...) and ftab (float: joint axis,
+placement, mass, CoM, inertias, ...; the columns in kernels/layout.py), and gravity g (3,) m/s²
+(lab frame). Segments are parents-first. Spatial vectors are (linear,
 angular) in each segment's frame; ⁱX_p is the 6×6 motion transform parent → child,
 
     ⁱX_p = [[Rᵀ, −Rᵀ[t]×], [0, Rᵀ]]       (R, t: child axes and origin in the parent frame)
@@ -26,11 +20,13 @@ off unit norm by more than QUAT_TOL; in aba, a non-positive articulated inertia 
 and aba −2 − sample for a non-finite q, v, a (τ), which the Python side turns into its clear error. Quaternion and (cos θ, sin θ)
 blocks are normalised as in the numpy path (joints.normalized_configuration).
 
-Each joint type's transform and subspace are the branches of `joint_rt`, `subspace` (and
-`axis_subspace`), and its joint motion and bias c_J those of `child_motion` (aba) and of rnea's
-joint-motion step, written out in rnea (with the helpers `child_motion` and `body_force` it measured
-1.6× slower: 3.9 against 2.45 µs of CPU per human15 sample); rnea's projection τ = Sᵀ f is the
-branch of its backward pass.
+Nothing here knows a joint type: each type's transform, joint motion with its bias c_J, subspace
+columns and projection τ = Sᵀ f are its module's compiled step (dynamics/joints/<type>.py),
+reached through the one switch of dynamics/joints/switch.py (`switch.rt`, `switch.motion`,
+`switch.column`, `switch.project`, `switch.cos_sin`, all inlined); its unit-norm block of q and
+which of its columns are fixed in the parent come from itab (UNIT_Q, UNIT_W, IN_PARENT). rnea
+writes the body step out (with the helpers `child_motion` and `body_force` it measured 1.6×
+slower: 3.9 against 2.45 µs of CPU per human15 sample).
 """
 from __future__ import annotations
 
@@ -39,15 +35,10 @@ import math
 import numpy as np
 from numba import njit, prange
 
-# joint type codes (workspace.JOINT_CODES: the order of model.JOINT_NQ_NV)
-FIXED, REVOLUTE, REVOLUTE_UNBOUNDED, PRISMATIC, SPHERICAL, FREE_FLYER, PLANAR = range(7)
-# itab columns (PLAIN: 1 if the joint placement's rotation R0 is the identity, its product skipped)
-# AXIS_K: k if the joint is revolute about ±e_k with R0 = E (rnea's rotation touches 2 components), else −1
-PARENT, TYPE, IQ, IV, NQ, NV, PLAIN, AXIS_K = range(8)
-ITAB_WIDTH = 8
-# ftab columns
-AXIS, ROT, TRANS, MASS, COM, INERTIA, Y6 = 0, 3, 12, 15, 16, 19, 28
-FTAB_WIDTH = 64
+from ..joints import switch
+from .layout import (AXIS, AXIS_K, COM, IN_PARENT, INERTIA, IQ, IV, MASS, NV, PARENT, PLAIN, ROT, SCOL, SCONST, TRANS,
+                     TYPE, UNIT_Q, UNIT_W, Y6)
+
 QUAT_TOL = 1e-3   # = joints.QUAT_TOL (a literal: numba freezes globals at compile time)
 PARALLEL_BLOCKS = 16  # rnea_parallel's sample blocks, split evenly among the threads (NUMBA_NUM_THREADS)
 PIVOT_RTOL = 1e-12  # an articulated-inertia pivot below this times the body's inertia scale is singular
@@ -58,12 +49,8 @@ def normalize(itab, q, qn):
     """qn = q with unit blocks normalised; −1, or the segment whose block is off unit norm."""
     qn[:] = q
     for i in range(itab.shape[0]):
-        jt = itab[i, TYPE]
-        if jt == SPHERICAL or jt == FREE_FLYER:
-            k, w = itab[i, IQ] + itab[i, NQ] - 4, 4
-        elif jt == REVOLUTE_UNBOUNDED:
-            k, w = itab[i, IQ], 2
-        else:
+        k, w = itab[i, UNIT_Q], itab[i, UNIT_W]
+        if w == 0:
             continue
         s = 0.0
         for j in range(k, k + w):
@@ -97,65 +84,31 @@ def finite(x):
 
 @njit(cache=True, inline="always")
 def subspace(jt, ftab, i, nv, RJ, S):
-    """Motion subspace columns S[i, :, :nv] of joint i (nv coordinates) in the child frame."""
-    for r in range(6):
-        for c in range(nv):
-            S[i, r, c] = 0.0
-    if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED:
-        for r in range(3):
-            S[i, 3 + r, 0] = ftab[i, AXIS + r]
-    elif jt == PRISMATIC:
-        for r in range(3):
-            S[i, r, 0] = ftab[i, AXIS + r]
-    elif jt == SPHERICAL:
-        for r in range(3):
-            S[i, 3 + r, r] = 1.0
-    elif jt == FREE_FLYER:
+    """Motion subspace columns S[i, :, :nv] of joint i (nv coordinates) in the child frame (RJ[i]:
+    its R_J row-major)."""
+    for c in range(nv):
+        col = switch.column(jt, ftab, i, RJ, c)
         for r in range(6):
-            S[i, r, r] = 1.0
-    elif jt == PLANAR:       # x, y translations fixed in the placement frame, seen from the child
-        for r in range(3):
-            S[i, r, 0] = RJ[0, r]
-            S[i, r, 1] = RJ[1, r]
-        S[i, 5, 2] = 1.0
+            S[i, r, c] = col[r]
 
 
 @njit(cache=True, inline="always")
 def joint_rt(jt, ftab, i, q, iq):
-    """(RJ row-major (9), tJ (3)) of joint i as one 12-tuple of floats: rnea keeps a body's
-    quantities in local scalars (several times faster than through scratch arrays in numba)."""
-    if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED:
-        if jt == REVOLUTE:
-            c, s = math.cos(q[iq]), math.sin(q[iq])
-        else:
-            c, s = q[iq], q[iq + 1]
-        u0, u1, u2 = ftab[i, AXIS], ftab[i, AXIS + 1], ftab[i, AXIS + 2]
-        oc = 1.0 - c                              # Rodrigues: R = u uᵀ + c (E − u uᵀ) + s [u]×
-        return (u0 * u0 * oc + c, u0 * u1 * oc - s * u2, u0 * u2 * oc + s * u1,
-                u0 * u1 * oc + s * u2, u1 * u1 * oc + c, u1 * u2 * oc - s * u0,
-                u0 * u2 * oc - s * u1, u1 * u2 * oc + s * u0, u2 * u2 * oc + c, 0.0, 0.0, 0.0)
-    if jt == SPHERICAL or jt == FREE_FLYER:
-        k = iq + 3 if jt == FREE_FLYER else iq
-        x, y, z, w = q[k], q[k + 1], q[k + 2], q[k + 3]
-        t0, t1, t2 = (q[iq], q[iq + 1], q[iq + 2]) if jt == FREE_FLYER else (0.0, 0.0, 0.0)
-        return (1.0 - 2.0 * (y * y + z * z), 2.0 * (x * y - w * z), 2.0 * (x * z + w * y),
-                2.0 * (x * y + w * z), 1.0 - 2.0 * (x * x + z * z), 2.0 * (y * z - w * x),
-                2.0 * (x * z - w * y), 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y), t0, t1, t2)
-    if jt == PLANAR:
-        c, s = math.cos(q[iq + 2]), math.sin(q[iq + 2])
-        return (c, -s, 0.0, s, c, 0.0, 0.0, 0.0, 1.0, q[iq], q[iq + 1], 0.0)
-    d = q[iq] if jt == PRISMATIC else 0.0
-    return (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, ftab[i, AXIS] * d, ftab[i, AXIS + 1] * d, ftab[i, AXIS + 2] * d)
+    """(RJ row-major (9), tJ (3)) of joint i as one 12-tuple of floats (its type's compiled step):
+    rnea keeps a body's quantities in local scalars (several times faster than through scratch
+    arrays in numba)."""
+    return switch.rt(jt, ftab, i, q, iq)
 
 
 @njit(cache=True, inline="always")
 def placement(itab, ftab, i, qn, RJ, R, t):
-    """Joint i: RJ (3, 3) the joint rotation; R[i], t[i] the child frame's axes and origin in the
-    parent frame (R = R0 RJ, t = t0 + R0 tJ). The joint transform comes from joint_rt as scalars."""
+    """Joint i: RJ[i] (9, row-major) the joint rotation; R[i], t[i] the child frame's axes and
+    origin in the parent frame (R = R0 RJ, t = t0 + R0 tJ). The joint transform comes from joint_rt
+    as scalars."""
     r = joint_rt(itab[i, TYPE], ftab, i, qn, itab[i, IQ])
     for row in range(3):
         e0, e1, e2 = ftab[i, ROT + 3 * row], ftab[i, ROT + 3 * row + 1], ftab[i, ROT + 3 * row + 2]
-        RJ[row, 0], RJ[row, 1], RJ[row, 2] = r[3 * row], r[3 * row + 1], r[3 * row + 2]
+        RJ[i, 3 * row], RJ[i, 3 * row + 1], RJ[i, 3 * row + 2] = r[3 * row], r[3 * row + 1], r[3 * row + 2]
         R[i, row, 0] = e0 * r[0] + e1 * r[3] + e2 * r[6]
         R[i, row, 1] = e0 * r[1] + e1 * r[4] + e2 * r[7]
         R[i, row, 2] = e0 * r[2] + e1 * r[5] + e2 * r[8]
@@ -262,37 +215,14 @@ def into_child(R, t, i, l0, l1, l2, a0, a1, a2):
 
 
 @njit(cache=True, inline="always")
-def child_motion(jt, ftab, i, r, R, t, v, a, iv, pv, pa):
+def child_motion(jt, ftab, i, RJ, R, t, v, a, iv, pv, pa):
     """Body i's velocity and acceleration (a 12-tuple: v (6), a (6)) from its parent's pv, pa
     (6-tuples; the world: 0 and (−g, 0)), joint rates v[iv:] and accelerations a[iv:]:
-    v = X v_p + v_J, a = X a_p + S q̈ + c_J + v × v_J (r: joint_rt's output)."""
+    v = X v_p + v_J, a = X a_p + S q̈ + c_J + v × v_J (RJ[i]: R_J, for a joint of several coordinates)."""
     v0, v1, v2, w0, w1, w2 = into_child(R, t, i, pv[0], pv[1], pv[2], pv[3], pv[4], pv[5])
     a0, a1, a2, b0, b1, b2 = into_child(R, t, i, pa[0], pa[1], pa[2], pa[3], pa[4], pa[5])
     # joint velocity v_J = S q̇ = (j, k); S q̈ + c_J added to (a, b)
-    j0 = j1 = j2 = k0 = k1 = k2 = 0.0
-    if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED or jt == PRISMATIC:
-        qd, qdd = v[iv], a[iv]
-        u0, u1, u2 = ftab[i, AXIS], ftab[i, AXIS + 1], ftab[i, AXIS + 2]
-        if jt == PRISMATIC:
-            j0, j1, j2 = u0 * qd, u1 * qd, u2 * qd
-            a0, a1, a2 = a0 + u0 * qdd, a1 + u1 * qdd, a2 + u2 * qdd
-        else:
-            k0, k1, k2 = u0 * qd, u1 * qd, u2 * qd
-            b0, b1, b2 = b0 + u0 * qdd, b1 + u1 * qdd, b2 + u2 * qdd
-    elif jt == SPHERICAL:
-        k0, k1, k2 = v[iv], v[iv + 1], v[iv + 2]
-        b0, b1, b2 = b0 + a[iv], b1 + a[iv + 1], b2 + a[iv + 2]
-    elif jt == FREE_FLYER:
-        j0, j1, j2, k0, k1, k2 = v[iv], v[iv + 1], v[iv + 2], v[iv + 3], v[iv + 4], v[iv + 5]
-        a0, a1, a2 = a0 + a[iv], a1 + a[iv + 1], a2 + a[iv + 2]
-        b0, b1, b2 = b0 + a[iv + 3], b1 + a[iv + 4], b2 + a[iv + 5]
-    elif jt == PLANAR:                    # x, y fixed in the placement frame: RJᵀ (·, ·, 0)
-        j0, j1, j2 = r[0] * v[iv] + r[3] * v[iv + 1], r[1] * v[iv] + r[4] * v[iv + 1], r[2] * v[iv] + r[5] * v[iv + 1]
-        k2 = v[iv + 2]
-        a0 += r[0] * a[iv] + r[3] * a[iv + 1] + k2 * j1          # + c_J = −(0, 0, θ̇) × j
-        a1 += r[1] * a[iv] + r[4] * a[iv + 1] - k2 * j0
-        a2 += r[2] * a[iv] + r[5] * a[iv + 1]
-        b2 += a[iv + 2]
+    j0, j1, j2, k0, k1, k2, a0, a1, a2, b0, b1, b2 = switch.motion(jt, ftab, i, RJ, v, a, iv, a0, a1, a2, b0, b1, b2)
     # + v × v_J with v = X v_p + v_J (v_J × v_J = 0)
     a0 += w1 * j2 - w2 * j1 + v1 * k2 - v2 * k1
     a1 += w2 * j0 - w0 * j2 + v2 * k0 - v0 * k2
@@ -420,11 +350,8 @@ def rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, s0, s1, W):
             else:                                 # the world: at rest, gravity as the base acceleration
                 pv0 = pv1 = pv2 = pw0 = pw1 = pw2 = pb0 = pb1 = pb2 = 0.0
                 pa0, pa1, pa2 = -g[0], -g[1], -g[2]
-            if ax >= 0:                           # revolute about ±e_ax, R0 = E: R = RJ, t = t0
-                if jt == REVOLUTE:
-                    cq, sq = math.cos(qn[iq]), math.sin(qn[iq])
-                else:
-                    cq, sq = qn[iq], qn[iq + 1]
+            if ax >= 0:                           # a rotation about ±e_ax (ABOUT_AXIS), R0 = E: R = RJ, t = t0
+                cq, sq = switch.cos_sin(jt, qn, iq)
                 sq *= ftab[i, AXIS + ax]          # the axis' sign
                 RJs[i, 0], RJs[i, 1] = cq, sq     # for the backward pass
                 t0, t1, t2 = ftab[i, TRANS], ftab[i, TRANS + 1], ftab[i, TRANS + 2]
@@ -440,7 +367,7 @@ def rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, s0, s1, W):
                 b0, b1, b2 = axis_rotate(ax, cq, -sq, pb0, pb1, pb2)
             else:
                 r = joint_rt(jt, ftab, i, qn, iq)
-                if jt == PLANAR:                  # the joint motion and the backward projection need RJ
+                if itab[i, NV] > 1:               # the joint motion and projection may need RJ
                     for k in range(9):
                         RJs[i, k] = r[k]
                 set_placement(itab, ftab, i, r, R, t)
@@ -454,31 +381,16 @@ def rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, s0, s1, W):
                 a0, a1, a2 = R00 * x0 + R10 * x1 + R20 * x2, R01 * x0 + R11 * x1 + R21 * x2, R02 * x0 + R12 * x1 + R22 * x2
                 b0, b1, b2 = R00 * pb0 + R10 * pb1 + R20 * pb2, R01 * pb0 + R11 * pb1 + R21 * pb2, R02 * pb0 + R12 * pb1 + R22 * pb2
             # joint velocity v_J = S q̇ = (j, k); S q̈ + c_J added to (a, b)
-            j0 = j1 = j2 = k0 = k1 = k2 = 0.0
-            if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED or jt == PRISMATIC:
+            if itab[i, SCONST]:                   # one coordinate, S constant (ftab SCOL), c_J = 0
                 qd, qdd = v[iv], a[iv]
-                u0, u1, u2 = ftab[i, AXIS], ftab[i, AXIS + 1], ftab[i, AXIS + 2]
-                if jt == PRISMATIC:
-                    j0, j1, j2 = u0 * qd, u1 * qd, u2 * qd
-                    a0, a1, a2 = a0 + u0 * qdd, a1 + u1 * qdd, a2 + u2 * qdd
-                else:
-                    k0, k1, k2 = u0 * qd, u1 * qd, u2 * qd
-                    b0, b1, b2 = b0 + u0 * qdd, b1 + u1 * qdd, b2 + u2 * qdd
-            elif jt == SPHERICAL:
-                k0, k1, k2 = v[iv], v[iv + 1], v[iv + 2]
-                b0, b1, b2 = b0 + a[iv], b1 + a[iv + 1], b2 + a[iv + 2]
-            elif jt == FREE_FLYER:
-                j0, j1, j2, k0, k1, k2 = v[iv], v[iv + 1], v[iv + 2], v[iv + 3], v[iv + 4], v[iv + 5]
-                a0, a1, a2 = a0 + a[iv], a1 + a[iv + 1], a2 + a[iv + 2]
-                b0, b1, b2 = b0 + a[iv + 3], b1 + a[iv + 4], b2 + a[iv + 5]
-            elif jt == PLANAR:                    # x, y fixed in the placement frame: RJᵀ (·, ·, 0)
-                r0, r1, r2, r3, r4, r5 = RJs[i, 0], RJs[i, 1], RJs[i, 2], RJs[i, 3], RJs[i, 4], RJs[i, 5]
-                j0, j1, j2 = r0 * v[iv] + r3 * v[iv + 1], r1 * v[iv] + r4 * v[iv + 1], r2 * v[iv] + r5 * v[iv + 1]
-                k2 = v[iv + 2]
-                a0 += r0 * a[iv] + r3 * a[iv + 1] + k2 * j1          # + c_J = −(0, 0, θ̇) × j
-                a1 += r1 * a[iv] + r4 * a[iv + 1] - k2 * j0
-                a2 += r2 * a[iv] + r5 * a[iv + 1]
-                b2 += a[iv + 2]
+                s0, s1, s2, s3, s4, s5 = ftab[i, SCOL], ftab[i, SCOL + 1], ftab[i, SCOL + 2], ftab[i, SCOL + 3], \
+                    ftab[i, SCOL + 4], ftab[i, SCOL + 5]
+                j0, j1, j2, k0, k1, k2 = s0 * qd, s1 * qd, s2 * qd, s3 * qd, s4 * qd, s5 * qd
+                a0, a1, a2, b0, b1, b2 = a0 + s0 * qdd, a1 + s1 * qdd, a2 + s2 * qdd, b0 + s3 * qdd, b1 + s4 * qdd, \
+                    b2 + s5 * qdd
+            else:
+                j0, j1, j2, k0, k1, k2, a0, a1, a2, b0, b1, b2 = switch.motion(jt, ftab, i, RJs, v, a, iv, a0, a1, a2,
+                                                                               b0, b1, b2)
             # + v × v_J with v = X v_p + v_J (v_J × v_J = 0)
             a0 += w1 * j2 - w2 * j1 + v1 * k2 - v2 * k1
             a1 += w2 * j0 - w0 * j2 + v2 * k0 - v0 * k2
@@ -542,19 +454,11 @@ def rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, s0, s1, W):
         for i in range(n - 1, -1, -1):
             jt, p, iv = itab[i, TYPE], itab[i, PARENT], itab[i, IV]
             f0, f1, f2, n0, n1, n2 = M[i, 12], M[i, 13], M[i, 14], M[i, 15], M[i, 16], M[i, 17]
-            if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED:
-                tau[s, iv] = ftab[i, AXIS] * n0 + ftab[i, AXIS + 1] * n1 + ftab[i, AXIS + 2] * n2
-            elif jt == PRISMATIC:
-                tau[s, iv] = ftab[i, AXIS] * f0 + ftab[i, AXIS + 1] * f1 + ftab[i, AXIS + 2] * f2
-            elif jt == SPHERICAL:
-                tau[s, iv], tau[s, iv + 1], tau[s, iv + 2] = n0, n1, n2
-            elif jt == FREE_FLYER:
-                tau[s, iv], tau[s, iv + 1], tau[s, iv + 2] = f0, f1, f2
-                tau[s, iv + 3], tau[s, iv + 4], tau[s, iv + 5] = n0, n1, n2
-            elif jt == PLANAR:                    # (RJ f)_x, (RJ f)_y, n_z
-                tau[s, iv] = RJs[i, 0] * f0 + RJs[i, 1] * f1 + RJs[i, 2] * f2
-                tau[s, iv + 1] = RJs[i, 3] * f0 + RJs[i, 4] * f1 + RJs[i, 5] * f2
-                tau[s, iv + 2] = n2
+            if itab[i, SCONST]:                   # τ = Sᵀ f
+                tau[s, iv] = (ftab[i, SCOL] * f0 + ftab[i, SCOL + 1] * f1 + ftab[i, SCOL + 2] * f2
+                              + ftab[i, SCOL + 3] * n0 + ftab[i, SCOL + 4] * n1 + ftab[i, SCOL + 5] * n2)
+            else:
+                switch.project(jt, ftab, i, RJs, f0, f1, f2, n0, n1, n2, tau, s, iv)
             if p >= 0 and itab[i, AXIS_K] >= 0:   # f_p += Xᵀ f = (R f, R n + t × R f), R about e_k
                 ax, cq, sq = itab[i, AXIS_K], RJs[i, 0], RJs[i, 1]
                 L0, L1, L2 = axis_rotate(ax, cq, sq, f0, f1, f2)
@@ -572,10 +476,11 @@ def rnea_range(itab, ftab, g, Q, V, A, Fext, tau, cent, s0, s1, W):
 
 
 @njit(cache=True, inline="always")
-def column(jt, ftab, S, i, nv, k):
-    """Column k of joint i's motion subspace, a 6-tuple (a one-coordinate joint's from ftab, else S[i])."""
-    if nv == 1:
-        return axis_subspace(jt, ftab, i)
+def column(itab, ftab, S, i, k):
+    """Column k of joint i's motion subspace, a 6-tuple: the constant column of an SCONST joint from
+    ftab, else S[i] (filled by subspace)."""
+    if itab[i, SCONST]:
+        return ftab[i, SCOL], ftab[i, SCOL + 1], ftab[i, SCOL + 2], ftab[i, SCOL + 3], ftab[i, SCOL + 4], ftab[i, SCOL + 5]
     return S[i, 0, k], S[i, 1, k], S[i, 2, k], S[i, 3, k], S[i, 4, k], S[i, 5, k]
 
 
@@ -585,8 +490,8 @@ def crba(itab, ftab, Q, M):
     inertias Y^c_p += ⁱX_pᵀ Y^c_i ⁱX_p backwards, then per column k of joint i the force
     F = Y^c_i S_k (local scalars) carried up the ancestors j, M[j, i] = S_jᵀ F."""
     n, N = itab.shape[0], Q.shape[0]
-    qn, RJ = np.empty(Q.shape[1]), np.empty((3, 3))
-    R, t, S, Yc = np.empty((n, 9)), np.empty((n, 3)), np.empty((n, 6, 6)), np.empty((n, 6, 6))
+    qn = np.empty(Q.shape[1])
+    R, t, RJ, S, Yc = np.empty((n, 9)), np.empty((n, 3)), np.empty((n, 9)), np.empty((n, 6, 6)), np.empty((n, 6, 6))
     for s in range(N):
         bad = normalize(itab, Q[s], qn)
         if bad >= 0:
@@ -595,10 +500,9 @@ def crba(itab, ftab, Q, M):
             jt, nv = itab[i, TYPE], itab[i, NV]
             r = joint_rt(jt, ftab, i, qn, itab[i, IQ])
             set_placement(itab, ftab, i, r, R, t)
-            if nv > 1:
-                for k in range(9):
-                    RJ[k // 3, k % 3] = r[k]
-                subspace(jt, ftab, i, nv, RJ, S)
+            for k in range(9):
+                RJ[i, k] = r[k]
+            subspace(jt, ftab, i, nv, RJ, S)
             for r_ in range(6):
                 for k in range(6):
                     Yc[i, r_, k] = ftab[i, Y6 + 6 * r_ + k]
@@ -612,7 +516,7 @@ def crba(itab, ftab, Q, M):
         for i in range(n):
             jt, iv, nv = itab[i, TYPE], itab[i, IV], itab[i, NV]
             for c in range(nv):
-                sc = column(jt, ftab, S, i, nv, c)
+                sc = S[i, 0, c], S[i, 1, c], S[i, 2, c], S[i, 3, c], S[i, 4, c], S[i, 5, c]
                 F = (Yc[i, 0, 0] * sc[0] + Yc[i, 0, 1] * sc[1] + Yc[i, 0, 2] * sc[2] + Yc[i, 0, 3] * sc[3] + Yc[i, 0, 4] * sc[4] + Yc[i, 0, 5] * sc[5],
                      Yc[i, 1, 0] * sc[0] + Yc[i, 1, 1] * sc[1] + Yc[i, 1, 2] * sc[2] + Yc[i, 1, 3] * sc[3] + Yc[i, 1, 4] * sc[4] + Yc[i, 1, 5] * sc[5],
                      Yc[i, 2, 0] * sc[0] + Yc[i, 2, 1] * sc[1] + Yc[i, 2, 2] * sc[2] + Yc[i, 2, 3] * sc[3] + Yc[i, 2, 4] * sc[4] + Yc[i, 2, 5] * sc[5],
@@ -623,7 +527,7 @@ def crba(itab, ftab, Q, M):
                 while True:                     # M[j, i] = S_jᵀ F up the ancestors, F moved to j's frame
                     jv, jn = itab[j, IV], itab[j, NV]
                     for r_ in range(jn):
-                        sr = column(itab[j, TYPE], ftab, S, j, jn, r_)
+                        sr = S[j, 0, r_], S[j, 1, r_], S[j, 2, r_], S[j, 3, r_], S[j, 4, r_], S[j, 5, r_]
                         x = sr[0] * F[0] + sr[1] * F[1] + sr[2] * F[2] + sr[3] * F[3] + sr[4] * F[4] + sr[5] * F[5]
                         M[s, jv + r_, iv + c] = x
                         M[s, iv + c, jv + r_] = x
@@ -712,15 +616,6 @@ def cross_column(t0, t1, t2, M, b):
     return t1 * x2 - t2 * x1, t2 * x0 - t0 * x2, t0 * x1 - t1 * x0
 
 
-@njit(cache=True, inline="always")
-def axis_subspace(jt, ftab, i):
-    """The motion subspace column of a one-coordinate joint (revolute: (0, u), prismatic: (u, 0)), a 6-tuple."""
-    u0, u1, u2 = ftab[i, AXIS], ftab[i, AXIS + 1], ftab[i, AXIS + 2]
-    if jt == PRISMATIC:
-        return u0, u1, u2, 0.0, 0.0, 0.0
-    return 0.0, 0.0, 0.0, u0, u1, u2
-
-
 @njit(cache=True)
 def aba(itab, ftab, g, Q, V, T, Fext, out):
     """Accelerations (N, nv) = aba(q, v, τ) with external forces Fext as in rnea (p^A_i −= w_i in
@@ -729,7 +624,7 @@ def aba(itab, ftab, g, Q, V, T, Fext, out):
     p^A_i by p^a_i in pass 2 (pass 3 needs neither)."""
     n, N = itab.shape[0], Q.shape[0]
     ext = Fext.shape[0] > 0
-    qn, RJ, zero = np.empty(Q.shape[1]), np.empty((3, 3)), np.zeros(V.shape[1])
+    qn, RJ, zero = np.empty(Q.shape[1]), np.empty((n, 9)), np.zeros(V.shape[1])
     R, t, Rw, pw = np.empty((n, 9)), np.empty((n, 3)), np.empty((n, 9)), np.empty((n, 3))
     S, YA, U, Dinv = np.empty((n, 6, 6)), np.empty((n, 6, 6)), np.empty((n, 6, 6)), np.empty((n, 6, 6))
     vel, c, pA, acc, u = np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6)), np.empty((n, 6))
@@ -746,15 +641,15 @@ def aba(itab, ftab, g, Q, V, T, Fext, out):
             jt, p, iv, nv = itab[i, TYPE], itab[i, PARENT], itab[i, IV], itab[i, NV]
             r = joint_rt(jt, ftab, i, qn, itab[i, IQ])
             set_placement(itab, ftab, i, r, R, t)
-            if nv > 1:
+            if itab[i, SCONST] == 0:           # S (and R_J) in arrays unless it is the table's column
                 for k in range(9):
-                    RJ[k // 3, k % 3] = r[k]
+                    RJ[i, k] = r[k]
                 subspace(jt, ftab, i, nv, RJ, S)
             if p >= 0:
                 pv = (vel[p, 0], vel[p, 1], vel[p, 2], vel[p, 3], vel[p, 4], vel[p, 5])
             else:
                 pv = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-            mo = child_motion(jt, ftab, i, r, R, t, v, zero, iv, pv, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+            mo = child_motion(jt, ftab, i, RJ, R, t, v, zero, iv, pv, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
             fb = body_force(ftab, i, mo[0], mo[1], mo[2], mo[3], mo[4], mo[5], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
             for k in range(6):
                 vel[i, k], c[i, k], pA[i, k] = mo[k], mo[6 + k], fb[k]
@@ -772,7 +667,7 @@ def aba(itab, ftab, g, Q, V, T, Fext, out):
             for k in range(6):
                 scale = max(scale, abs(YA[i, k, k]))
             if nv == 1:
-                s0, s1, s2, s3, s4, s5 = axis_subspace(jt, ftab, i)
+                s0, s1, s2, s3, s4, s5 = column(itab, ftab, S, i, 0)
                 for k in range(6):             # U = Y^A s
                     U[i, k, 0] = (YA[i, k, 0] * s0 + YA[i, k, 1] * s1 + YA[i, k, 2] * s2 + YA[i, k, 3] * s3
                                   + YA[i, k, 4] * s4 + YA[i, k, 5] * s5)
@@ -844,7 +739,7 @@ def aba(itab, ftab, g, Q, V, T, Fext, out):
             for k in range(6):
                 acc[i, k] = ap[k] + c[i, k]
             if nv == 1:
-                s0, s1, s2, s3, s4, s5 = axis_subspace(jt, ftab, i)
+                s0, s1, s2, s3, s4, s5 = column(itab, ftab, S, i, 0)
                 x = (u[i, 0] - (U[i, 0, 0] * acc[i, 0] + U[i, 1, 0] * acc[i, 1] + U[i, 2, 0] * acc[i, 2]
                                 + U[i, 3, 0] * acc[i, 3] + U[i, 4, 0] * acc[i, 4] + U[i, 5, 0] * acc[i, 5])) * Dinv[i, 0, 0]
                 out[s, iv] = x
@@ -882,7 +777,7 @@ def kinematics(itab, ftab, Q, V, A, Rw, pw, Slab, Vel, Acc):
     body S_k is fixed in (the parent for the planar joint's translations, else the child)."""
     n, N = itab.shape[0], Q.shape[0]
     order = 2 if A.shape[0] > 0 else 1 if V.shape[0] > 0 else 0
-    qn, RJ = np.empty(Q.shape[1]), np.empty((3, 3))
+    qn, RJ = np.empty(Q.shape[1]), np.empty((n, 9))
     R, t, S = np.empty((n, 3, 3)), np.empty((n, 3)), np.empty((n, 6, 6))
     Vc = np.empty((1, 6))
     for s in range(N):
@@ -916,7 +811,7 @@ def kinematics(itab, ftab, Q, V, A, Rw, pw, Slab, Vel, Acc):
                 for r in range(6):
                     As[i, r] = As[p, r] if p >= 0 else 0.0
                 for k in range(nv):
-                    in_parent = jt == PLANAR and k < 2
+                    in_parent = (itab[i, IN_PARENT] >> k) & 1 == 1
                     for r in range(6):
                         Vc[0, r] = (Vs[p, r] if p >= 0 else 0.0) if in_parent else Vs[i, r]
                     cr = motion_cross(Vc, 0, Ss, iv + k)

@@ -4,6 +4,7 @@ import dataclasses
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -211,6 +212,29 @@ def test_second_process_loads_the_kernel_from_the_cache(tmp_path):
     assert second == {"hits": 1, "misses": 0, "tau0": first["tau0"]}
     assert "compiling" not in second_err
     assert first["tau0"] == pytest.approx(dynamics.load_model("human15").total_mass * G)
+
+
+def test_a_kernel_is_recompiled_when_a_joint_type_it_inlines_changes(tmp_path):
+    """The tree kernels inline the joint type modules (dynamics/joints), which numba's cache does
+    not watch: a joint module newer than a kernel's cache index makes the next process compile the
+    kernel again (a miss) instead of loading the stale machine code (a hit without the check). Run
+    on a copy of the package, so that the checkout's sources and caches stay untouched."""
+    shutil.copytree(REPO / "dynamics", tmp_path / "dynamics", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "configs", tmp_path / "configs", ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), WALKLAB_JIT="1", PYTHONPATH=str(tmp_path))
+    runs = []
+    for k in range(2):
+        if k == 1:                      # an edit of the revolute joint, one second after the cache was written
+            later = max(f.stat().st_mtime for f in (tmp_path / "cache").rglob("*.nbi")) + 1
+            os.utime(tmp_path / "dynamics" / "joints" / "revolute.py", (later, later))
+        p = subprocess.run([sys.executable, "-c", _LOAD_RNEA], env=env, cwd=tmp_path, capture_output=True, text=True,
+                           timeout=600)
+        assert p.returncode == 0, p.stderr
+        runs.append((json.loads(p.stdout.strip().splitlines()[-1]), p.stderr))
+    (first, _), (second, second_err) = runs
+    assert first["misses"] == 1
+    assert second["misses"] == 1 and second["hits"] == 0 and "compiling dynamics kernel tree.rnea_one" in second_err
+    assert second["tau0"] == first["tau0"]
 
 
 def test_walklab_jit_0_selects_the_numpy_path():
