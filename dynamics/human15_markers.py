@@ -286,7 +286,7 @@ def joint_rates(model: Model, q: np.ndarray, fs: float) -> tuple[np.ndarray, np.
         v[:, [iv for _, iv in rev]] = differentiate(q[:, [iq for iq, _ in rev]], fs)
     for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
         t = seg.joint.type
-        if t == "revolute":
+        if t in ("revolute", "fixed"):  # a fixed joint (a body strapped to a segment) has no coordinate
             continue
         elif t == "free_flyer":
             R = np.full((n, 3, 3), np.nan)

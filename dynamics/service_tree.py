@@ -169,6 +169,7 @@ class TreeService:
         self.floors: dict[str, int] = {}     # least lead (receipt minus lab time of the last sample) per stream [ns]
         # a root the coordinates cannot come from (not a free flyer at the origin, not in the set): MarkerError now
         h15.joint_coordinates(model, mset, h15.fit_segments(model, mset, {m: np.full((1, 3), np.nan) for m in mset.labels}))
+        h15.joint_rates(model, np.repeat(model.neutral()[None], 3, axis=0), 200.0)   # a joint type without rates
 
     def warm(self) -> None:
         """Run the computation once on the neutral posture (loads the compiled kernels now, not in the

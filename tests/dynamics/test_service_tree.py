@@ -47,8 +47,8 @@ PLATE = ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "valid")
 
 
 @functools.lru_cache(maxsize=None)
-def model():
-    return load_model("human15")
+def model(name: str = "human15"):
+    return load_model(name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -56,9 +56,9 @@ def mset():
     return marker_set_from_dict(tomllib.loads(configs.path("markersets/human15.toml").read_text()))
 
 
-def motion(t: np.ndarray):
-    """Analytic q (N, nq), v, a (N, nv) at times t (N,) s (module doc)."""
-    m = model()
+def motion(t: np.ndarray, name: str = "human15"):
+    """Analytic q (N, nq), v, a (N, nv) of model `name` at times t (N,) s (module doc)."""
+    m = model(name)
     n, k = t.size, m.nv - 6
     rng = np.random.default_rng(5)
     amp, w, ph = rng.uniform(0.05, 0.25, k), 2 * np.pi * rng.uniform(0.7, 1.3, k), rng.uniform(0, 2 * np.pi, k)
@@ -85,14 +85,14 @@ def motion(t: np.ndarray):
 
 
 @functools.lru_cache(maxsize=None)
-def record():
+def record(name: str = "human15"):
     """(marker times, q, v, a at them, Pinocchio's torques there, plate times, the wrench (f, n) about
     the lab origin at the plate times, the plates)."""
     tp = np.arange(round(SECONDS * FS_PLATE)) / FS_PLATE
-    qp, vp, ap = motion(tp)
-    f, n, tau = pinocchio_truth(model(), qp, vp, ap)
+    qp, vp, ap = motion(tp, name)
+    f, n, tau = pinocchio_truth(model(name), qp, vp, ap)
     every = round(FS_PLATE / FS)
-    heel_toe = contact_positions(model(), qp, ["heel_r", "toe_r"])
+    heel_toe = contact_positions(model(name), qp, ["heel_r", "toe_r"])
     lo, hi = heel_toe[..., :2].reshape(-1, 2).min(0) - 0.05, heel_toe[..., :2].reshape(-1, 2).max(0) + 0.05
     z = float(heel_toe[..., 2].min()) - 1e-3
     c1 = np.array([[hi[0], hi[1], z], [lo[0], hi[1], z], [lo[0], lo[1], z], [hi[0], lo[1], z]])
@@ -102,12 +102,12 @@ def record():
     return (tp[::every], qp[::every], vp[::every], ap[::every], tau[::every], tp, f, n, plates)
 
 
-def frames_of(drop_marker_frame: int | None = None, block: int = 2, occlude=None) -> list[Frame]:
+def frames_of(drop_marker_frame: int | None = None, block: int = 2, occlude=None, name: str = "human15") -> list[Frame]:
     """Marker frames (`block` samples each, 200 Hz) and plate frames (5 samples, 1 kHz), in the order of
     their last sample's time; `drop_marker_frame`: that marker frame is lost; occlude: {label: slice of
-    marker samples} NaN."""
-    tm, qm, _, _, _, tp, f, n, plates = record()
-    pos = synthetic_markers(model(), mset(), qm)
+    marker samples} NaN; name: the model moved."""
+    tm, qm, _, _, _, tp, f, n, plates = record(name)
+    pos = synthetic_markers(model(name), mset(), qm)
     for label, where in (occlude or {}).items():
         pos[label][where] = np.nan
     labels = list(pos)
@@ -140,9 +140,9 @@ def frames_of(drop_marker_frame: int | None = None, block: int = 2, occlude=None
     return [fr for _, fr in out]
 
 
-def serve(frames, chunk: int = 3, settings: TreeSettings = SETTINGS, clock=lambda: 0) -> Bus:
+def serve(frames, chunk: int = 3, settings: TreeSettings = SETTINGS, clock=lambda: 0, name: str = "human15") -> Bus:
     bus = Bus()
-    svc = TreeService(model(), mset(), FEET, record()[-1], "markers/sim", settings, bus.publish, clock=clock)
+    svc = TreeService(model(name), mset(), FEET, record(name)[-1], "markers/sim", settings, bus.publish, clock=clock)
     for i in range(0, len(frames), chunk):
         svc.feed(frames[i:i + chunk])
     return bus
@@ -157,14 +157,16 @@ def at_markers(t):
     return np.round((t - T0) * 1e-9 * FS).astype(int)
 
 
-def test_torques_equal_pinocchios_rnea_with_the_plate_wrench_on_the_foot():
+@pytest.mark.parametrize("name", ["human15", "exoskeleton"])
+def test_torques_equal_pinocchios_rnea_with_the_plate_wrench_on_the_foot(name):
     """Every marker sample but the last 2 (the look-ahead) is published, the first 2 NaN (no sample
     before them for their rates); the others' bottom-up torques equal
     Pinocchio's rnea on the true motion with the plate's wrench on the right foot within the central
     differences' O(h²) error (measured 6.5e-5 of the peak torque, 274 N·m); the power is τ·q̇ of those; the root
-    residual (measured − required wrench) is small against body weight."""
-    tm, _, vm, _, tau, *_ = record()
-    bus = serve(frames_of())
+    residual (measured − required wrench) is small against body weight. The exoskeleton model (human15
+    wearing its rigidly strapped links, fixed joints) with the human15 marker set likewise."""
+    tm, _, vm, _, tau, *_ = record(name)
+    bus = serve(frames_of(name=name), name=name)
     t, tq, ch = bus.series(TORQUES)
     i = at_markers(t)
     assert np.array_equal(i, np.arange(len(tm) - 2))          # every sample, once, in order
@@ -176,9 +178,10 @@ def test_torques_equal_pinocchios_rnea_with_the_plate_wrench_on_the_foot():
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, truth, atol=5e-4 * scale)
     np.testing.assert_allclose(tq[:, columns(ch, "power:")], truth * vm[i, 6:], atol=5e-4 * scale * np.abs(vm).max())
-    weight = model().total_mass * 9.81
+    weight = model(name).total_mass * 9.81
     assert np.abs(tq[:, columns(ch, "res:")]).max() < 5e-4 * weight
-    assert [c[4:] for c in ch if c.startswith("tau:")] == [s.joint_name for s in model().segments[1:]]
+    assert [c[4:] for c in ch if c.startswith("tau:")] == [s.joint_name for s in model(name).segments[1:]
+                                                           if s.joint.nv]
 
 
 def test_the_incremental_service_equals_the_offline_pipeline_on_the_whole_record():
