@@ -21,6 +21,7 @@ from daq.ports import free_tcp_ports
 
 from .test_service_live import start
 from .test_service_torques import Bus
+from .test_service_torques_live import publish
 from .test_service_tree import CONTACT, TORQUES, ZMP, frames_of, record, serve
 
 STREAMS = (TORQUES, ZMP, CONTACT)
@@ -70,8 +71,7 @@ def test_the_tree_process_computes_what_the_service_computes_in_process(tmp_path
         assert sub.wait_connected(timeout_s=60.0), "the service did not come up"
         assert feed.wait_for_subscribers(1, timeout_s=60.0), "the service never subscribed"
         for k, f in enumerate(frames):
-            feed.publish(f.stream, f.data, kind=f.kind, rate_hz=f.rate_hz, channels=f.channels, units=f.units,
-                         t=f.t, t_host=f.t_host, t_device=f.t_device)
+            publish(feed, f)
             if k % 4 == 3:
                 time.sleep(0.003)       # about real time: 1.5 s of frames in a few seconds
                 while (g := sub.recv(timeout_s=0)) is not None:
