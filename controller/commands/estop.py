@@ -12,8 +12,9 @@ the motors stay off even if the loop dies; only --reset (or a RESET from the bri
 from __future__ import annotations
 
 import argparse
+import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -59,16 +60,29 @@ def loop_of(lab: Any) -> tuple[Any, str]:
     return loops[0], parse_args(loops[0].name, loops[0].args).operator
 
 
-def send_to_loop(lab: Any, stream: str, data, channels, units, meta: dict, confirm: set[str], timeout_s: float) -> str:
+def send_to_loop(lab: Any, stream: str, data, channels, units, meta: dict, confirm: set[str], timeout_s: float,
+                 cancel: threading.Event | None = None) -> str:
     """Publish one operator frame (`data`: (1, C) array, time first) to the control loop of the loaded `lab`
     and wait for its event whose cause is in `confirm` (returns its detail). The loop's operator endpoint is
     bound only for this call — the one publisher a moment, so `walklab estop`, `walklab command` and a
-    scripted `walklab run` each get their turn. OSError with one line if the endpoint is taken or the loop is
-    not there or does not answer; ValueError if the loop refuses the request."""
+    scripted `walklab run` each get their turn. ``timeout_s`` bounds the whole call (subscription, delivery
+    and confirmation); setting ``cancel`` ends it within 0.1 s (InterruptedError). OSError with one line
+    if the endpoint is taken or the loop is not there or does not answer; ValueError if the loop refuses
+    the request."""
     from controller.loop import EVENT_STREAM
     from controller.proc import publisher_for, subscriber_for
 
     spec, operator = loop_of(lab)
+    end = time.monotonic() + timeout_s
+
+    def until(done: Callable[[float], bool], what: str) -> None:
+        """Call ``done(slice_s)`` in slices of at most 0.1 s until it is true, the deadline or a cancel."""
+        while not done(max(0.0, min(0.1, end - time.monotonic()))):
+            if cancel is not None and cancel.is_set():
+                raise InterruptedError(f"{what}: cancelled")
+            if time.monotonic() >= end:
+                raise TimeoutError(what)
+
     pub = publisher_for(lab, operator)
     try:
         sub = subscriber_for(lab, [spec.connect or spec.bind], [EVENT_STREAM], expect=())
@@ -76,19 +90,22 @@ def send_to_loop(lab: Any, stream: str, data, channels, units, meta: dict, confi
         pub.close()
         raise
     try:
-        if not pub.wait_for_subscribers(1, timeout_s):
-            raise TimeoutError(f"no control loop subscribed at {operator} within {timeout_s} s "
-                               f"(is process {spec.name!r} of {lab.source} running?)")
-        sub.wait_connected(timeout_s)
+        until(lambda t: pub.wait_for_subscribers(1, t), f"no control loop subscribed at {operator} within "
+              f"{timeout_s} s (is process {spec.name!r} of {lab.source} running?)")
+        until(sub.wait_connected, f"process {spec.name!r} did not answer within {timeout_s} s")
         pub.publish(stream, data, kind="operator", rate_hz=0.0, channels=channels, units=units, meta=meta)
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            f = sub.recv(timeout_s=0.1)
+        answer: list[str] = []
+
+        def confirmed(t: float) -> bool:
+            f = sub.recv(timeout_s=t)
             if f is not None and f.meta and f.meta.get("cause") in confirm | {"rejected"}:
                 if f.meta["cause"] == "rejected":
                     raise ValueError(f"the control loop refused the request: {f.meta.get('detail')}")
-                return str(f.meta.get("detail", ""))
-        raise TimeoutError(f"process {spec.name!r} did not confirm within {timeout_s} s")
+                answer.append(str(f.meta.get("detail", "")))
+            return bool(answer)
+
+        until(confirmed, f"process {spec.name!r} did not confirm within {timeout_s} s")
+        return answer[0]
     finally:
         pub.close()
         sub.close()
