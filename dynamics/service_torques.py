@@ -338,7 +338,7 @@ class WalkerService:
                 self.rejected += 1
                 continue
             step = 1e9 / f.rate_hz
-            t = f.t + np.round(np.arange(f.samples) * step).astype(np.int64)
+            t = f.sample_times()  # on the lab clock: the device's rate as its daemon's clock fit has it
             # receipt: the subscriber's; fed by hand, the host stamp of the last sample
             recv = f.t_recv if f.t_recv is not None else (f.t_pub or int(f.t_host + t[-1] - t[0]))
             lead = recv - int(t[-1])        # a sample is never received before it is measured
@@ -631,7 +631,7 @@ def run(ctx: ProcessContext, args: Sequence[str]) -> int:
             ctx.publisher.poll_subscriptions()
         else:
             if frame.stream in service.inputs and frame.t_recv is not None and frame.rate_hz > 0:
-                end = frame.t + round((frame.samples - 1) * 1e9 / frame.rate_hz)
+                end = int(frame.sample_times()[-1])
                 ctx.health.latency(f"lag/{frame.stream}", (frame.t_recv - end) * 1e-9)
             # one frame at a time: what it completes is computed and published before the next is decoded
             service.feed((frame,))
