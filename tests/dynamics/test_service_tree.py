@@ -148,6 +148,18 @@ def serve(frames, chunk: int = 3, settings: TreeSettings = SETTINGS, clock=lambd
     return bus
 
 
+def offline(pos):
+    """The offline pipeline on the whole record's markers pos (label → (N, 3) m) with the plates at the
+    marker times: (v (N, nv), MarkerKinetics)."""
+    tm, _, _, _, _, _, f, n, plates = record()
+    q = joint_coordinates(model(), mset(), fit_segments(model(), mset(), pos))
+    v, a = joint_rates(model(), q, FS)
+    every = round(FS_PLATE / FS)
+    loads = [PlateLoad(f[::every] if name == "FP1" else 0 * f[::every], n[::every] if name == "FP1" else 0 * n[::every],
+                       p.corners, np.full(len(tm), name == "FP1"), name) for name, p in plates]
+    return v, marker_inverse_dynamics(model(), q, v, a, loads, FEET, None, SETTINGS.height_tol_m, SETTINGS.edge_tol_m)
+
+
 def columns(channels, prefix):
     return [k for k, c in enumerate(channels) if c.startswith(prefix)]
 
@@ -188,19 +200,13 @@ def test_the_incremental_service_equals_the_offline_pipeline_on_the_whole_record
     """Frames of 2 marker samples carry the unwrapping (the elbow passes ±π, the root quaternion changes
     hemisphere in scipy's conversion) and the rates' look-ahead: q, v, a and the torques equal those of
     the offline pipeline run on all samples at once (its interior), whatever the feeding."""
-    tm, qm, *_ = record()
+    _, qm, *_ = record()
     raw = Rotation.from_matrix(Rotation.from_quat(qm[:, 3:7]).as_matrix()).as_quat()
     assert (np.einsum("ij,ij->i", raw[1:], raw[:-1]) < 0).any()        # the hemisphere does change
     elbow = model().idx_q[model().index["forearm_l"]]
     assert qm[:, elbow].max() > np.pi
     pos = synthetic_markers(model(), mset(), qm)
-    q = joint_coordinates(model(), mset(), fit_segments(model(), mset(), pos))
-    v, a = joint_rates(model(), q, FS)
-    _, _, _, _, _, tp, f, n, plates = record()
-    every = round(FS_PLATE / FS)
-    loads = [PlateLoad(f[::every] if name == "FP1" else 0 * f[::every], n[::every] if name == "FP1" else 0 * n[::every],
-                       p.corners, np.full(len(tm), name == "FP1"), name) for name, p in plates]
-    kin = marker_inverse_dynamics(model(), q, v, a, loads, FEET, None, SETTINGS.height_tol_m, SETTINGS.edge_tol_m)
+    _, kin = offline(pos)
     frames = frames_of()
     for chunk in (1, 5, len(frames)):
         t, tq, ch = serve(frames, chunk).series(TORQUES)
@@ -215,8 +221,7 @@ def test_zmp_margin_and_contact_follow_the_plate_wrench():
     margin is the signed distance to scipy's convex hull of the right foot's 3 markers (inside: the
     least distance to an edge line; outside: negative); the right foot carries the plate's wrench,
     known."""
-    tm, qm, *_, plates = record()
-    _, _, _, _, _, tp, f, n, _ = record()
+    _, qm, _, _, _, _, f, n, plates = record()
     bus = serve(frames_of())
     t, zmp, zch = bus.series(ZMP)
     _, con, cch = bus.series(CONTACT)
@@ -320,7 +325,7 @@ def test_a_slow_plate_stream_is_waited_for_as_long_as_its_measured_lateness():
                                atol=5e-4 * np.abs(tau).max())
     # meta.wait_s: the receipt of the plate frame covering a frame's last sample minus that sample's own
     # (its marker frame's) receipt: the plates' 0.3 s, within a plate and a marker frame's span
-    wait = [kw["meta"]["wait_s"] for d, kw in bus.frames[TORQUES] if kw["t"] > T0 + 500_000_000]
+    wait = [kw["meta"]["wait_s"] for _, kw in bus.frames[TORQUES] if kw["t"] > T0 + 500_000_000]
     assert len(wait) > 50 and all(0.29 <= w <= 0.31 for w in wait)
 
 
@@ -383,17 +388,11 @@ def test_occluded_markers_give_the_offline_pipelines_nan_and_numbers():
     joints above them NaN) and LASI for 20 (the pelvis fitted from the other 4, another visibility
     pattern): every published number, NaN included, is the offline pipeline's on the same markers."""
     occlude = {m: slice(100, 140) for m in ("LELB", "LFRM", "LWRA", "LWRB")} | {"LASI": slice(200, 220)}
-    tm, qm, *_ = record()
+    _, qm, *_ = record()
     pos = synthetic_markers(model(), mset(), qm)
     for label, where in occlude.items():
         pos[label][where] = np.nan
-    q = joint_coordinates(model(), mset(), fit_segments(model(), mset(), pos))
-    v, a = joint_rates(model(), q, FS)
-    _, _, _, _, _, tp, f, n, plates = record()
-    every = round(FS_PLATE / FS)
-    loads = [PlateLoad(f[::every] if name == "FP1" else 0 * f[::every], n[::every] if name == "FP1" else 0 * n[::every],
-                       p.corners, np.full(len(tm), name == "FP1"), name) for name, p in plates]
-    kin = marker_inverse_dynamics(model(), q, v, a, loads, FEET, None, SETTINGS.height_tol_m, SETTINGS.edge_tol_m)
+    v, kin = offline(pos)
     t, tq, ch = serve(frames_of(occlude=occlude)).series(TORQUES)
     t, tq = t[2:], tq[2:]
     i = at_markers(t)
