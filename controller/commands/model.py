@@ -141,6 +141,8 @@ def _emit(text: str, output: str | None, summary: str) -> int:
 
 
 def _tree_text(model) -> str:
+    from dynamics.joints import joint_type
+
     ws = max(len(s.name) for s in model.segments)
     wj = max(len(s.joint_name or s.name) for s in model.segments)
     lines = [f"model {model.name}" + (f"  ({model.source})" if model.source else ""),
@@ -148,7 +150,7 @@ def _tree_text(model) -> str:
              f"{'#':>3} {'segment':<{ws}} {'parent':<{ws}} {'joint':<{wj}} {'type':<11} {'axis':<12} "
              f"{'mass kg':>9}  com m (segment frame)"]
     for i, s in enumerate(model.segments, start=1):
-        axis = _vec(s.joint.axis) if s.joint.type in ("revolute", "revolute_unbounded", "prismatic") else "-"
+        axis = _vec(s.joint.axis) if joint_type(s.joint.type).AXIS_PARAMETER else "-"
         lines.append(f"{i:>3} {s.name:<{ws}} {s.parent or 'world':<{ws}} {s.joint_name or s.name:<{wj}} "
                      f"{s.joint.type:<11} {axis:<12} {_fmt(s.mass)}  {_vec(s.com)}")
     if model.actuators:
