@@ -42,7 +42,7 @@ class ConfigError(ValueError):
 
 def _doc(text: str, **checks: Any) -> dict[str, Any]:
     # Field metadata: `doc` for docs/config.md and error messages, plus optional checks:
-    # min / gt (numbers), pattern (strings), shape (nested lists), from_key (filled from the table key).
+    # min / max / gt (numbers), pattern (strings), shape (nested lists), from_key (filled from the table key).
     return {"doc": text, **checks}
 
 
@@ -137,6 +137,13 @@ class Process:
     stop_grace_s: float | None = field(default=None, metadata=_doc(
         "seconds between SIGTERM and SIGKILL for this process; unset = ``[supervisor] stop_grace_s`` "
         "(a ``daq.record`` process needs up to 60 s to write what is still queued in its socket)", min=0.0))
+    nice: int | None = field(default=None, metadata=_doc(
+        "niceness the supervisor gives the process at its start, -20..19 (lower = more CPU); unset = "
+        "the supervisor's own", min=-20, max=19))
+    realtime: int = field(default=0, metadata=_doc(
+        "SCHED_FIFO priority 1..99 the supervisor gives the process at its start (0 = normal scheduling); "
+        "refused (no CAP_SYS_NICE): it runs at normal priority and a ``priority`` event says so",
+        min=0, max=99))
 
     @property
     def endpoint(self) -> str:
@@ -440,6 +447,8 @@ def _check(value: Any, key: str, ctx: _Ctx, meta: dict[str, Any]) -> None:
         return
     if "min" in meta and value < meta["min"]:
         raise ctx.error(key, f"expected a value >= {meta['min']}", value)
+    if "max" in meta and value > meta["max"]:
+        raise ctx.error(key, f"expected a value <= {meta['max']}", value)
     if "gt" in meta and not value > meta["gt"]:
         raise ctx.error(key, f"expected a value > {meta['gt']}", value)
     if "pattern" in meta and not re.fullmatch(meta["pattern"], value):

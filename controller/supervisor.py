@@ -29,6 +29,17 @@ them; a process whose frames stop for its ``liveness_s`` (or that sends none wit
 ``stop_grace_s``, and its exit counts as a failure (restarted unless the policy is ``never``).
 Frames are matched by the pid in their meta, so an old instance's frames never vouch for a new one.
 
+Scheduling: a process with ``nice`` or ``realtime`` (``[[processes]]``) gets that niceness and/or
+``SCHED_FIFO`` priority from the supervisor right after its spawn, on every thread of the child
+(`set_priority`; at that moment only the interpreter's main thread exists, and every thread it
+starts later, ZeroMQ's included, inherits the setting). Done here rather than in the child: the
+supervisor is the one that must report a refusal on the bus, and ``preexec_fn`` is unsafe in a
+process that has threads (the stderr relays). The child runs its first milliseconds of interpreter
+start-up at normal priority, before any of its own code. When the kernel refuses (no
+``CAP_SYS_NICE``: EPERM/EACCES), the process runs on at the priority it has, and the supervisor
+logs a warning and publishes one ``priority`` event for that start: a lab never fails to start
+for it.
+
 Stopping (SIGINT, SIGTERM, SIGHUP or `Supervisor.stop`): SIGTERM to every child's process group,
 up to ``stop_grace_s`` for them to exit, SIGKILL to those left, then reap them all.
 """
@@ -214,6 +225,15 @@ class Supervisor:
         child.popen = subprocess.Popen(self.command(child.spec), env=env, start_new_session=True,
                                        stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True)
         child.started = self._now()
+        spec = child.spec
+        if spec.nice is not None or spec.realtime:
+            try:
+                set_priority(child.popen.pid, spec.nice, spec.realtime)
+            except ProcessLookupError:
+                pass  # it exited already: poll() reports that
+            except OSError as e:  # not permitted: run at normal priority, and say so
+                self._event("priority", child, child.started, pid=child.popen.pid, nice=spec.nice,
+                            realtime=spec.realtime, error=f"{e.strerror} (errno {e.errno})")
         child.state = "running"
         child.heard = None
         child.last_line = ""
@@ -298,6 +318,11 @@ class Supervisor:
         elif event == "failed":
             log.error("%s %s (a config, argument or import error): failed, not restarted: %s",
                       child.spec.name, how, fields["error"] or "(no message)")
+        elif event == "priority":
+            wanted = " and ".join(([f"nice {fields['nice']}"] if fields["nice"] is not None else [])
+                                  + ([f"SCHED_FIFO priority {fields['realtime']}"] if fields["realtime"] else []))
+            log.warning("%s (pid %d): %s refused (%s; needs CAP_SYS_NICE): it runs at the priority it inherited",
+                        child.spec.name, fields["pid"], wanted, fields["error"])
         elif event == "silent":
             what = "no health frame since its start" if fields["first"] else "its health frames stopped"
             log.warning("%s (pid %d) silent for %.1f s (%s; liveness_s %.1f): SIGTERM", child.spec.name,
@@ -305,6 +330,22 @@ class Supervisor:
         else:
             log.info("%s %s; restart policy %r: not restarted", child.spec.name, how, child.spec.restart)
         self._events(event, fields, at)
+
+
+def set_priority(pid: int, nice: int | None, realtime: int) -> None:
+    """Give every thread of process `pid` niceness `nice` (None: unchanged) and, when `realtime` > 0,
+    ``SCHED_FIFO`` priority `realtime` (1..99). Linux applies both per thread, and new threads
+    inherit them from their creator. Raises PermissionError when the kernel refuses (no
+    CAP_SYS_NICE and RLIMIT_RTPRIO/RLIMIT_NICE too low), ProcessLookupError when `pid` is gone."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        raise ProcessLookupError(f"no process {pid}") from None
+    for tid in tids:
+        if nice is not None:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        if realtime:
+            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(realtime))
 
 
 def _signal_group(pgid: int, sig: int) -> None:
