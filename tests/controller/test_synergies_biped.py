@@ -7,17 +7,16 @@ ground wrench that balances it (from Pinocchio's free-flyer rows: single support
 the stance foot), the shipped config's motor limits, and the selector that the loop uses.
 """
 import numpy as np
+import pinocchio as pin
 import pytest
 
 from controller.synergies import biped
+from controller.synergies.gait_cycle import read_cycle
 from controller.synergies.robot import load_robot
 from controller.synergies.select import Request, select, valid
 from dynamics.loader import load_model
 from dynamics.pinocchio_model import to_pinocchio
 from dynamics.synthesis.semi_inverse import BipedJoints, build_nominal
-from controller.synergies.gait_cycle import read_cycle
-
-pin = pytest.importorskip("pinocchio")
 
 
 @pytest.fixture(scope="module")
