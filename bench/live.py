@@ -1,6 +1,6 @@
 """Soak and latency benchmark of the whole simulated lab: `walklab run` on the Jansen world at lab load.
 
-    python bench/live.py [--minutes 10] [--record FILE] [--keep]      (or: walklab bench live --minutes M)
+    python bench/live.py [--minutes 10] [--record FILE] [--realtime P]    (or: walklab bench live --minutes M)
 
 The shipped lab (configs/sim.toml: the world, plate service, walker dynamics, control loop, health
 monitor, recorder) on private ports, walking at 0.3 m/s, plus an extra-load process (this module's
@@ -24,6 +24,11 @@ Prints the machine and command, then per stage the latency p50 / p99 / max over 
 - ``world -> torques``: the world's publication of an encoder block to the publication of the torques
   frame that holds its last sample (both on the host monotonic clock);
 
+``--realtime P`` sets ``realtime = P`` (SCHED_FIFO priority, 0 = normal scheduling) on the lab's loop,
+walker dynamics (``torques``) and plate service (``dynamics``) entries, whatever configs/sim.toml says;
+without it they run as configs/sim.toml says. Every process's scheduling, as the kernel reports it, is
+printed with its CPU.
+
 then drops (frames missing from the recording by seq, per stream; the services' subscribers' ``dropped``
 counters from their last health frames) and the CPU of each process (psutil: CPU seconds over the run
 / wall seconds, % of one core).
@@ -31,6 +36,7 @@ counters from their last health frames) and the CPU of each process (psutil: CPU
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -69,12 +75,33 @@ def run(ctx: Any, args: Sequence[str]) -> int:
     return 0
 
 
-def lab(tmp: Path) -> Path:
-    """configs/sim.toml on free ports, its pty under `tmp`, plus the extra-load process."""
+#: the lab's processes `--realtime` sets: the control loop and the two dynamics services
+REALTIME_PROCESSES = ("loop", "torques", "dynamics")
+
+
+def with_realtime(text: str, names: Sequence[str], priority: int) -> str:
+    """Lab config `text` with ``realtime = priority`` in the ``[[processes]]`` entries named `names`
+    (replacing any ``realtime`` line they have)."""
+    head, *blocks = text.split("[[processes]]")
+    out = []
+    for b in blocks:
+        m = re.search(r'^name = "([^"]+)"$', b, flags=re.M)
+        if m and m.group(1) in names:
+            b = re.sub(r"^realtime = .*\n", "", b, flags=re.M)
+            b = b[:m.end()] + f"\nrealtime = {priority}" + b[m.end():]
+        out.append(b)
+    return "[[processes]]".join([head, *out])
+
+
+def lab(tmp: Path, realtime: int | None = None) -> Path:
+    """configs/sim.toml on free ports, its pty under `tmp`, plus the extra-load process; `realtime` not
+    None: that SCHED_FIFO priority for `REALTIME_PROCESSES` (0 = normal scheduling)."""
     import configs
     from daq.ports import free_tcp_ports
 
     text = configs.path("sim.toml").read_text()
+    if realtime is not None:
+        text = with_realtime(text, REALTIME_PROCESSES, realtime)
     text += ('\n[[processes]]\nname = "extra"\nmodule = "bench.live"\nbind = "tcp://127.0.0.1:5699"\n'
              'restart = "on-failure"\n')
     ports = sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text)))
@@ -100,10 +127,12 @@ def _name(p: Any) -> str:
     return " ".join(cmd[:3])
 
 
-def cpu_watch(root: Any, running: Any, poll_s: float = 2.0) -> dict[str, float]:
+def cpu_watch(root: Any, running: Any, poll_s: float = 2.0,
+              sched: dict[str, str] | None = None) -> dict[str, float]:
     """CPU % of one core per process under `root` (psutil.Process) over `seconds` of wall time: each process's
     CPU time at its last sight minus at its first, over the wall time between them (a restarted process:
-    both lives added under its name); until `running()` is False."""
+    both lives added under its name); until `running()` is False. `sched`, if given, receives each
+    process's scheduling at its first sight (``SCHED_FIFO 10`` or ``nice 0``, the kernel's report)."""
     import psutil
 
     first: dict[int, tuple[str, float, float]] = {}
@@ -115,8 +144,12 @@ def cpu_watch(root: Any, running: Any, poll_s: float = 2.0) -> dict[str, float]:
                 cpu, now = c.user + c.system, time.monotonic()
                 if p.pid not in first:
                     first[p.pid] = (_name(p), cpu, now)
+                    if sched is not None:
+                        fifo = os.sched_getscheduler(p.pid) == os.SCHED_FIFO
+                        sched[first[p.pid][0]] = (f"SCHED_FIFO {os.sched_getparam(p.pid).sched_priority}" if fifo
+                                                  else f"nice {os.getpriority(os.PRIO_PROCESS, p.pid)}")
                 last[p.pid] = (cpu, now)
-            except psutil.Error:
+            except (psutil.Error, ProcessLookupError):
                 pass
         time.sleep(poll_s)
     out: dict[str, float] = {}
@@ -181,15 +214,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/live.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=10.0, help="length of the run with the lab up (default 10)")
     p.add_argument("--record", metavar="FILE", help="keep the recording here (default: a temporary file)")
+    p.add_argument("--realtime", type=int, metavar="P", help="SCHED_FIFO priority of the loop and the dynamics "
+                   f"services ({', '.join(REALTIME_PROCESSES)}); 0 = normal (default: as configs/sim.toml says)")
     o = p.parse_args(list(argv) if argv is not None else None)
     if not 0 < o.minutes <= 24 * 60:
         raise ValueError(f"--minutes must be in (0, 1440], got {o.minutes}")
+    if o.realtime is not None and not 0 <= o.realtime <= 99:
+        raise ValueError(f"--realtime must be in 0..99, got {o.realtime}")
     import psutil
 
     print(machine(f"psutil {psutil.__version__}"))
     print(command())
     with tempfile.TemporaryDirectory(prefix="walklab-bench-") as tmp:
-        cfg = lab(Path(tmp))
+        cfg = lab(Path(tmp), o.realtime)
         rec = Path(o.record) if o.record else Path(tmp) / "live.mcap"
         script = Path(tmp) / "script.toml"
         script.write_text("[[command]]\nat = 0.0\nlabel = 'walk'\nspeed = 0.3\n")
@@ -199,7 +236,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   "--record", str(rec), "--script", str(script)], cwd=REPO,
                                  stdout=open(Path(tmp) / "run.log", "w"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + seconds + 600.0
-        cpu = cpu_watch(psutil.Process(child.pid), lambda: child.poll() is None and time.monotonic() < deadline)
+        sched: dict[str, str] = {}
+        cpu = cpu_watch(psutil.Process(child.pid), lambda: child.poll() is None and time.monotonic() < deadline,
+                        sched=sched)
         status = child.wait(timeout=60)
         wall = time.monotonic() - t0
         log = (Path(tmp) / "run.log").read_text()
@@ -228,9 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  seq gaps in the recording: {r['gaps'] or 'none'}")
     print(f"  subscribers' dropped counters (last health frames): {r['dropped'] or 'none'}")
     print(f"  frames recorded: {sum(r['frames'].values())} in {len(r['frames'])} streams")
-    print("\nCPU per process (% of one core, over the run)")
+    print("\nCPU per process (% of one core, over the run; its scheduling at first sight)")
     for name, c in sorted(cpu.items(), key=lambda kv: -kv[1]):
-        print(f"  {name:45s} {c:6.1f}")
+        print(f"  {name:45s} {c:6.1f}   {sched.get(name, '')}")
     print(f"  {'total':45s} {sum(cpu.values()):6.1f}")
     summary = [line for line in log.splitlines() if "distance walked" in line or "dynamics latency" in line]
     print("\n" + "\n".join(summary))

@@ -1,12 +1,17 @@
 """Control-loop benchmark: the real loop process (controller.loop via controller.proc) at 500 Hz on a
 virtual MCU over a real pty, its crank motor loaded by the 12-leg Jansen walker's crank plant.
 
-    python bench/loop.py [--seconds 600] [--rate-hz 500] [--spin-us 300]
+    python bench/loop.py [--seconds 600] [--rate-hz 500] [--spin-us 300] [--realtime P]
 
 Prints the machine and command, then the period jitter (wake time - deadline, from the loop's own
 controller/state stream, every cycle) as percentiles, the overruns and missed deadlines (the loop's
 health counters) and the cycles seen. The virtual MCU (1 kHz control, 500 Hz STATE, plant) runs in
 this process, the loop in its own: the two cores of the reference machine are both busy.
+
+``--realtime P`` (1..99) runs the loop process as a lab would (its ``[[processes]]`` entry's
+``realtime = P``, applied by `controller.supervisor.set_priority` right after its spawn) and the
+virtual MCU's threads (its firmware loop and UART) at SCHED_FIFO priority P as well; the bench's
+own receiving thread stays at normal priority. The kernel's report of each is printed.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -37,12 +43,26 @@ from dynamics.plants.motor import MotorParams  # noqa: E402
 from firmware_bridge.virtual import VirtualMCU  # noqa: E402
 
 
+def _policies(tids) -> str:
+    """The distinct (policy, priority) of threads `tids`, e.g. ``SCHED_FIFO 10 x4``."""
+    names = {os.SCHED_OTHER: "SCHED_OTHER", os.SCHED_FIFO: "SCHED_FIFO"}
+    seen: dict[str, int] = {}
+    for t in tids:
+        k = f"{names.get(os.sched_getscheduler(t), '?')} {os.sched_getparam(t).sched_priority}"
+        seen[k] = seen.get(k, 0) + 1
+    return ", ".join(f"{k} x{n}" for k, n in seen.items())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=600.0)
     ap.add_argument("--rate-hz", type=float, default=500.0)
     ap.add_argument("--spin-us", type=float, default=300.0)
+    ap.add_argument("--realtime", type=int, default=0, metavar="P",
+                    help="SCHED_FIFO priority 1..99 of the loop and the virtual MCU (0 = normal, the default)")
     a = ap.parse_args()
+    if not 0 <= a.realtime <= 99:
+        ap.error(f"--realtime {a.realtime}: expected 0..99")
     print(machine())
     print(command())
     with tempfile.TemporaryDirectory() as d:
@@ -72,19 +92,31 @@ def main() -> int:
             motors = ["crank"]
             watchdog_ms = 300
             """))
+        if a.realtime:  # the [[processes]] key, as walklab run would apply it
+            cfg.write_text(cfg.read_text().replace('name = "loop"', f'name = "loop"\nrealtime = {a.realtime}'))
         plant = crank_plant(read_crank_legs("jansen_walker"), ground_penetration=0.008,
                             law=NormalLaw("hunt_crossley_constant", 2e4, damping=10.0))
         mcu = VirtualMCU(1, motor=MotorParams(), control_hz=1000, stream_hz=500, watchdog_ms=300,
                          load=lambda t, th, om: motor_load(plant, th, om))
         sub = Subscriber([f"tcp://127.0.0.1:{ports[1]}"], ["controller/state", "health/loop"])
         from controller.config import load
+        from controller.supervisor import set_priority
 
+        spec = load(cfg).process("loop")
         proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "loop",
-                                 *load(cfg).process("loop").args], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                                 *spec.args], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        if spec.realtime:
+            set_priority(proc.pid, spec.nice, spec.realtime)  # PermissionError: run as root / with CAP_SYS_NICE
         jit, walking, health = [], [], {}
         try:
             assert sub.wait_connected(30.0), "the loop did not come up"
             mcu.start()
+            mcu_threads = [t.native_id for t in threading.enumerate() if t.name.startswith("virtual-mcu")]
+            for tid in mcu_threads if a.realtime else ():
+                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(a.realtime))
+            print("scheduling (the kernel's report): loop threads "
+                  + _policies(int(t) for t in os.listdir(f"/proc/{proc.pid}/task"))
+                  + "; virtual MCU threads " + _policies(mcu_threads) + "; everything else normal")
             os.symlink(mcu.port, tmp / "mcu")
             t_end = None
             while t_end is None or time.monotonic() < t_end:
