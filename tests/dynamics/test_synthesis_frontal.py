@@ -113,3 +113,14 @@ def test_periodic_to_the_solver_tolerance_and_mirrored(noms):
 def test_shooting_and_collocation_agree(noms):
     tr = noms["bidyn"][1].trunk
     np.testing.assert_allclose(tr.collocation_y0, tr.y0, atol=1e-5)
+
+
+def test_shorter_period_lowers_the_frontal_compensation_as_methods_j9(noms):
+    """Faster via smaller T: the frontal compensation down (methods.md j.9), measured here by the roll's
+    amplitude max |theta| (the models have no frontal actuator whose torque BIDYN's figures show):
+    surla_bidyn, S = 0.8, law II/2, T = 1.0 s against the fixture's 1.2 s."""
+    model, slow = noms["bidyn"]
+    fast = build_nominal(model, BIDYN, read_cycle(), 0.8, 1.0, single=(2, 2), double=(2, 2), samples=200,
+                         frontal=True)
+    assert fast.speed > slow.speed
+    assert np.abs(fast.theta).max() < 0.9 * np.abs(slow.theta).max()
