@@ -36,7 +36,8 @@ held at their last value (``STREAM:held_samples``; flagged ``stale`` in the torq
 Bad input never stops it: frames without the channels it needs, without samples or a sample rate
 are counted (``STREAM:rejected``); frames stamped further ahead of their receipt than the stream's
 history allows (its least lead, or zero when that is larger, minus 0.25 s: a device clock jump the
-daemon did not catch) are clock faults (``STREAM:clock_faults``), repeats and frames back in time ``STREAM:repeated``; all
+daemon did not catch; a stream's first frame against the other streams' least lead: `Arrivals`) are
+clock faults (``STREAM:clock_faults``), repeats and frames back in time ``STREAM:repeated``; all
 are skipped. Malformed messages are counted by the bus.
 
 Published (stamps: the first motor's encoder samples' ``t``/``t_host``/``t_device``; one frame per
@@ -119,6 +120,40 @@ class Settings:
                              f"< 10, got {self}")
 
 
+class Arrivals:
+    """The acceptance rule every live dynamics service applies to a received frame (`WalkerService`,
+    `service_tree.TreeService`): its samples' lab times are `Frame.sample_times` (the device's rate on the
+    lab clock, ``meta["rate_lab_hz"]``, when the daemon's clock fit gives it); its receipt is the
+    subscriber's, or fed by hand, the host stamp of its last sample; its lead = receipt − lab time of the
+    last sample [ns] (a sample is never received before it is measured). A frame whose lead is more than
+    `CLOCK_SLACK_NS` below min(least lead of the stream, 0) is a clock fault; a stream's FIRST frame is
+    judged so against the least lead of the other streams, so one stamped far ahead (a device clock a
+    minute off) cannot anchor the stream there and turn every later good frame into a repeat. Against the
+    least lead, never above zero: a backlog (a publisher catching up after a stall, the plate service
+    after its zeroing) inflates the early leads, and its catching up lowers the lead by a frame's span at
+    once — that is not a clock running ahead. A frame that ends at or before the stream's newest sample
+    is a repeat."""
+
+    def __init__(self) -> None:
+        self.floors: dict[str, int] = {}    # least lead per stream [ns]
+
+    def admit(self, f: Any, newest: int | None) -> tuple[np.ndarray, int, str | None, str]:
+        """(lab times (samples,) ns, receipt ns, None, "") of frame `f` of a stream whose newest sample so
+        far is at `newest` ns (None: none), or (..., counter, why) when it is skipped: ``clock_faults``
+        or ``repeated``."""
+        t = f.sample_times()
+        recv = f.t_recv if f.t_recv is not None else (f.t_pub or int(f.t_host + t[-1] - t[0]))
+        lead = recv - int(t[-1])
+        floor = self.floors.get(f.stream)
+        ref = floor if floor is not None else min(self.floors.values(), default=None)
+        if ref is not None and lead < min(ref, 0) - CLOCK_SLACK_NS:
+            return t, recv, "clock_faults", f"stamped {(ref - lead) * 1e-9:.3f} s ahead of its receipt"
+        self.floors[f.stream] = lead if floor is None else min(floor, lead)
+        if newest is not None and t[-1] <= newest:
+            return t, recv, "repeated", "nothing new: a repeat or out of order"
+        return t, recv, None, ""
+
+
 class _Input:
     """One input stream's recent samples: lab times [ns], values (rows), receipt time of each sample's
     frame [ns] (rows a:b of arrays kept between frames: a frame's samples are copied in once, trimming
@@ -132,7 +167,6 @@ class _Input:
         self._v = np.empty((self._t.size, width))
         self._r = np.empty(self._t.size, dtype=np.int64)
         self.a = self.b = 0
-        self.floor: int | None = None       # least lead (receipt minus lab time of the last sample) seen [ns]
         self.since: int | None = None       # receipt [ns] that opened the current lateness window
         self.late_prev = self.late_cur = 0  # largest lateness in the previous and the current window [ns]
 
@@ -320,6 +354,7 @@ class WalkerService:
         self.first_recv: int | None = None                         # receipt of the first ref sample (ns)
         self.latencies: list[float] = []
         self.rejected = 0
+        self.arrivals = Arrivals()
 
     # -- input ------------------------------------------------------------------------------
 
@@ -338,23 +373,15 @@ class WalkerService:
                 self.rejected += 1
                 continue
             step = 1e9 / f.rate_hz
-            t = f.sample_times()  # on the lab clock: the device's rate as its daemon's clock fit has it
-            # receipt: the subscriber's; fed by hand, the host stamp of the last sample
-            recv = f.t_recv if f.t_recv is not None else (f.t_pub or int(f.t_host + t[-1] - t[0]))
-            lead = recv - int(t[-1])        # a sample is never received before it is measured
-            # against the least lead seen, but never above zero: a backlog (a publisher catching up after a
-            # stall, the plate service after its zeroing) inflates the early leads, and its catching up
-            # lowers the lead by a frame's span at once — that is not a clock running ahead
-            if inp.floor is not None and lead < min(inp.floor, 0) - CLOCK_SLACK_NS:
-                self.count(f"{f.stream}:clock_faults", 1)    # stamped later than its receipt allows
+            t, recv, skip, why = self.arrivals.admit(f, inp.newest)
+            if skip == "clock_faults":
+                self.count(f"{f.stream}:clock_faults", 1)
                 if self.rejected < _LOG_FIRST:
-                    log.warning("%s: frame seq %d stamped %.3f s ahead of its receipt: clock fault, rejected",
-                                f.stream, f.seq, (inp.floor - lead) * 1e-9)
+                    log.warning("%s: frame seq %d %s: clock fault, rejected", f.stream, f.seq, why)
                 self.rejected += 1
                 continue
-            inp.floor = lead if inp.floor is None else min(inp.floor, lead)
-            if inp.newest is not None and t[-1] <= inp.newest:
-                self.count(f"{f.stream}:repeated", 1)        # nothing new: a repeat or out of order
+            if skip is not None:
+                self.count(f"{f.stream}:{skip}", 1)
                 continue
             inp.note_lateness(recv, int(t[0]))
             if f.rate_hz != inp.rate_hz:        # KEEP_S at this stream's rate, not the nominal one

@@ -51,14 +51,17 @@ alignment wait):
 - ``dynamics/zmp``: ``ZMPx ZMPy`` (m) of the plates' total wrench on the plane of their surfaces,
   ``margin`` (m, > 0 inside) to the support polygon of the stance feet's markers (a foot carrying
   more than ``--contact-n`` vertical force; its markers placed by its fitted segment), ``support``
-  (vertices), ``valid`` (total F_z > ``--min-fz-n``);
+  (vertices), ``valid`` (total F_z > ``--min-fz-n``); where a foot's load is unknown (on no plate)
+  the real ZMP is unknown: ``margin`` NaN, ``valid`` 0;
 - ``dynamics/contact``: per foot ``FOOT:Fx :Fy :Fz`` (N) ``:Mx :My :Mz`` (N·m about the lab origin),
   the plate wrench assigned to it, and ``:known`` (1: its ground load is known).
 
 A sample with a plate never seen (NaN) is published as NaN. Bad input never stops it: frames without
 samples, rate or the plate channels, marker frames with none of the set's markers are counted
 (``STREAM:rejected``); frames stamped further ahead of their receipt than the stream's history
-allows (``STREAM:clock_faults``), repeats (``STREAM:repeated``) are skipped. docs/service.md.
+allows (``STREAM:clock_faults``), repeats (``STREAM:repeated``) are skipped: the walker's rule,
+`service_torques.Arrivals` (sample times from `Frame.sample_times`, on the lab clock). Each plate's
+buffer holds `KEEP_S` at its frames' rate. docs/service.md.
 """
 from __future__ import annotations
 
@@ -77,7 +80,7 @@ from dynamics import human15_markers as h15
 from dynamics.loader import read_toml, resolve
 from dynamics.model import Model
 from dynamics.plate_id import PlateLoad, plate_id_workspace
-from dynamics.service_torques import CLOCK_SLACK_NS, MAX_BATCH, TORQUES, ZMP, CONTACT, ZMP_CHANNELS, ZMP_UNITS, _Input
+from dynamics.service_torques import MAX_BATCH, Arrivals, TORQUES, ZMP, CONTACT, ZMP_CHANNELS, ZMP_UNITS, _Input
 from dynamics.spatial import cross
 from dynamics.support import support_margin
 from dynamics.zmp import zmp_of_wrench
@@ -166,7 +169,7 @@ class TreeService:
         self.first_recv: int | None = None
         self.latencies: list[float] = []
         self.rejected = 0
-        self.floors: dict[str, int] = {}     # least lead (receipt minus lab time of the last sample) per stream [ns]
+        self.arrivals = Arrivals()           # the walker's frame acceptance (clock faults, repeats)
         # a root the coordinates cannot come from (not a free flyer at the origin, not in the set): MarkerError now
         h15.joint_coordinates(model, mset, h15.fit_segments(model, mset, {m: np.full((1, 3), np.nan) for m in mset.labels}))
         h15.joint_rates(model, np.repeat(model.neutral()[None], 3, axis=0), 200.0)   # a joint type without rates
@@ -197,26 +200,23 @@ class TreeService:
                 self._reject(f, "rejected", why)
                 continue
             step = 1e9 / f.rate_hz
-            t = f.t + np.round(np.arange(f.samples) * step).astype(np.int64)
-            recv = f.t_recv if f.t_recv is not None else (f.t_pub or int(f.t_host + t[-1] - t[0]))
-            lead = recv - int(t[-1])        # as WalkerService: a sample is never received before it is measured
-            floor = self.floors.get(f.stream)
-            if floor is not None and lead < min(floor, 0) - CLOCK_SLACK_NS:
-                self._reject(f, "clock_faults", f"stamped {(floor - lead) * 1e-9:.3f} s ahead of its receipt")
+            t, recv, skip, why = self.arrivals.admit(f, self.last_t if inp is None else inp.newest)
+            if skip == "clock_faults":
+                self._reject(f, skip, why)
                 continue
-            self.floors[f.stream] = lead if floor is None else min(floor, lead)
-            newest = self.last_t if inp is None else inp.newest
-            if newest is not None and t[-1] <= newest:
-                self.count(f"{f.stream}:repeated", 1)        # nothing new: a repeat or out of order
+            if skip is not None:
+                self.count(f"{f.stream}:{skip}", 1)
                 continue
             if inp is None:
-                new = t > (newest if newest is not None else -(2 ** 62))    # a block overlapping the last
+                new = t > (self.last_t if self.last_t is not None else -(2 ** 62))    # a block overlapping the last
                 th = f.t_host + np.round(np.arange(f.samples) * step).astype(np.int64)
                 td = None if f.t_device is None else f.t_device + np.round(np.arange(f.samples) * step).astype(np.int64)
                 self._markers(np.asarray(f.data, dtype=float)[new], t[new], th[new], None if td is None else td[new],
                               recv, f.rate_hz)
             else:
                 inp.note_lateness(recv, int(t[0]))
+                if f.rate_hz != inp.rate_hz:        # KEEP_S at the plate's own rate, not the nominal 1 kHz
+                    inp.set_rate(f.rate_hz)
                 cols = [f.channels.index(c) for c in PLATE_CHANNELS]
                 inp.add(t, np.asarray(f.data, dtype=float)[:, cols], recv)
         self._compute()
@@ -356,7 +356,12 @@ class TreeService:
         stance = kin.foot_wrench[:, :, 2] > self.settings.contact_n         # (n, F)
         on = stance[:, self.point_foot] & np.isfinite(pts).all(axis=2)
         margin, nvert = support_margin(np.nan_to_num(pts), on, z.point)
-        zmp = np.column_stack([z.point[:, :2], margin, nvert, z.valid])
+        # a foot whose ground load is unknown (on no plate: the bare floor) may carry weight the plates do
+        # not see: the real ZMP and support are unknown, so no margin (NaN) and not valid — never a finite
+        # margin of the plates' share alone (the control loop's ZMP guard reads it)
+        unknown = ~kin.foot_known.all(axis=1)
+        margin = np.where(unknown, np.nan, margin)
+        zmp = np.column_stack([z.point[:, :2], margin, nvert, z.valid & ~unknown])
         contact = np.concatenate([kin.foot_wrench, kin.foot_known[..., None]], axis=2).reshape(n, -1)
         torques[~have, :-1] = zmp[~have] = contact[~have] = np.nan     # a plate never seen: nothing is known
         th0, td0 = samples[0][5]

@@ -402,3 +402,89 @@ def test_occluded_markers_give_the_offline_pipelines_nan_and_numbers():
     np.testing.assert_allclose(tau, kin.tau_bottom_up[i, 6:], rtol=1e-9, atol=1e-7, equal_nan=True)
     np.testing.assert_allclose(tq[:, columns(ch, "power:")], (kin.tau_bottom_up * v)[i, 6:], rtol=1e-9, atol=1e-6,
                                equal_nan=True)
+
+
+def test_a_plate_streams_first_frame_stamped_60_s_ahead_is_a_clock_fault_not_an_anchor():
+    """FP2's FIRST frame stamped 60 s ahead of its receipt (no history of its own yet): judged against
+    the other streams' least lead it is a clock fault, and every later FP2 frame is used — it does not
+    set the stream's newest sample 60 s ahead and turn them all into repeats (found by review: 300
+    repeated, no finite torque). Every sample after that frame's span is the clean run's."""
+    frames = frames_of()
+    good = serve(frames).series(TORQUES)
+    k = next(i for i, fr in enumerate(frames) if fr.stream == "dynamics/grf/FP2")
+    first = frames[k]
+    assert any(fr.stream == "dynamics/grf/FP1" for fr in frames[:k])     # another stream's lead is known
+    bad = list(frames)
+    bad[k] = Frame(first.stream, first.kind, first.seq, first.t + 60 * 10 ** 9, first.t_host, first.t + 60 * 10 ** 9,
+                   FS_PLATE, first.channels, first.units, first.data)
+    counts: dict[str, int] = {}
+    bus = Bus()
+    svc = TreeService(model(), mset(), FEET, record()[-1], "markers/sim", SETTINGS, bus.publish,
+                      count=lambda s, n=1: counts.__setitem__(s, counts.get(s, 0) + n), clock=lambda: 0)
+    for i in range(0, len(bad), 3):
+        svc.feed(bad[i:i + 3])
+    assert counts.get("dynamics/grf/FP2:clock_faults") == 1 and "dynamics/grf/FP2:repeated" not in counts, counts
+    t, tq, _ = bus.series(TORQUES)
+    after = t > first.t + 4 * 10 ** 6
+    assert np.array_equal(t, good[0]) and after.sum() > 250
+    np.testing.assert_allclose(tq[after], good[1][after], rtol=1e-12, atol=1e-9)
+
+
+def test_a_fast_plate_is_held_keep_s_at_its_own_rate():
+    """An 8 kHz plate (its frames' rate) arriving 1 s ahead of the markers (a motion-capture system's
+    lag): its buffer holds KEEP_S (4 s) at 8 kHz, so every marker sample finds the plate samples around
+    it — sized for the nominal 1 kHz (4000 samples: 0.5 s at 8 kHz) it dropped the oldest the markers
+    still needed, and those samples were published NaN. Each 1 kHz
+    plate sample is repeated 8 times (the marker times fall on the first of each: interpolation there
+    is exact): the same torques as the clean run."""
+    frames = frames_of()
+    late = []
+    for fr in frames:
+        if fr.stream.startswith("dynamics/grf/"):
+            fr = Frame(fr.stream, fr.kind, fr.seq, fr.t, fr.t_host, fr.t_device, 8 * FS_PLATE, fr.channels, fr.units,
+                       np.repeat(fr.data, 8, axis=0)[:-7])      # t, t + 1/8 ms, ..., the last sample's time
+        late.append(fr)
+    end = lambda f: f.t + round((f.samples - 1) * 1e9 / f.rate_hz)     # noqa: E731 - its last sample's time
+    late.sort(key=lambda f: end(f) + (10 ** 9 if f.stream == "markers/sim" else 0))
+    good = serve(frames).series(TORQUES)
+    t, tq, ch = serve(late).series(TORQUES)
+    assert tq[:, ch.index("stale")].sum() == 0 and np.isfinite(tq[2:]).all()
+    assert np.array_equal(t, good[0])
+    np.testing.assert_allclose(tq, good[1], rtol=1e-9, atol=1e-7)
+
+
+def test_margin_is_nan_and_zmp_not_valid_where_a_foot_stands_on_no_plate():
+    """Both feet watched; the left one stands outside both plates' outlines (its load unknown: it may
+    stand on the bare floor, carrying weight the plates do not see). The real ZMP is then unknown: the
+    published margin is NaN and valid 0 — never the finite margin of the plates' share alone, which the
+    control loop's ZMP guard would trust. The same frames with the right foot alone (its load known) give
+    a finite, valid margin at those samples."""
+    bus = Bus()
+    svc = TreeService(model(), mset(), ("foot_r", "foot_l"), record()[-1], "markers/sim",
+                      SETTINGS, bus.publish, clock=lambda: 0)
+    frames = frames_of()
+    for i in range(0, len(frames), 3):
+        svc.feed(frames[i:i + 3])
+    _, zmp, zch = bus.series(ZMP)
+    _, con, cch = bus.series(CONTACT)
+    zmp, con = zmp[2:], con[2:]
+    unknown = con[:, cch.index("foot_l:known")] == 0
+    assert unknown.sum() > 250
+    assert np.isnan(zmp[unknown, zch.index("margin")]).all() and (zmp[unknown, zch.index("valid")] == 0).all()
+    _, alone, _ = serve(frames).series(ZMP)
+    alone = alone[2:]
+    assert np.isfinite(alone[unknown, zch.index("margin")]).all() and (alone[unknown, zch.index("valid")] == 1).all()
+
+
+def test_plate_sample_times_come_from_the_lab_clock_rate():
+    """Plate frames whose nominal rate_hz (500) is not the device's rate on the lab clock
+    (meta rate_lab_hz 1000, what the daemon's clock fit measured): the samples are placed at
+    `Frame.sample_times` (1 ms apart on the lab clock), so every torque is the clean run's; placed by
+    rate_hz they spread 2 ms apart, overlap the next frame and the wrench lands at the wrong times."""
+    frames = frames_of()
+    off = [Frame(f.stream, f.kind, f.seq, f.t_device, f.t_host, f.t, 500.0, f.channels, f.units, f.data,
+                 meta={"rate_lab_hz": FS_PLATE}) if f.stream.startswith("dynamics/grf/") else f for f in frames]
+    good = serve(frames).series(TORQUES)
+    t, tq, _ = serve(off).series(TORQUES)
+    assert np.array_equal(t, good[0])
+    np.testing.assert_allclose(tq, good[1], rtol=1e-9, atol=1e-7)

@@ -93,3 +93,21 @@ def test_a_plate_stream_catching_up_a_backlog_is_not_a_clock_fault():
     t, b, ch = bus.series(TORQUES)
     t1, a, _ = serve(clean).series(TORQUES)
     assert np.array_equal(t, t1) and np.array_equal(a, b)        # the same numbers as the clean run
+
+
+def test_a_streams_first_frame_stamped_60_s_ahead_is_a_clock_fault_not_an_anchor():
+    # FP2's first frame stamped 60 s ahead of its receipt: with no history of its own it is judged against
+    # the other streams' least lead, a clock fault; it must not set the stream's newest sample 60 s ahead,
+    # which turned every later FP2 frame into a repeat and left FP2 held for the whole run
+    clean = frames_of(walk())
+    k = next(i for i, f in enumerate(clean) if f.stream == "dynamics/grf/FP2")
+    assert any(f.stream == "dynamics/grf/FP1" for f in clean[:k])
+    bad = list(clean)
+    bad[k] = dataclasses.replace(clean[k], t=clean[k].t + 60 * 10 ** 9)
+    bus, counts = counting_serve(bad, clock=lambda: 0)
+    assert counts.get("dynamics/grf/FP2:clock_faults") == 1 and "dynamics/grf/FP2:repeated" not in counts, counts
+    t1, a, ch = serve(clean).series(TORQUES)
+    t2, b, _ = bus.series(TORQUES)
+    after = t1 > clean[k].t + 5_000_000
+    assert np.array_equal(t1, t2) and after.sum() > 1000
+    assert b[after, ch.index("stale")].sum() == 0 and np.array_equal(a[after], b[after])
