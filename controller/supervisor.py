@@ -321,7 +321,8 @@ class Supervisor:
         elif event == "priority":
             wanted = " and ".join(([f"nice {fields['nice']}"] if fields["nice"] is not None else [])
                                   + ([f"SCHED_FIFO priority {fields['realtime']}"] if fields["realtime"] else []))
-            log.warning("%s (pid %d): %s refused (%s; needs CAP_SYS_NICE): it runs at the priority it inherited",
+            log.warning("%s (pid %d): %s refused (%s; needs CAP_SYS_NICE or an rtprio/nice limit): "
+                        "it runs at the priority it inherited",
                         child.spec.name, fields["pid"], wanted, fields["error"])
         elif event == "silent":
             what = "no health frame since its start" if fields["first"] else "its health frames stopped"
