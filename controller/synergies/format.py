@@ -173,8 +173,8 @@ def load(path: Path) -> Synergy:
 
 TRANSITION_META = ("name", "robot", "model", "from", "to", "period", "zmp_max_deviation", "eps", "accepted",
                    "min_margin")
-TRANSITION_ARRAYS = ("actuators", "u", "q", "qd", "qdd", "tau", "model_q", "model_v", "model_a", "zmp_law_x", "zmp",
-                     "margin")
+TRANSITION_ARRAYS = ("actuators", "u", "q", "qd", "qdd", "tau", "model_q", "model_v", "model_a", "zmp_law_x",
+                     "zmp_law_y", "zmp", "margin")
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,7 +185,8 @@ class StoredTransition:
     = k/M, k = 0..M, of the stride (u = 0 is nominal `from` at its phase 0, u = 1 nominal `to` at its
     phase 0: the endpoint is stored, the motion is not periodic); and the 3-D model's motion it was
     judged on: model_q (M, nq), model_v, model_a (M, nv) at u[:-1] (lab frame, x forward, z up), the
-    blended law path zmp_law_x (M,) m, the ZMP by dynamics zmp (M, 2) m and its margin (M,) m."""
+    blended law path zmp_law_x (M,) m and zmp_law_y (M,) m (NaN: no lateral law, a sagittal-only
+    nominal), the ZMP by dynamics zmp (M, 2) m and its margin (M,) m."""
 
     meta: dict
     actuators: tuple[str, ...]
@@ -198,6 +199,7 @@ class StoredTransition:
     model_v: np.ndarray
     model_a: np.ndarray
     zmp_law_x: np.ndarray
+    zmp_law_y: np.ndarray
     zmp: np.ndarray
     margin: np.ndarray
 
@@ -214,8 +216,9 @@ class StoredTransition:
             if a.shape != (M + 1, A) or not np.all(np.isfinite(a)):
                 raise SynergyError(f"transition {name}: {k}: expected finite shape ({M + 1}, {A}), got {a.shape}")
         if not (self.model_q.shape[0] == self.model_v.shape[0] == self.model_a.shape[0] == self.zmp_law_x.shape[0]
-                == self.margin.shape[0] == M) or self.zmp.shape != (M, 2):
-            raise SynergyError(f"transition {name}: model_q, model_v, model_a, zmp_law_x, zmp, margin: expected {M} rows")
+                == self.zmp_law_y.shape[0] == self.margin.shape[0] == M) or self.zmp.shape != (M, 2):
+            raise SynergyError(f"transition {name}: model_q, model_v, model_a, zmp_law_x, zmp_law_y, zmp, margin: "
+                               f"expected {M} rows")
 
     @property
     def name(self) -> str:

@@ -73,7 +73,7 @@ def build(spec: dict) -> StoredTransition:
         raise SynergyError(f"{spec['name']}: the two nominals are not of one model and joint set")
     # one model object for both (each nominal was built, and pickled, on its own)
     tr = transition(na, dataclasses.replace(nb, tree=na.tree), spec["eps"])
-    moved = dataclasses.replace(na, q=tr.q, v=tr.v, a=tr.a, zmp_law_x=tr.zmp_law_x)
+    moved = dataclasses.replace(na, q=tr.q, v=tr.v, a=tr.a, zmp_law_x=tr.zmp_law_x, zmp_law_y=tr.zmp_law_y)
     fg = figures(moved)
     syn: Synergy = synergy_of(moved, fg, {**ja, "name": spec["name"]}, sa.meta["model_hash"])
     M = syn.u.size
@@ -83,9 +83,12 @@ def build(spec: dict) -> StoredTransition:
             "zmp_max_deviation": tr.d_max, "eps": float(spec["eps"]), "accepted": bool(tr.accepted),
             "min_margin": float(fg.margin.min()), "peak_torque": float(np.abs(syn.tau).max()),
             "peak_contact_force": float(fg.foot_force.max()),
-            "rule": "accepted when max |ZMP_x - blended law| < eps (ZMP by dynamics.zmp of model_q, model_v, model_a)"}
+            "rule": "accepted when the largest distance of the ZMP from the blended law point (x, and y where "
+                    "zmp_law_y is finite) < eps (ZMP by dynamics.zmp of model_q, model_v, model_a)"}
     end = lambda x, y: np.vstack([x, y[:1]])  # noqa: E731 - the stride ends on nominal b at its phase 0
     return StoredTransition(meta=meta, actuators=syn.actuators, u=np.arange(M + 1) / M, q=end(syn.q, sb.q),
                             qd=end(syn.qd, sb.qd), qdd=end(syn.qdd, sb.qdd), tau=end(syn.tau, sb.tau),
-                            model_q=tr.q, model_v=tr.v, model_a=tr.a, zmp_law_x=tr.zmp_law_x, zmp=fg.zmp,
+                            model_q=tr.q, model_v=tr.v, model_a=tr.a, zmp_law_x=tr.zmp_law_x,
+                            zmp_law_y=np.full_like(tr.zmp_law_x, np.nan) if tr.zmp_law_y is None else tr.zmp_law_y,
+                            zmp=fg.zmp,
                             margin=fg.margin)

@@ -1011,8 +1011,10 @@ class BlendedLeg:
 @dataclass(frozen=True)
 class Transition:
     """A stride from nominal a to nominal b (same T and double support): q, v, a (M, nq / nv) of the
-    3-D model, the nominal ZMP path x (M,) m (the blend of the two nominals' law paths) and the ZMP by
-    `dynamics.zmp.zmp_model`: deviation (M,) m, its maximum d_max (methods.md d.4, j.6) and accepted
+    3-D model, the nominal ZMP path x (M,) m and, for frontal nominals, y (M,) m (None without a lateral
+    law) — the blends of the two nominals' law paths — and the ZMP by `dynamics.zmp.zmp_model`:
+    deviation (M,) m from the law point (|ZMP_x − law_x|, or the 2-D distance with a lateral law, as
+    the nominals themselves are judged), its maximum d_max (methods.md d.4, j.6) and accepted
     (d_max < eps)."""
 
     q: np.ndarray
@@ -1022,6 +1024,7 @@ class Transition:
     deviation: np.ndarray
     d_max: float
     accepted: bool
+    zmp_law_y: np.ndarray | None = None
 
 
 def transition(a: BipedNominal, b: BipedNominal, eps: float = 0.01) -> Transition:
@@ -1043,6 +1046,11 @@ def transition(a: BipedNominal, b: BipedNominal, eps: float = 0.01) -> Transitio
     q, v, acc, _, _, _, _, _ = _full_state(a.tree, legs, a.laws, P, a.t, psi, dpsi, ddpsi, Sh, roll)
     w = blend(a.t, T, (np.zeros_like(a.t),) * 3, (np.ones_like(a.t),) * 3)[0]
     law_x = (1 - w) * a.zmp_law_x + w * b.zmp_law_x
-    dev = np.abs(zmp_model(a.tree.model, q, v, acc).point[:, 0] - law_x)
+    p = zmp_model(a.tree.model, q, v, acc).point
+    dev = np.abs(p[:, 0] - law_x)
+    law_y = None
+    if a.zmp_law_y is not None:
+        law_y = (1 - w) * a.zmp_law_y + w * b.zmp_law_y
+        dev = np.hypot(dev, p[:, 1] - law_y)
     d = float(dev.max())
-    return Transition(q, v, acc, law_x, dev, d, d < eps)
+    return Transition(q, v, acc, law_x, dev, d, d < eps, law_y)
