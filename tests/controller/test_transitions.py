@@ -107,14 +107,8 @@ def simulate(ctl: Controller, seconds: float, plan: dict, start) -> list:
     return refs
 
 
-def open_limits(cfg):
-    """The config's limits without its position limits: the shipped configs/biped.toml has knee_min = 0,
-    and the nominals' knees reach -0.9 mrad (the measured gait cycle's knee at S = 0.8), which latches."""
-    return dataclasses.replace(cfg, limits=dataclasses.replace(cfg.limits, position_min=None, position_max=None))
-
-
 def test_the_loop_follows_the_stored_transition_without_a_setpoint_step(lib):
-    cfg = open_limits(lib["cfg"])
+    cfg = lib["cfg"]
     noms = list(lib["nominals"].values())
     ctl = Controller(cfg, noms, transitions=lib["transitions"])
     a, b = lib["nominals"][0.8], lib["nominals"][0.81]
@@ -144,7 +138,7 @@ def test_the_loop_follows_the_stored_transition_without_a_setpoint_step(lib):
 
 
 def test_a_switch_without_an_accepted_transition_is_refused(lib):
-    cfg = open_limits(lib["cfg"])
+    cfg = lib["cfg"]
     n = lib["nominals"]
     ctl = Controller(cfg, list(n.values()), transitions=lib["transitions"])
     ctl.command(Request(n[0.81].meta["speed"]))
@@ -167,7 +161,7 @@ def test_a_transition_whose_margin_is_below_the_limit_is_refused(lib):
     a, b = lib["nominals"][0.8], lib["nominals"][0.81]
     assert tr.meta["accepted"] and tr.meta["min_margin"] < min(a.meta["min_margin"], b.meta["min_margin"])
     limit = 0.5 * (tr.meta["min_margin"] + min(a.meta["min_margin"], b.meta["min_margin"]))
-    cfg = open_limits(lib["cfg"])
+    cfg = lib["cfg"]
     cfg = dataclasses.replace(cfg, limits=dataclasses.replace(cfg.limits, min_margin=limit))
     ctl = Controller(cfg, list(lib["nominals"].values()), transitions=lib["transitions"])
     ctl.command(Request(a.meta["speed"]))
@@ -178,7 +172,7 @@ def test_a_transition_whose_margin_is_below_the_limit_is_refused(lib):
 def test_a_biped_walk_is_guarded_by_the_zmp_margin_by_default(lib):
     """The biped's loop watches the ZMP without being asked (--zmp-guard auto): walking with no ZMP sample
     is a latched zmp_stale stop, the nominal dropped."""
-    ctl = Controller(open_limits(lib["cfg"]), list(lib["nominals"].values()), transitions=lib["transitions"])
+    ctl = Controller(lib["cfg"], list(lib["nominals"].values()), transitions=lib["transitions"])
     a = lib["nominals"][0.8]
     ctl.command(Request(a.meta["speed"]))
     out = ctl.update(0, Measured(0, a.q[0], a.qd[0]))
