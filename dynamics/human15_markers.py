@@ -22,7 +22,8 @@ Pipeline (docs/analysis.md, "The 15-segment human"):
    and top-down, each joint torque kept only where it is computable: bottom-up τ_k needs the
    coordinates on the paths to every segment below joint k (their motion) and the ground load of
    every foot below it known (on an assigned plate; or unloaded: on a plate carrying no load, or in
-   swing by the events); top-down and the root
+   swing by the events; never with a contact point on the bare floor beside the plates, within the
+   height tolerance above their surface: the floor may carry part of its load); top-down and the root
    residual need every coordinate and every foot's load.
 """
 from __future__ import annotations
@@ -35,8 +36,9 @@ from scipy.spatial.transform import Rotation
 
 from .markers import MarkerError, rigid_fit, unwrap_finite
 from .model import Model
-from .kinematics import tree_state
-from .plate_id import PlateLoad, plate_inverse_dynamics
+from .kinematics import contact_positions, tree_state
+from .plate_id import PlateLoad, _outline, plate_inverse_dynamics
+from .support import within
 from .rnea import Wrench, rnea
 from .zmp import com_of_state
 from .smoothing import differentiate
@@ -331,6 +333,29 @@ def _coordinate_finite(model: Model, q: np.ndarray, v: np.ndarray, a: np.ndarray
     return fin
 
 
+def _on_floor(model: Model, q: np.ndarray, plates: list[PlateLoad], feet: tuple[str, ...], height_tol: float,
+              edge_tol: float) -> np.ndarray:
+    """(N, F) bool: foot f has a contact point (at q (N, nq), lab frame) within height_tol m above the
+    plates' surface and outside every plate's outline grown by edge_tol m — on the bare floor, where a
+    load on it is not measured (plate_id.assign_plates' geometry)."""
+    names = [c for f in feet for c in model.segment(f).contacts]
+    foot = np.repeat(np.arange(len(feet)), [len(model.segment(f).contacts) for f in feet])
+    pts = contact_positions(model, q, names).reshape(-1, len(names), 3)        # (N, K, 3)
+    flat = pts.reshape(-1, 3)
+    on_any = np.zeros(flat.shape[0], bool)
+    surface = []
+    for pl in plates:
+        outline, z = _outline(np.ascontiguousarray(pl.corners, dtype=float).tobytes())
+        on_any |= within(flat, outline, edge_tol)
+        surface.append(z)
+    low = flat[:, 2] - float(np.mean(surface)) < height_tol
+    off = (low & ~on_any).reshape(pts.shape[:2])
+    out = np.zeros((pts.shape[0], len(feet)), bool)
+    for f in range(len(feet)):
+        out[:, f] = off[:, foot == f].any(axis=1)
+    return out
+
+
 def _filled(model: Model, q, v, a) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(fin (N, nv) bool, q, v, a) with the coordinates that are not finite set to the neutral
     posture and zero rates (the dynamics kernels take finite input; the result is masked after)."""
@@ -382,6 +407,9 @@ def marker_inverse_dynamics(model: Model, q, v, a, plates: list[PlateLoad], feet
     assigned = asg.weights.sum(axis=1) > 0
     # on a plate that carries no load: the foot's load is known to be zero
     known = (assigned & ~bad_foot) | (asg.on_plate & ~loaded[:, :, None]).any(axis=1) & ~assigned
+    # but not a foot with a point on the bare floor beside the plates (its heel off the plate's edge): the
+    # floor may carry part of its load, which no plate measures
+    known &= ~_on_floor(model, qf, loads, tuple(feet), height_tol, edge_tol)
     if swing is not None:
         known |= np.asarray(swing, bool) & ~assigned
     return _masked(model, fin, known, tuple(feet), res.tau_bottom_up, res.tau_top_down, res.residual_force,

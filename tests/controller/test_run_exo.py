@@ -29,15 +29,16 @@ REPO = Path(__file__).resolve().parents[2]
 X0 = -1.0  # the left foot's first flat place: 1 m before FP1
 
 
-def private_lab(tmp_path: Path) -> Path:
-    """configs/sim_exo.toml on free ports with its pty under tmp_path, the wearer starting at X0."""
+def private_lab(tmp_path: Path, extra: str = "") -> Path:
+    """configs/sim_exo.toml on free ports with its pty under tmp_path, the wearer starting at X0; extra:
+    more world arguments (TOML list items, e.g. '"--dropout", "0"')."""
     text = configs.path("sim_exo.toml").read_text()
     ports = sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text)))
     for old, new in zip(ports, free_tcp_ports(len(ports))):
         text = text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
     text = text.replace("/tmp/walklab-sim/exo-mcu", str(tmp_path / "pty" / "mcu"))
     assert '"--x0", "-2.0"' in text
-    text = text.replace('"--x0", "-2.0"', f'"--x0", "{X0}"')
+    text = text.replace('"--x0", "-2.0"', f'"--x0", "{X0}"' + (f", {extra}" if extra else ""))
     cfg = tmp_path / "sim_exo.toml"
     cfg.write_text(text)
     return cfg
@@ -116,3 +117,83 @@ def test_walklab_run_exo_world_publishes_plates_markers_and_joints(tmp_path):
         qj = motion(world, t_e * 1e-9, X0)[0][:, col[j]]
         assert np.abs(enc[:, 0] - qj).max() < 0.03, m
         assert np.ptp(qj) > 0.3, m  # the joint moved
+
+
+def test_walklab_run_exo_world_live_torques_and_zmp_agree_with_the_worlds_truth(tmp_path):
+    """The torques process (dynamics.service_torques --model exoskeleton on markers/exo and the plates'
+    dynamics/grf/NAME) against the world's truth: Pinocchio's rnea of the world's prescribed q, v, a at
+    each published sample's time with the world's own ground reaction on each foot (its share of the
+    force at its point, its free moment) as external forces — compared where the service says both
+    feet's loads are known. Markers without noise or occlusions here: with the config's 1 mm noise the
+    2-sample look-ahead's second differences (h = 5 ms) amplify it to about 1e2 rad/s² — hip torques
+    noise of ~100 N·m rms (measured), no truth comparison possible without a filter the live path does
+    not have (docs/service.md). What remains is the plates' noise (σ 0.5 N a channel), their zeroing and
+    the central differences' O(h²): the median error per leg joint 0.02-0.2 N·m, single samples up to 21 N·m
+    (of a 212 N·m peak) where the prescribed acceleration changes fast and the ±10 ms stencil smears it
+    (asserted: median < 5 % of the joint's peak + 0.5 N·m, max < 25 % + 1 N·m). Without the fix for a foot
+    on the bare floor beside a plate (its toe within the plate's grown outline: taken as on the unloaded
+    plate, load known zero) the stance hip and knee were 50 N·m off. The ZMP: where both loads are known
+    the published ZMP is the world's (its ground reaction's) and the margin a number; where a load is
+    unknown the margin is NaN and not valid."""
+    cfg = private_lab(tmp_path, '"--marker-noise-mm", "0", "--dropout", "0"')
+    rec = tmp_path / "s.mcap"
+    run = subprocess.run([sys.executable, "-m", "controller.cli", "run", str(cfg), "--duration", "8", "--record",
+                          str(rec)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    f = frames(rec)
+    for stream in ("dynamics/torques", "dynamics/zmp", "dynamics/contact"):
+        assert stream in f, sorted(f)
+    lab = load(cfg)
+    world = build_world(parse_args("world", next(p for p in lab.processes if p.name == "world").args))
+    pm = to_pinocchio(world.model)
+    data = pm.createData()
+    t, tq = samples(f["dynamics/torques"])
+    ch = f["dynamics/torques"][0]["channels"]
+    t_z, zmp = samples(f["dynamics/zmp"])
+    zch = f["dynamics/zmp"][0]["channels"]
+    t_c, con = samples(f["dynamics/contact"])
+    cch = f["dynamics/contact"][0]["channels"]
+    assert np.array_equal(t, t_z) and np.array_equal(t, t_c)
+    ts = t * 1e-9
+    q, v, a = motion(world, ts, X0)
+    g = ground_reaction(world, ts, q, v, a)
+    legs = [k for k, c in enumerate(ch) if c.startswith("tau:") and any(j in c for j in ("hip", "knee", "ankle"))]
+    known = (con[:, cch.index("foot_l:known")] == 1) & (con[:, cch.index("foot_r:known")] == 1)
+    sel = np.flatnonzero(known & np.isfinite(tq[:, legs]).all(axis=1))
+    truth = np.empty((sel.size, len(legs)))
+    for i, k in enumerate(sel):
+        pin.forwardKinematics(pm, data, q[k])
+        fext = pin.StdVec_Force()
+        for _ in range(pm.njoints):
+            fext.append(pin.Force.Zero())
+        for side, s in enumerate(world.feet):
+            seg = world.model.segments[s]
+            jid = pm.getJointId(seg.joint_name or seg.name)
+            F = g.foot_force[k, side]
+            fext[jid] = data.oMi[jid].actInv(pin.Force(F, np.cross(g.point[k, side], F) + g.foot_moment[k, side]))
+        truth[i] = pin.rnea(pm, data, q[k], v[k], a[k], fext)[6:][legs]      # tau:JOINT k is v coordinate 6 + k
+    err = np.abs(tq[sel][:, legs] - truth)
+    peak = np.abs(truth).max(axis=0)
+    print("torque samples compared", sel.size, "of", t.size, "median |error|", np.median(err, axis=0).round(2),
+          "max", err.max(axis=0).round(2), "peak |truth|", peak.round(1))
+    assert sel.size > 40
+    # the central differences' O(h²): where the prescribed acceleration changes fast (the nominal's ZMP law
+    # switching at the double-support bounds) the ±10 ms stencil smears it; elsewhere plate noise and zeroing
+    assert np.all(np.median(err, axis=0) < 0.05 * peak + 0.5), np.median(err, axis=0)
+    assert np.all(err.max(axis=0) < 0.25 * peak + 1.0), err.max(axis=0)
+    # the ZMP of the plates' wrench is the world's ground reaction's (plate noise: sub-mm); the margin is a
+    # number at every compared sample. It is measured to the stance feet's MARKERS' polygon (human15: heel
+    # and toe on the foot's midline, the ankle marker 3.5 cm lateral), a sliver beside the midline where
+    # the world's ZMP runs: 0.8 cm outside at worst, positive at a quarter of the samples (measured) — not
+    # the sole's support (docs/service.md, not done); asserted within 2 cm
+    z = zmp[sel]
+    margin = z[:, zch.index("margin")]
+    print("ZMP |error|", np.abs(z[:, :2] - g.zmp[sel, :2]).max(axis=0), "margin min", margin.min(),
+          "positive", (margin > 0).mean())
+    assert np.abs(z[:, :2] - g.zmp[sel, :2]).max() < 0.005
+    assert np.all(z[:, zch.index("valid")] == 1) and np.isfinite(margin).all()
+    assert margin.min() > -0.02
+    # a foot's load unknown (on the bare floor before and after the plates): no margin, not valid
+    unknown = ~known
+    assert unknown.sum() > 100
+    assert np.isnan(zmp[unknown, zch.index("margin")]).all() and not (zmp[unknown, zch.index("valid")] == 1).any()
