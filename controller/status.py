@@ -12,7 +12,7 @@
    are sent on ``controller/request`` to the control loop, each at its time, as `walklab command` sends
    one (`controller.commands.estop.send_to_loop`: the operator endpoint bound only while the command is
    delivered and confirmed, so `walklab estop` and `walklab command` reach the loop between them);
-4. the status (`Monitor`, from health frames, ``sim/walker``, ``dynamics/torques`` and ``/energy``, ``controller/events`` and the
+4. the status (`Monitor`, from health frames, ``sim/walker`` or ``sim/exo``, ``dynamics/torques`` and ``/energy``, ``controller/events`` and the
    supervisor's events; a `rich` table refreshed 4 times a second on a terminal) shows the streams
    (frames/s as published, frames lost on the way as their subscribers count them: `lost_frames`), the
    dynamics' latency p50/p99 (each ``dynamics/torques`` frame's ``meta["latency_s"]``: host time of its
@@ -116,6 +116,9 @@ def _lost(figure: tuple[int, str] | None) -> str:
 
 #: the live status's latency figures are over this many of the latest dynamics/torques frames
 RECENT_FRAMES = 1000
+#: the simulated worlds' truth streams whose ``x`` channel (m) is the distance walked: the Jansen walker's
+#: chassis (with its shafts ``s_L``, ``s_R``), the exoskeleton wearer's pelvis
+WORLD_TRUTH = ("sim/walker", "sim/exo")
 
 
 def _num(x: float, digits: int) -> str:
@@ -124,7 +127,8 @@ def _num(x: float, digits: int) -> str:
 
 @dataclass
 class _Walker:
-    """What sim/walker frames told: first and last chassis x (m), shaft angles (rad)."""
+    """What a simulated world's truth frames told (`WORLD_TRUTH`): first and last x of the walker's chassis
+    or the wearer's pelvis (m); the walker's shaft angles (rad; None for a world without shafts)."""
 
     x0: float = math.nan
     x: float = math.nan
@@ -180,7 +184,7 @@ class Monitor:
                 for subject, fields in v.items():
                     if "sent_per_s" in fields:
                         self.rates.setdefault(subject, []).append(fields["sent_per_s"])
-            elif f.stream == "sim/walker":
+            elif f.stream in WORLD_TRUTH and "x" in f.channels and f.data.shape[0]:
                 self._walker(f)
             elif f.stream == "dynamics/torques":
                 lat = (f.meta or {}).get("latency_s")
@@ -206,12 +210,13 @@ class Monitor:
         w = self.walker
         ch = {c: i for i, c in enumerate(f.channels)}
         d = f.data
+        shafts = [ch["s_L"], ch["s_R"]] if "s_L" in ch and "s_R" in ch else None   # sim/exo has none
         if math.isnan(w.x0):
             w.x0 = float(d[0, ch["x"]])
-            w.s0 = d[0, [ch["s_L"], ch["s_R"]]].copy()
+            w.s0 = None if shafts is None else d[0, shafts].copy()
             w.advance = float((f.meta or {}).get("advance_per_cycle_m", math.nan))
         w.x = float(d[-1, ch["x"]])
-        w.s = d[-1, [ch["s_L"], ch["s_R"]]].copy()
+        w.s = None if shafts is None or w.s0 is None else d[-1, shafts].copy()
 
     # -- figures -----------------------------------------------------------------------------
 

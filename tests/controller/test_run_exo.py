@@ -110,6 +110,16 @@ def test_walklab_run_exo_world_publishes_plates_markers_and_joints(tmp_path):
     assert abs(diff.mean()) < 1.0 and diff.std() < 3.0  # two plates' noise, σ 0.5 N a channel
     assert total[:300].std() < 3.0  # the wearer was not on a plate while the offsets were taken
 
+    # the summary's distance walked is the world's truth (sim/exo's pelvis x; it said "—" when only
+    # sim/walker counted): first to last x the status saw, within the frames it may have seen before or
+    # after the recorder (0.1 s of walking at 0.5 m/s)
+    m = re.search(r"distance walked: (\S+) m \(x (\S+) -> (\S+) m\)", run.stdout)
+    assert m, run.stdout[-2000:]
+    _, truth = samples(f["sim/exo"])
+    x = truth[:, list(f["sim/exo"][0]["channels"]).index("x")]
+    assert float(m.group(1)) > 1.0
+    assert abs(float(m.group(2)) - x[0]) < 0.1 and abs(float(m.group(3)) - x[-1]) < 0.1, (m.group(0), x[0], x[-1])
+
     # joints: each encoder within the cuffs' give (a few mrad) and one count of the prescribed joint angle
     col = world.iq[world.actuated]
     for j, m in enumerate(motors):
