@@ -57,23 +57,59 @@ def lab(tmp_path, ports, max_wait_s: float = 2.0):
 
 
 @contextlib.contextmanager
-def served(tmp_path, max_wait_s: float, topics: list[str], expect: list[str]):
-    """The process started on a private lab (`lab`), the test's publisher it reads from and a subscriber to
-    its `topics`, both connected: (publisher, process, subscriber); the process killed if still running."""
-    ports = free_tcp_ports(3)
-    config = lab(tmp_path, ports, max_wait_s)
+def serving(tmp_path, config, ports, topics: list[str], expect: list[str], timeout_s: float = 30.0):
+    """The ``torques`` process of lab file `config` (ports: supervisor, the process, the test's feed)
+    started, the test's publisher it reads from and a subscriber to its `topics`, both connected:
+    (publisher, process, subscriber); the process killed if still running."""
     feed = Publisher(f"tcp://127.0.0.1:{ports[2]}")
     proc = start(config, "torques", tmp_path)
     sub = Subscriber([f"tcp://127.0.0.1:{ports[1]}"], topics, expect=expect)
     try:
-        assert sub.wait_connected(timeout_s=30.0), "the service did not come up"
-        assert feed.wait_for_subscribers(1, timeout_s=30.0), "the service never subscribed"
+        assert sub.wait_connected(timeout_s=timeout_s), "the service did not come up"
+        assert feed.wait_for_subscribers(1, timeout_s=timeout_s), "the service never subscribed"
         yield feed, proc, sub
     finally:
         if proc.poll() is None:
             proc.kill()
         sub.close()
         feed.close()
+
+
+@contextlib.contextmanager
+def served(tmp_path, max_wait_s: float, topics: list[str], expect: list[str]):
+    """`serving` on a private walker lab (`lab`)."""
+    ports = free_tcp_ports(3)
+    with serving(tmp_path, lab(tmp_path, ports, max_wait_s), ports, topics, expect) as started:
+        yield started
+
+
+def run_through(feed, proc, sub, frames, n_expected: int, pause_s: float, wait_s: float) -> tuple[dict, dict]:
+    """Publish `frames` (a pause of pause_s every 4: about real time), collect the outputs until
+    `n_expected` torques samples came (at most wait_s), stop the process (SIGTERM) and collect until its
+    health says stopped: ({stream: frames received}, the subscriber's stats); the process exited 0."""
+    got = defaultdict(list)
+    for k, f in enumerate(frames):
+        publish(feed, f)
+        if k % 4 == 3:
+            time.sleep(pause_s)
+            while (g := sub.recv(timeout_s=0)) is not None:
+                got[g.stream].append(g)
+    deadline = time.monotonic() + wait_s
+    while sum(g.samples for g in got[TORQUES]) < n_expected and time.monotonic() < deadline:
+        g = sub.recv(timeout_s=0.2)
+        if g is not None:
+            got[g.stream].append(g)
+    proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        g = sub.recv(timeout_s=0.2)
+        if g is not None:
+            got[g.stream].append(g)
+            if g.stream == "health/torques" and g.meta["state"] == "stopped":
+                break
+    stats = sub.stats()
+    assert proc.wait(timeout=wait_s) == 0
+    return got, stats
 
 
 def publish(feed, f) -> None:
@@ -85,31 +121,11 @@ def publish(feed, f) -> None:
 def test_the_process_computes_what_the_service_computes_in_process(tmp_path):
     frames = frames_of(walk())
     expected = serve(frames)
-    got = defaultdict(list)
     with served(tmp_path, 2.0, ["dynamics/*", "health/torques"],
                 ["dynamics/torques", "dynamics/zmp", "dynamics/contact"]) as (feed, proc, sub):
-        for k, f in enumerate(frames):
-            publish(feed, f)
-            if k % 4 == 3:
-                time.sleep(0.002)       # about real time: the world's 1.6 s in ~1.6 s
-                while (g := sub.recv(timeout_s=0)) is not None:
-                    got[g.stream].append(g)
-        n_expected = sum(d.shape[0] for d, _ in expected.frames[TORQUES])
-        deadline = time.monotonic() + 30.0
-        while sum(g.samples for g in got[TORQUES]) < n_expected and time.monotonic() < deadline:
-            g = sub.recv(timeout_s=0.2)
-            if g is not None:
-                got[g.stream].append(g)
-        proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 20.0
-        while time.monotonic() < deadline:
-            g = sub.recv(timeout_s=0.2)
-            if g is not None:
-                got[g.stream].append(g)
-                if g.stream == "health/torques" and g.meta["state"] == "stopped":
-                    break
-        stats = sub.stats()
-        assert proc.wait(timeout=20) == 0
+        # about real time: the world's 1.6 s in ~1.6 s
+        got, stats = run_through(feed, proc, sub, frames, sum(d.shape[0] for d, _ in expected.frames[TORQUES]),
+                                 0.002, 30.0)
     for stream in (TORQUES, ZMP):
         live = np.concatenate([g.data for g in got[stream]])
         mine = np.concatenate([d for d, _ in expected.frames[stream]])

@@ -8,20 +8,15 @@ there) — the process computes the same numbers with the same stamps — and ev
 its latency, also reported in the health frames."""
 from __future__ import annotations
 
-import signal
 import textwrap
-import time
-from collections import defaultdict
 
 import numpy as np
 
-from daq.bus import Publisher, Subscriber
 from daq.health import parse_health
 from daq.ports import free_tcp_ports
 
-from .test_service_live import start
 from .test_service_torques import Bus
-from .test_service_torques_live import publish
+from .test_service_torques_live import run_through, serving
 from .test_service_tree import CONTACT, TORQUES, ZMP, frames_of, record, serve
 
 STREAMS = (TORQUES, ZMP, CONTACT)
@@ -63,40 +58,10 @@ def test_the_tree_process_computes_what_the_service_computes_in_process(tmp_path
     config = lab(tmp_path, ports)
     frames = frames_of()
     expected: Bus = serve(frames)
-    feed = Publisher(f"tcp://127.0.0.1:{ports[2]}")
-    proc = start(config, "torques", tmp_path)
-    got = defaultdict(list)
-    sub = Subscriber([f"tcp://127.0.0.1:{ports[1]}"], ["dynamics/*", "health/torques"], expect=list(STREAMS))
-    try:
-        assert sub.wait_connected(timeout_s=60.0), "the service did not come up"
-        assert feed.wait_for_subscribers(1, timeout_s=60.0), "the service never subscribed"
-        for k, f in enumerate(frames):
-            publish(feed, f)
-            if k % 4 == 3:
-                time.sleep(0.003)       # about real time: 1.5 s of frames in a few seconds
-                while (g := sub.recv(timeout_s=0)) is not None:
-                    got[g.stream].append(g)
-        n_expected = sum(d.shape[0] for d, _ in expected.frames[TORQUES])
-        deadline = time.monotonic() + 60.0
-        while sum(g.samples for g in got[TORQUES]) < n_expected and time.monotonic() < deadline:
-            g = sub.recv(timeout_s=0.2)
-            if g is not None:
-                got[g.stream].append(g)
-        proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 30.0
-        while time.monotonic() < deadline:
-            g = sub.recv(timeout_s=0.2)
-            if g is not None:
-                got[g.stream].append(g)
-                if g.stream == "health/torques" and g.meta["state"] == "stopped":
-                    break
-        stats = sub.stats()
-        assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        sub.close()
-        feed.close()
+    with serving(tmp_path, config, ports, ["dynamics/*", "health/torques"], list(STREAMS), 60.0) as (feed, proc, sub):
+        # about real time: 1.5 s of frames in a few seconds
+        got, stats = run_through(feed, proc, sub, frames, sum(d.shape[0] for d, _ in expected.frames[TORQUES]),
+                                 0.003, 60.0)
     for stream in STREAMS:
         live = np.concatenate([g.data for g in got[stream]])
         mine = np.concatenate([d for d, _ in expected.frames[stream]])
