@@ -373,3 +373,30 @@ def test_static_calibration_places_the_subjects_markers(model, mset):
     after = joint_coordinates(model, cal, fit_segments(model, cal, walk))
     np.testing.assert_allclose(after[:, 7:], q[:, 7:], atol=1e-9)
     np.testing.assert_allclose(after[:, :3], q[:, :3], atol=1e-9)
+
+
+def test_a_foot_with_a_point_on_the_floor_beside_an_unloaded_plate_has_an_unknown_load(model):
+    """The right foot's toe over an unloaded plate, its heel on the bare floor beside it (0.05 m outside
+    the outline, at the surface's height): the floor may carry the foot's load, which no plate measures —
+    its load is unknown and the right leg's bottom-up torques NaN. It was taken as on the unloaded plate:
+    load known zero, finite torques of a weightless leg (found on the exoskeleton world: the stance hip
+    and knee 50 N m off). The same plate under the whole foot: known zero. Geometry: the contact points
+    by forward kinematics of the neutral posture."""
+    q = model.neutral()[None].astype(float)
+    z = np.zeros((1, model.nv))
+    heel, toe = contact_positions(model, q, ["heel_r", "toe_r"])[0]
+    surface = min(heel[2], toe[2]) - 1e-3
+
+    def plate(x_lo, x_hi):
+        y_lo, y_hi = toe[1] - 0.1, toe[1] + 0.1
+        corners = np.array([[x_hi, y_hi, surface], [x_lo, y_hi, surface], [x_lo, y_lo, surface], [x_hi, y_lo, surface]])
+        return PlateLoad(np.zeros((1, 3)), np.zeros((1, 3)), corners, np.zeros(1, bool), "P")
+
+    assert toe[0] - heel[0] > 0.2                                  # the foot points along +x
+    toe_only = plate(heel[0] + 0.6 * (toe[0] - heel[0]), toe[0] + 0.1)     # the heel 0.15 m behind its edge
+    whole = plate(heel[0] - 0.1, toe[0] + 0.1)
+    knee = model.idx_v[model.index["shank_r"]]
+    part = marker_inverse_dynamics(model, q, z, z, [toe_only], ("foot_r",), None, 0.15, 0.03)
+    full = marker_inverse_dynamics(model, q, z, z, [whole], ("foot_r",), None, 0.15, 0.03)
+    assert not part.foot_known[0, 0] and np.isnan(part.tau_bottom_up[0, knee])
+    assert full.foot_known[0, 0] and np.isfinite(full.tau_bottom_up[0, knee])
