@@ -134,17 +134,20 @@ def test_walklab_run_exo_world_live_torques_and_zmp_agree_with_the_worlds_truth(
     dynamics/grf/NAME) against the world's truth: Pinocchio's rnea of the world's prescribed q, v, a at
     each published sample's time with the world's own ground reaction on each foot (its share of the
     force at its point, its free moment) as external forces — compared where the service says both
-    feet's loads are known. Markers without noise or occlusions here: with the config's 1 mm noise the
+    foot's load is known (a leg's torques need only its own foot's). Markers without noise or occlusions here: with the config's 1 mm noise the
     2-sample look-ahead's second differences (h = 5 ms) amplify it to about 1e2 rad/s² — hip torques
     noise of ~100 N·m rms (measured), no truth comparison possible without a filter the live path does
     not have (docs/service.md). What remains is the plates' noise (σ 0.5 N a channel), their zeroing and
-    the central differences' O(h²): the median error per leg joint 0.02-0.2 N·m, single samples up to 21 N·m
+    the central differences' O(h²): the median error per leg joint 0.0-0.2 N·m, single samples up to 21 N·m
     (of a 212 N·m peak) where the prescribed acceleration changes fast and the ±10 ms stencil smears it
-    (asserted: median < 5 % of the joint's peak + 0.5 N·m, max < 25 % + 1 N·m). Without the fix for a foot
-    on the bare floor beside a plate (its toe within the plate's grown outline: taken as on the unloaded
-    plate, load known zero) the stance hip and knee were 50 N·m off. The ZMP: where both loads are known
-    the published ZMP is the world's (its ground reaction's) and the margin a number; where a load is
-    unknown the margin is NaN and not valid."""
+    (asserted: median < 5 % of the joint's peak + 0.5 N·m, max < 25 % + 1 N·m). Few samples qualify and
+    how many varies by run (20-60 a leg): a stance foot's load is known only while the swing foot is not
+    within `--height-tol-m` (0.15 m) over the same loaded plate (shared: unknown), so some runs compare
+    mostly swing legs over an unloaded plate (peaks 5-30 N·m), others the stance legs (peaks 60-212
+    N·m). Without the fix for a foot on the bare floor beside a plate (its toe within the plate's grown
+    outline: taken as on the unloaded plate, load known zero) the stance hip and knee were 50 N·m off.
+    The ZMP: the plates' ZMP is the world's wherever the world's loaded feet are on the plates; the margin
+    is a number where both loads are known, NaN and not valid where one is not."""
     cfg = private_lab(tmp_path, '"--marker-noise-mm", "0", "--dropout", "0"')
     rec = tmp_path / "s.mcap"
     run = subprocess.run([sys.executable, "-m", "controller.cli", "run", str(cfg), "--duration", "8", "--record",
@@ -167,11 +170,14 @@ def test_walklab_run_exo_world_live_torques_and_zmp_agree_with_the_worlds_truth(
     ts = t * 1e-9
     q, v, a = motion(world, ts, X0)
     g = ground_reaction(world, ts, q, v, a)
-    legs = [k for k, c in enumerate(ch) if c.startswith("tau:") and any(j in c for j in ("hip", "knee", "ankle"))]
-    known = (con[:, cch.index("foot_l:known")] == 1) & (con[:, cch.index("foot_r:known")] == 1)
-    sel = np.flatnonzero(known & np.isfinite(tq[:, legs]).all(axis=1))
-    truth = np.empty((sel.size, len(legs)))
-    for i, k in enumerate(sel):
+    # a leg's bottom-up torques need only its own foot's load: compared per leg where that foot's load is
+    # known and the leg's torques are numbers (the service's NaN elsewhere)
+    known = {side: con[:, cch.index(f"foot_{side}:known")] == 1 for side in "lr"}
+    legs = {side: [k for k, c in enumerate(ch) if c.startswith("tau:") and c.endswith(f"_{side}")
+                   and any(j in c for j in ("hip", "knee", "ankle"))] for side in "lr"}
+    rows = {side: np.flatnonzero(known[side] & np.isfinite(tq[:, legs[side]]).all(axis=1)) for side in "lr"}
+    err, truth = {side: [] for side in "lr"}, {side: [] for side in "lr"}
+    for k in sorted(set(rows["l"]) | set(rows["r"])):
         pin.forwardKinematics(pm, data, q[k])
         fext = pin.StdVec_Force()
         for _ in range(pm.njoints):
@@ -181,29 +187,40 @@ def test_walklab_run_exo_world_live_torques_and_zmp_agree_with_the_worlds_truth(
             jid = pm.getJointId(seg.joint_name or seg.name)
             F = g.foot_force[k, side]
             fext[jid] = data.oMi[jid].actInv(pin.Force(F, np.cross(g.point[k, side], F) + g.foot_moment[k, side]))
-        truth[i] = pin.rnea(pm, data, q[k], v[k], a[k], fext)[6:][legs]      # tau:JOINT k is v coordinate 6 + k
-    err = np.abs(tq[sel][:, legs] - truth)
-    peak = np.abs(truth).max(axis=0)
-    print("torque samples compared", sel.size, "of", t.size, "median |error|", np.median(err, axis=0).round(2),
-          "max", err.max(axis=0).round(2), "peak |truth|", peak.round(1))
-    assert sel.size > 40
-    # the central differences' O(h²): where the prescribed acceleration changes fast (the nominal's ZMP law
-    # switching at the double-support bounds) the ±10 ms stencil smears it; elsewhere plate noise and zeroing
-    assert np.all(np.median(err, axis=0) < 0.05 * peak + 0.5), np.median(err, axis=0)
-    assert np.all(err.max(axis=0) < 0.25 * peak + 1.0), err.max(axis=0)
-    # the ZMP of the plates' wrench is the world's ground reaction's (plate noise: sub-mm); the margin is a
-    # number at every compared sample. It is measured to the stance feet's MARKERS' polygon (human15: heel
-    # and toe on the foot's midline, the ankle marker 3.5 cm lateral), a sliver beside the midline where
-    # the world's ZMP runs: 0.8 cm outside at worst, positive at a quarter of the samples (measured) — not
-    # the sole's support (docs/service.md, not done); asserted within 2 cm
-    z = zmp[sel]
-    margin = z[:, zch.index("margin")]
-    print("ZMP |error|", np.abs(z[:, :2] - g.zmp[sel, :2]).max(axis=0), "margin min", margin.min(),
-          "positive", (margin > 0).mean())
-    assert np.abs(z[:, :2] - g.zmp[sel, :2]).max() < 0.005
-    assert np.all(z[:, zch.index("valid")] == 1) and np.isfinite(margin).all()
-    assert margin.min() > -0.02
-    # a foot's load unknown (on the bare floor before and after the plates): no margin, not valid
+        tau = pin.rnea(pm, data, q[k], v[k], a[k], fext)[6:]       # tau:JOINT j is v coordinate 6 + j
+        for side in "lr":
+            if k in rows[side]:
+                truth[side].append(tau[legs[side]])
+                err[side].append(np.abs(tq[k, legs[side]] - tau[legs[side]]))
+    n = sum(len(e) for e in err.values())
+    print("torque samples compared", {side: len(e) for side, e in err.items()}, "of", t.size)
+    assert n >= 10, {side: len(e) for side, e in err.items()}
+    for side in "lr":
+        if not err[side]:
+            continue
+        e, peak = np.array(err[side]), np.abs(np.array(truth[side])).max(axis=0)
+        print(side, "median |error|", np.median(e, axis=0).round(2), "max", e.max(axis=0).round(2), "peak", peak.round(1))
+        # the central differences' O(h²): where the prescribed acceleration changes fast (the nominal's ZMP
+        # law switching at the double-support bounds) the ±10 ms stencil smears it; elsewhere plate noise
+        assert np.all(np.median(e, axis=0) < 0.05 * peak + 0.5), np.median(e, axis=0)
+        assert np.all(e.max(axis=0) < 0.25 * peak + 1.0), e.max(axis=0)
+    # the ZMP of the plates' wrench is the world's ground reaction's (plate noise: sub-mm) wherever the world
+    # has every loaded foot on the plates (as the plates' check above)
+    x = g.point[:, :, 0]
+    loaded = g.foot_force[:, :, 2] > 1.0
+    on = np.all(~loaded | ((x > 0.02) & (x < 1.18)), axis=1) & np.any(loaded, axis=1) & np.isfinite(zmp[:, 0])
+    print("ZMP compared", on.sum(), "|error|", np.abs(zmp[on, :2] - g.zmp[on, :2]).max(axis=0))
+    assert on.sum() > 40 and np.abs(zmp[on, :2] - g.zmp[on, :2]).max() < 0.005
+    # the margin is a number where both feet's loads are known. It is measured to the stance feet's MARKERS'
+    # polygon (human15: heel and toe on the foot's midline, the ankle marker 3.5 cm lateral), a sliver beside
+    # the midline where the world's ZMP runs: 0.8 cm outside at worst, positive at a quarter of the samples
+    # (measured) — not the sole's support (docs/service.md, not done); asserted within 2 cm
+    both = known["l"] & known["r"] & (zmp[:, zch.index("valid")] == 1)
+    margin = zmp[both, zch.index("margin")]
+    assert np.isfinite(margin).all() and (margin.size == 0 or margin.min() > -0.02)
+    # a foot's load unknown (on the bare floor before and after the plates, or over a plate another foot
+    # loads): no margin, not valid
+    known = known["l"] & known["r"]
     unknown = ~known
     assert unknown.sum() > 100
     assert np.isnan(zmp[unknown, zch.index("margin")]).all() and not (zmp[unknown, zch.index("valid")] == 1).any()
