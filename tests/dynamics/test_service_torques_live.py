@@ -7,6 +7,7 @@ frame carries its latency (publication minus the newest input's receipt), report
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import textwrap
 import time
@@ -22,38 +23,45 @@ from .test_service_live import start
 from .test_service_torques import PLATES, TORQUES, ZMP, frames_of, serve, walk
 
 
-def lab(tmp_path, ports, max_wait_s: float = 2.0):
-    plates = "".join(f"""
-        [devices.{name}]
-        kind = "forceplate"
-        source = "test"
-        corners = {p.corners.tolist()}
-        origin = [0.0, 0.0, -0.04]
-        """ for name, p in PLATES)
+def lab_file(tmp_path, ports, name: str, devices: list[str], args: list[str], plates, extra: str = ""):
+    """A private lab file: the ``torques`` process (dynamics.service_torques with `args`, `devices`) on
+    ports[1], a ``feed`` process entry on ports[2] that is never started (the test publishes there), the
+    force plates `plates` ((name, `fp.Plate`)) and `extra` TOML."""
     text = textwrap.dedent(f"""
         [lab]
-        name = "torquestest"
+        name = "{name}"
         [supervisor]
         bind = "tcp://127.0.0.1:{ports[0]}"
         [[processes]]
         name = "torques"
         module = "dynamics.service_torques"
         bind = "tcp://127.0.0.1:{ports[1]}"
-        devices = ["FP1", "FP2", "walker_mcu"]
-        args = ["--max-wait-s", "{max_wait_s!r}"]
-        # not started: the test publishes the world's frames there
+        devices = {json.dumps(devices)}
+        args = {json.dumps(args)}
         [[processes]]
         name = "feed"
         module = "controller.healthmon"
         bind = "tcp://127.0.0.1:{ports[2]}"
+    """) + textwrap.dedent(extra) + "".join(textwrap.dedent(f"""
+        [devices.{n}]
+        kind = "forceplate"
+        source = "test"
+        corners = {p.corners.tolist()}
+        origin = [0.0, 0.0, -0.04]
+        """) for n, p in plates)
+    path = tmp_path / "lab.toml"
+    path.write_text(text)
+    return path
+
+
+def lab(tmp_path, ports, max_wait_s: float = 2.0):
+    return lab_file(tmp_path, ports, "torquestest", ["FP1", "FP2", "walker_mcu"], ["--max-wait-s", repr(max_wait_s)],
+                    PLATES, """
         [devices.walker_mcu]
         kind = "mcu"
         port = "/tmp/walklab-test-none"
         motors = ["left_shaft", "right_shaft"]
-    """) + textwrap.dedent(plates)
-    path = tmp_path / "lab.toml"
-    path.write_text(text)
-    return path
+        """)
 
 
 @contextlib.contextmanager

@@ -8,49 +8,22 @@ there) — the process computes the same numbers with the same stamps — and ev
 its latency, also reported in the health frames."""
 from __future__ import annotations
 
-import textwrap
-
 import numpy as np
 
 from daq.health import parse_health
 from daq.ports import free_tcp_ports
 
 from .test_service_torques import Bus
-from .test_service_torques_live import run_through, serving
+from .test_service_torques_live import lab_file, run_through, serving
 from .test_service_tree import CONTACT, TORQUES, ZMP, frames_of, record, serve
 
 STREAMS = (TORQUES, ZMP, CONTACT)
 
 
 def lab(tmp_path, ports):
-    plates = "".join(f"""
-        [devices.{name}]
-        kind = "forceplate"
-        source = "test"
-        corners = {p.corners.tolist()}
-        origin = [0.0, 0.0, -0.04]
-        """ for name, p in record()[-1])
-    text = textwrap.dedent(f"""
-        [lab]
-        name = "treetest"
-        [supervisor]
-        bind = "tcp://127.0.0.1:{ports[0]}"
-        [[processes]]
-        name = "torques"
-        module = "dynamics.service_torques"
-        bind = "tcp://127.0.0.1:{ports[1]}"
-        devices = ["FP1", "FP2"]
-        args = ["--model", "human15", "--markers", "markers/sim", "--feet", "foot_r", "--height-tol-m", "2.0",
-                "--max-wait-s", "2.0"]
-        # not started: the test publishes the frames there
-        [[processes]]
-        name = "feed"
-        module = "controller.healthmon"
-        bind = "tcp://127.0.0.1:{ports[2]}"
-    """) + textwrap.dedent(plates)
-    path = tmp_path / "lab.toml"
-    path.write_text(text)
-    return path
+    return lab_file(tmp_path, ports, "treetest", ["FP1", "FP2"],
+                    ["--model", "human15", "--markers", "markers/sim", "--feet", "foot_r", "--height-tol-m", "2.0",
+                     "--max-wait-s", "2.0"], record()[-1])
 
 
 def test_the_tree_process_computes_what_the_service_computes_in_process(tmp_path):
