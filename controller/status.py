@@ -114,6 +114,9 @@ def _lost(figure: tuple[int, str] | None) -> str:
     return f"{figure[0]} (by {figure[1]})" if figure else "0"
 
 
+#: events/supervisor events the run lists (controller.supervisor's names: a process that ended, was
+#: restarted, fell silent, was given up on or refused its scheduling priority)
+SUPERVISOR_EVENTS = ("exit", "crash", "failed", "restart", "silent", "gave-up", "priority")
 #: the live status's latency figures are over this many of the latest dynamics/torques frames
 RECENT_FRAMES = 1000
 #: the simulated worlds' truth streams whose ``x`` channel (m) is the distance walked: the Jansen walker's
@@ -200,8 +203,8 @@ class Monitor:
                 (self.events if cause in NOT_SAFETY else self.safety).append(f"{cause}: {detail}")
             elif f.stream == "events/supervisor":
                 ev = (f.meta or {}).get("event")
-                if ev in ("restarted", "exited", "failed", "silent", "gave_up"):
-                    self.restarts += ev == "restarted"
+                if ev in SUPERVISOR_EVENTS:
+                    self.restarts += ev == "restart"
                     self.events.append(f"supervisor {ev}: {(f.meta or {}).get('process', '')}")
             if time.monotonic() >= end:
                 break
@@ -307,7 +310,8 @@ class Monitor:
                      f"{_num(top * 1e3, 3)} ms over {len(self.latency)} torques frames (start-up excluded)")
         lines.append(f"  safety: {self.safety_state()}; {len(self.safety)} safety event(s)"
                      + ("".join(f"\n    {e}" for e in self.safety[:10])))
-        lines.append(f"  commands: {len(self.events)}" + "".join(f"\n    {e}" for e in self.events[:20]))
+        lines.append(f"  restarts: {self.restarts}")
+        lines.append(f"  commands and events: {len(self.events)}" + "".join(f"\n    {e}" for e in self.events[:20]))
         if record:
             size = Path(record).stat().st_size if Path(record).exists() else 0
             lines.append(f"  recording: {Path(record).resolve()} ({size / 1e6:.1f} MB)")

@@ -243,6 +243,9 @@ def test_live_status_renders_what_the_bus_says(tmp_path, robot):
             pub.publish("dynamics/energy", np.array([row]), kind="energy", rate_hz=0.0,
                         channels=["net", "positive", "absolute", "period"], units=["J", "J", "J", "s"],
                         meta={"shaft": shaft, "cycle": 1})
+        for ev in ("crash", "restart"):  # as controller.supervisor publishes them
+            pub.publish("events/supervisor", np.zeros((1, 0)), kind="event", rate_hz=0.0, channels=(), units=(),
+                        meta={"event": ev, "process": "world", "pid": 2})
         for cause in ("request", "stale"):
             pub.publish("controller/events", np.array([[0.0]]), kind="event", rate_hz=0.0, channels=["latched"],
                         units=["1"], meta={"cause": cause, "detail": f"{cause} detail"})
@@ -250,7 +253,7 @@ def test_live_status_renders_what_the_bus_says(tmp_path, robot):
                     channels=["forceplate/FP1:sent_per_s", "forceplate/FP1:sent"], units=["1/s", "1"],
                     meta={"process": "world", "pid": 1, "uptime_s": 1.0, "state": "running"})
         deadline = time.monotonic() + 30.0
-        while time.monotonic() < deadline and not (len(mon.cycles) == 2 and mon.safety and "world" in mon.state):
+        while time.monotonic() < deadline and not (len(mon.cycles) == 2 and mon.restarts and mon.safety and "world" in mon.state):
             mon.poll(0.1)
     finally:
         pub.close()
@@ -258,6 +261,8 @@ def test_live_status_renders_what_the_bus_says(tmp_path, robot):
     assert mon.distance() == pytest.approx(0.9975)          # x from -1.0 to -1.0 + 0.25 * 3.99
     assert mon.expected_distance() == pytest.approx(3.99 / 2 * 0.5)
     assert mon.cycles == {"left_shaft": [(2.0, 2.5)], "right_shaft": [(1.5, 3.0)]}
+    assert mon.restarts == 1 and {"supervisor crash: world", "supervisor restart: world"} <= set(mon.events)
+    assert "  restarts: 1\n" in mon.summary(4.0, None, tmp_path / "log", 0)
     out = Console(file=io.StringIO(), force_terminal=True, width=120, record=True)
     out.print(mon.table(4.0, 20.0))
     text = out.export_text()
