@@ -105,10 +105,10 @@ def main() -> int:
         spec = load(cfg).process("loop")
         proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "loop",
                                  *spec.args], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
-        if spec.realtime:
-            set_priority(proc.pid, spec.nice, spec.realtime)  # PermissionError: run as root / with CAP_SYS_NICE
         jit, walking, health = [], [], {}
         try:
+            if spec.realtime:
+                set_priority(proc.pid, spec.nice, spec.realtime)  # PermissionError: run as root / with CAP_SYS_NICE
             assert sub.wait_connected(30.0), "the loop did not come up"
             mcu.start()
             mcu_threads = [t.native_id for t in threading.enumerate() if t.name.startswith("virtual-mcu")]

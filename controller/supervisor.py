@@ -338,15 +338,26 @@ def set_priority(pid: int, nice: int | None, realtime: int) -> None:
     ``SCHED_FIFO`` priority `realtime` (1..99). Linux applies both per thread, and new threads
     inherit them from their creator. Raises PermissionError when the kernel refuses (no
     CAP_SYS_NICE and RLIMIT_RTPRIO/RLIMIT_NICE too low), ProcessLookupError when `pid` is gone."""
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except FileNotFoundError:
-        raise ProcessLookupError(f"no process {pid}") from None
-    for tid in tids:
-        if nice is not None:
-            os.setpriority(os.PRIO_PROCESS, tid, nice)
-        if realtime:
-            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(realtime))
+    # not SCHED_RESET_ON_FORK: Linux applies it to every new task, threads too, and the threads the
+    # process starts later (ZeroMQ's I/O thread) must run at its priority; no walklab process forks
+    policy = os.SCHED_FIFO
+    done: set[int] = set()
+    while True:  # until a pass finds no new thread: one started during the walk gets it too
+        try:
+            tids = {int(t) for t in os.listdir(f"/proc/{pid}/task")} - done
+        except FileNotFoundError:
+            raise ProcessLookupError(f"no process {pid}") from None
+        if not tids:
+            return
+        for tid in sorted(tids):
+            try:
+                if nice is not None:
+                    os.setpriority(os.PRIO_PROCESS, tid, nice)
+                if realtime:
+                    os.sched_setscheduler(tid, policy, os.sched_param(realtime))
+            except ProcessLookupError:
+                pass  # that thread ended meanwhile; the process's absence shows at the next listing
+        done |= tids
 
 
 def _signal_group(pgid: int, sig: int) -> None:
