@@ -635,6 +635,9 @@ def run(ctx, args: Sequence[str]) -> int:
 
         cfg = dataclasses.replace(cfg, library=Path(o.library))
     rate = o.rate_hz or cfg.rate_hz
+    if o.spin_us * 1e-6 >= 0.5 / rate:  # the spin must leave the core most of each period (a realtime loop)
+        raise ValueError(f"process {ctx.name!r}: --spin-us {o.spin_us:g}: expected below half the period "
+                         f"({0.5e6 / rate:g} us at {rate:g} Hz)")
     ctl = Controller(cfg, load_all(cfg.library), dt=1.0 / rate,
                      zmp_guard={"auto": None, "on": True, "off": False}[o.zmp_guard],
                      transitions=load_transitions(cfg.library))

@@ -310,6 +310,16 @@ def walklab(*args):
                           timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
 
 
+def test_a_spin_of_half_the_period_or_more_is_a_one_line_error(lab, tmp_path):
+    """--spin-us must leave the core most of each period (a SCHED_FIFO loop spinning its whole period
+    would hold a core): 600 us at 1 kHz is refused before the loop touches the MCU, exit status 2."""
+    cfg, _ = loop_lab(tmp_path, lab["cfg"].parent / "robot.toml", ["--rate-hz", "1000", "--spin-us", "600"])
+    proc = start_loop(cfg)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert err.strip().splitlines()[-1].endswith("--spin-us 600: expected below half the period (500 us at 1000 Hz)")
+
+
 def test_process_walks_estop_latches_the_mcu_and_torque_is_zero_from_that_cycle(lab):
     mcu, bus = lab["mcu"], lab["bus"]
     until(lambda: mcu.wd_armed and mcu.mode[0] == P.MODE_TORQUE, 30.0, "the loop commanding torque", bus.pump)
