@@ -83,7 +83,9 @@ def test_1khz_state_and_command_round_trips_8_motors_clean_line():
         ls, ms = link.stats, mcu.stats
     st = states(frames)
     assert ls.lost_frames == 0 and ls.rejected == {} and ls.out_of_order == 0 and ls.late_heartbeats == 0
-    assert ms.rx_errors == {} and ms.rx_lost == 0 and ms.rx_frames == ls.tx_frames  # every HELLO and COMMAND arrived
+    # every HELLO and COMMAND arrived; a write pyserial reported timed out (tx_failed: an MCU starved
+    # while its pty was full, ~1.4 s seen) may have gone out whole all the same (LinkStats docstring)
+    assert ms.rx_errors == {} and ms.rx_lost == 0 and ls.tx_frames <= ms.rx_frames <= ls.tx_frames + ls.tx_failed
     assert ms.tx_overflow == 0
     # Contiguous seq over every received frame; STATE every MCU tick, 1000 µs apart across the wrap.
     seqs = [f.seq for f in frames]
