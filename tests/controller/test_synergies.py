@@ -195,7 +195,9 @@ def test_select_nearest_valid_nominal(small_library):
         select(small_library, Request(0.3), tight)
 
 
-@settings(max_examples=12, deadline=None)
+# derandomize: the same examples every run (a random draw found the case of the strict xfail below in
+# one clean-clone run of five: a property test must not fail one run in five)
+@settings(max_examples=12, deadline=None, derandomize=True)
 @example(switches=[(0.5, 9), (1.7, 4), (2.9, 9)], first=4)  # constant <-> profiled shape at 0.3 m/s
 @given(st.lists(st.tuples(st.floats(0.05, 2.0), st.integers(0, 9)), min_size=1, max_size=4), st.integers(0, 9))
 def test_switching_speed_mid_walk_never_steps_beyond_the_slew_limit(switches, first):
@@ -221,6 +223,14 @@ def test_switching_speed_mid_walk_never_steps_beyond_the_slew_limit(switches, fi
     assert max_step <= 1.0, f"setpoint step {max_step:.3f} x the slew limit"
     assert max_jerk <= 1.5
     assert not tr.blending and tr.pending is None
+
+
+@pytest.mark.xfail(strict=True, reason="open defect (issue 12): from 0.30 m/s straight, a switch to 0.15 m/s "
+                   "turning at 0.70 s and to the profiled 0.30 m/s at 1.83 s (queued during the first blend) step "
+                   "the setpoint rate 2.09x what the accelerations at both ends allow (bound 1.5); found by hypothesis")
+def test_a_switch_queued_during_a_blend_keeps_the_rate_continuous():
+    test_switching_speed_mid_walk_never_steps_beyond_the_slew_limit.hypothesis.inner_test(
+        switches=[(1.83203125, 9), (0.703125, 0)], first=4)
 
 
 def test_after_a_transition_the_reference_is_the_new_nominal(small_library):
