@@ -106,3 +106,35 @@ def column(ftab, i, RJ, k):
 def project(ftab, i, RJ, f0, f1, f2, n0, n1, n2, tau, s, iv):
     """tau[s, iv:iv + nv] = Sᵀ (f, n)."""
     tau[s, iv] = ftab[i, AXIS] * n0 + ftab[i, AXIS + 1] * n1 + ftab[i, AXIS + 2] * n2
+
+
+# ---- the axis-aligned step (an ABOUT_AXIS joint with u = ±e_k and R0 = E: itab AXIS_K = k) -------
+# Written about e_2; the kernel reaches e_0 and e_1 by a cyclic permutation of the components
+# (k, k+1, k+2) -> (2, 0, 1), under which rotations about e_k and cross products keep their form.
+
+@njit(cache=True, inline="always")
+def axis_step(c, s, K, Kd, t0, t1, t2, p0, p1, p2, q0, q1, q2, e0, e1, e2, f0, f1, f2):
+    """The body's (v, ω, a, α), a 12-tuple, for a joint turning about e_2 by the angle of cosine c
+    and sine s (the axis' sign folded in), rate K and acceleration Kd (rad/s, rad/s², signed as s),
+    child origin t (m, parent frame), from the parent's velocity (p, q) and acceleration (e, f):
+    v = X v_p + v_J, a = X a_p + S q̈ + v × v_J with X (l, w) = (Rᵀ (l + w × t), Rᵀ w), Rᵀ the
+    rotation by −θ (2 components of each vector), v_J = (0, 0, 0, 0, 0, K), c_J = 0 — the same
+    numbers as the general step with S = (0, e_2), without its zero products."""
+    x0, x1, x2 = p0 + q1 * t2 - q2 * t1, p1 + q2 * t0 - q0 * t2, p2 + q0 * t1 - q1 * t0
+    v0, v1 = c * x0 + s * x1, c * x1 - s * x0
+    w0, w1 = c * q0 + s * q1, c * q1 - s * q0
+    y0, y1, y2 = e0 + f1 * t2 - f2 * t1, e1 + f2 * t0 - f0 * t2, e2 + f0 * t1 - f1 * t0
+    a0, a1 = c * y0 + s * y1, c * y1 - s * y0
+    b0, b1 = c * f0 + s * f1, c * f1 - s * f0
+    # + v × v_J = (v × (0, 0, K), ω × (0, 0, K)) with v, ω before v_J is added (v_J × v_J = 0)
+    return v0, v1, x2, w0, w1, q2 + K, a0 + v1 * K, a1 - v0 * K, y2, b0 + w1 * K, b1 - w0 * K, f2 + Kd
+
+
+@njit(cache=True, inline="always")
+def axis_force(c, s, t0, t1, t2, f0, f1, f2, n0, n1, n2):
+    """The force (f, n) of a body whose joint turns about e_2 (cosine c, sine s; origin t in the
+    parent frame) moved into the parent frame: Xᵀ (f, n) = (R f, R n + t × R f), a 6-tuple; the
+    joint's τ = Sᵀ (f, n) is ±n_2."""
+    L0, L1 = c * f0 - s * f1, s * f0 + c * f1
+    N0, N1 = c * n0 - s * n1, s * n0 + c * n1
+    return L0, L1, f2, N0 + t1 * f2 - t2 * L1, N1 + t2 * L0 - t0 * f2, n2 + t0 * L1 - t1 * L0

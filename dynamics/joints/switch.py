@@ -45,6 +45,19 @@ def cos_sin(jt, q, iq):
 
 
 @njit(cache=True, inline="always")
+def axis_step(c, s, K, Kd, t0, t1, t2, p0, p1, p2, q0, q1, q2, e0, e1, e2, f0, f1, f2):
+    """The body's motion behind an ABOUT_AXIS joint about e_2 (revolute.axis_step): every such type
+    is a pure rotation with S = (0, ±u), c_J = 0, so they share it and differ only in cos_sin."""
+    return revolute.axis_step(c, s, K, Kd, t0, t1, t2, p0, p1, p2, q0, q1, q2, e0, e1, e2, f0, f1, f2)
+
+
+@njit(cache=True, inline="always")
+def axis_force(c, s, t0, t1, t2, f0, f1, f2, n0, n1, n2):
+    """The body's force in the parent frame behind an ABOUT_AXIS joint about e_2 (revolute.axis_force)."""
+    return revolute.axis_force(c, s, t0, t1, t2, f0, f1, f2, n0, n1, n2)
+
+
+@njit(cache=True, inline="always")
 def motion(jt, ftab, i, RJ, v, a, iv, x0, x1, x2, y0, y1, y2):
     """(v_J = S q̇ (6), (x, y) + S q̈ + c_J (6)) of joint i in the child frame, a 12-tuple."""
     if jt == REVOLUTE or jt == REVOLUTE_UNBOUNDED:
