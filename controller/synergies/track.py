@@ -19,6 +19,8 @@ a(s) of `dynamics.synthesis.transition.blend_weight`, s = t/D) the clock rate an
     p' = (1 - a)/T_f + a/T_t,    q = (1 - a) Q_f(p) + a Q_t(p)
     q' = [(1 - a) Q_f' + a Q_t'] p' + (a'/D) (Q_t - Q_f)
 
+(the clock advances by the exact integral of p', `_weight_integral`, so every setpoint lies on this law)
+
 so q, q', q'' are continuous at both ends (no setpoint jump). The rate is at most
 B + (15/8) max|Q_t - Q_f| / D, B the bound of the first term (`Tracker._rate_bound`, 15/8 = max a'), so
 D = max(min_transition_s, (15/8) max|Q_t - Q_f| / (slew - B)) keeps every setpoint step within slew x dt. A request during a transition waits for its end.
@@ -160,9 +162,9 @@ class Tracker:
                 return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), False)
         elif self._via is not None:
             self.phase = self.phase + dt / self.nominal.period
-        else:
-            a = blend_weight(self._t / self._D)[0]
-            self.phase = self.phase + dt * ((1 - a) / self._from.period + a / self.nominal.period)
+        else:  # the clock's exact integral (forward Euler would leave the setpoint off the blend law by O(dt))
+            W = _weight_integral(self._t + dt, self._D) - _weight_integral(self._t, self._D)
+            self.phase = self.phase + dt / self._from.period + W * (1 / self.nominal.period - 1 / self._from.period)
             self._t += dt
             if self._t >= self._D:
                 self._from = None
@@ -224,6 +226,14 @@ def nearest_phase(syn: Synergy, q: np.ndarray) -> np.ndarray:
             out[j] = k[m] + syn.u[m]
         return out
     return np.full(len(syn.actuators), syn.u[int(np.argmin(((syn.q - q) ** 2).sum(axis=1)))])
+
+
+def _weight_integral(t: float, D: float) -> float:
+    """Integral (s) of the blend weight a(t'/D) over t' in [0, t]: D s^4 (5/2 - 3 s + s^2) with s = t/D <= 1
+    (the integral of 10 s^3 - 15 s^4 + 6 s^5), plus t - D after the blend's end (a = 1), so the clock
+    p' = 1/T_f + a (1/T_t - 1/T_f) advances by dt/T_f + (1/T_t - 1/T_f) [W(t + dt) - W(t)]."""
+    s = min(t / D, 1.0)
+    return D * s ** 4 * (2.5 - 3 * s + s * s) + max(t - D, 0.0)
 
 
 def _at_phase(syn: Synergy, values: np.ndarray, phase: np.ndarray) -> np.ndarray:
