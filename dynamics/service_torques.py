@@ -61,10 +61,11 @@ how long before that the newest encoder sample was received, the alignment wait,
 from __future__ import annotations
 
 import argparse
+import bisect
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -120,38 +121,108 @@ class Settings:
                              f"< 10, got {self}")
 
 
+#: Consecutive frames of a stream rejected (clock faults, repeats) with leads within `CLOCK_SLACK_NS` of the
+#: first's and away from the stream's floor that re-anchor it (the plate service's `service.RESET_FRAMES`).
+REANCHOR_FRAMES = 5
+#: Where a re-anchoring is announced (the plate service's clock episodes' stream).
+CLOCK_STREAM = "events/clock"
+
+
+@dataclass
+class _Leads:
+    """One stream's leads [ns]: its floor (the least lead of the frames taken since its anchoring; until
+    confirmed, the last frame's) and whether a second consistent frame confirmed it."""
+    floor: int
+    confirmed: bool = False
+
+
 class Arrivals:
     """The acceptance rule every live dynamics service applies to a received frame (`WalkerService`,
     `service_tree.TreeService`): its samples' lab times are `Frame.sample_times` (the device's rate on the
     lab clock, ``meta["rate_lab_hz"]``, when the daemon's clock fit gives it); its receipt is the
     subscriber's, or fed by hand, the host stamp of its last sample; its lead = receipt − lab time of the
-    last sample [ns] (a sample is never received before it is measured). A frame whose lead is more than
-    `CLOCK_SLACK_NS` below min(least lead of the stream, 0) is a clock fault; a stream's FIRST frame is
-    judged so against the least lead of the other streams, so one stamped far ahead (a device clock a
-    minute off) cannot anchor the stream there and turn every later good frame into a repeat. Against the
-    least lead, never above zero: a backlog (a publisher catching up after a stall, the plate service
-    after its zeroing) inflates the early leads, and its catching up lowers the lead by a frame's span at
-    once — that is not a clock running ahead. A frame that ends at or before the stream's newest sample
-    is a repeat."""
+    last sample [ns] (a sample is never received before it is measured).
 
-    def __init__(self) -> None:
-        self.floors: dict[str, int] = {}    # least lead per stream [ns]
+    A frame whose lead is more than `CLOCK_SLACK_NS` below min(reference, 0) is a clock fault; the reference
+    is the stream's floor once CONFIRMED — a second frame's lead within `CLOCK_SLACK_NS` of the first's
+    (of the last unconfirmed one's) — and until then the least confirmed floor of the other streams (while
+    none is confirmed, in the first frames of a run, their least provisional one). So a single frame's
+    stamp, even the very first of all, anchors nothing for long: once any stream is confirmed, no stream is
+    judged against it. Against the floor, never above
+    zero: a backlog (a publisher catching up after a stall, the plate service after its zeroing) inflates
+    the early leads, and its catching up lowers the lead by a frame's span at once — that is not a clock
+    running ahead. A frame that ends at or before the stream's newest sample is a repeat.
+
+    A stream whose floor came from bad stamps would reject every good frame after it (stamped ahead: all
+    repeats of the stamp; a confirmed bad floor: all clock faults): `REANCHOR_FRAMES` rejected in a row
+    whose leads agree (each within `CLOCK_SLACK_NS` of the first's) and differ from the stream's floor by
+    more than that re-anchor it — the last of them is taken, on a floor confirmed by them, and the service
+    forgets the stream's samples (`admit` says ``"reanchored"``); the frames before it are lost, counted.
+    `count(subject, n)` counts ``STREAM:clock_resets``; `publish` (`daq.bus.Publisher.publish`'s
+    signature) announces each re-anchoring on `CLOCK_STREAM` (``event = "clock_reset"``, ``stream``,
+    ``jump_s`` = old floor − new, s: > 0 the old stamps ran ahead), also logged."""
+
+    def __init__(self, count: Callable[[str, int], None] = lambda subject, n=1: None,
+                 publish: Callable[..., Any] | None = None) -> None:
+        self.leads: dict[str, _Leads] = {}
+        self.runs: dict[str, list[int]] = {}     # leads of each stream's frames rejected in a row [ns]
+        self.count, self.publish = count, publish
 
     def admit(self, f: Any, newest: int | None) -> tuple[np.ndarray, int, str | None, str]:
         """(lab times (samples,) ns, receipt ns, None, "") of frame `f` of a stream whose newest sample so
-        far is at `newest` ns (None: none), or (..., counter, why) when it is skipped: ``clock_faults``
-        or ``repeated``."""
+        far is at `newest` ns (None: none), taken; (..., "reanchored", why) taken after the stream's
+        samples are forgotten (the caller forgets them); or (..., counter, why) when it is skipped:
+        ``clock_faults`` or ``repeated``."""
         t = f.sample_times()
         recv = f.t_recv if f.t_recv is not None else (f.t_pub or int(f.t_host + t[-1] - t[0]))
         lead = recv - int(t[-1])
-        floor = self.floors.get(f.stream)
-        ref = floor if floor is not None else min(self.floors.values(), default=None)
+        s = self.leads.get(f.stream)
+        if s is not None and s.confirmed:
+            ref: int | None = s.floor
+        else:       # the others' confirmed floors; none confirmed yet (the first frames): their provisional ones
+            others = [x for k, x in self.leads.items() if k != f.stream]
+            ref = min((x.floor for x in others if x.confirmed), default=None)
+            if ref is None:
+                ref = min((x.floor for x in others), default=None)
+        skip, why = None, ""
         if ref is not None and lead < min(ref, 0) - CLOCK_SLACK_NS:
-            return t, recv, "clock_faults", f"stamped {(ref - lead) * 1e-9:.3f} s ahead of its receipt"
-        self.floors[f.stream] = lead if floor is None else min(floor, lead)
-        if newest is not None and t[-1] <= newest:
-            return t, recv, "repeated", "nothing new: a repeat or out of order"
-        return t, recv, None, ""
+            skip, why = "clock_faults", f"stamped {(ref - lead) * 1e-9:.3f} s ahead of its receipt"
+        elif newest is not None and t[-1] <= newest:
+            skip, why = "repeated", "nothing new: a repeat or out of order"
+        run = self.runs.setdefault(f.stream, [])
+        if skip is None:
+            run.clear()
+            if s is None:
+                self.leads[f.stream] = _Leads(lead)
+            else:
+                if s.confirmed:
+                    s.floor = min(s.floor, lead)
+                else:       # confirmed by a second consistent frame, or this one is the new candidate
+                    s.confirmed = abs(lead - s.floor) <= CLOCK_SLACK_NS
+                    s.floor = min(s.floor, lead) if s.confirmed else lead
+            return t, recv, None, ""
+        if s is None or abs(lead - s.floor) > CLOCK_SLACK_NS:     # not a repeat on the stream's own time base
+            if run and abs(lead - run[0]) > CLOCK_SLACK_NS:
+                run.clear()
+            run.append(lead)
+            if len(run) >= REANCHOR_FRAMES:
+                return t, recv, "reanchored", self._reanchor(f, s, recv)
+        return t, recv, skip, why
+
+    def _reanchor(self, f: Any, s: _Leads | None, recv: int) -> str:
+        run = self.runs.pop(f.stream)
+        new = min(run)
+        old = s.floor if s is not None else new
+        why = (f"{len(run)} frames in a row rejected with leads {new * 1e-9:.3f} s "
+               f"({(old - new) * 1e-9:+.3f} s from its floor): re-anchored there, its earlier samples forgotten")
+        self.leads[f.stream] = _Leads(new, confirmed=True)
+        self.count(f"{f.stream}:clock_resets", 1)
+        log.warning("%s: clock reset: %s", f.stream, why)
+        if self.publish is not None:
+            self.publish(CLOCK_STREAM, np.zeros((1, 0)), kind="event", rate_hz=0.0, channels=(), units=(),
+                         t_device=None, t_host=recv, t=recv,
+                         meta={"stream": f.stream, "event": "clock_reset", "jump_s": (old - new) * 1e-9})
+        return why
 
 
 class _Input:
@@ -260,6 +331,54 @@ class _Input:
             self.a += k
 
 
+def due(pending: Sequence[int], receipts: Callable[[int, int], np.ndarray], inputs: Sequence[_Input], full: bool,
+        first_recv: int, now: int, max_wait_s: float, count: Callable[[str, int], None]) -> int:
+    """How many of a live service's waiting output samples (lab times `pending` ns, ascending) are computed
+    now — a prefix; the rule of every live dynamics service (`WalkerService`, `service_tree.TreeService`).
+    A sample is ready once every awaited input (of `inputs`, the streams it is aligned with) has a sample
+    at or after it; an input silent since the first output sample's receipt `first_recv` for longer than
+    `max_wait_s` (a plate service still zeroing, a stream this lab does not have) is not awaited until it
+    appears — waiting would only delay samples computed without it anyway. A sample not ready is computed
+    with the laggards held once past its deadline (`_overdue`), or at once while an input holds `KEEP_S`
+    of samples (`full`: a replay as fast as it goes). `receipts(a, b)`: receipt [ns] of what each of
+    pending[a:b] waited for itself (its own frame, or the look-ahead it needs); `now` host time [ns]. Counts
+    ``STREAM:held_samples``: per input, the samples computed past its newest sample."""
+    slack = max_wait_s * 1e9
+    absent = now - first_recv > slack
+    awaited = [i for i in inputs if i.newest is not None or not absent]
+    cover = min((i.newest if i.newest is not None else -(2 ** 62)) for i in awaited) if awaited else 2 ** 62
+    ready = bisect.bisect_right(pending, cover)
+    if ready < len(pending):
+        ready = len(pending) if full else ready + _overdue(pending, ready, receipts, awaited, now, slack)
+    for i in inputs:
+        newest = i.newest
+        behind = ready if newest is None else ready - bisect.bisect_right(pending, newest, 0, ready)
+        if behind:
+            count(f"{i.stream}:held_samples", behind)
+    return ready
+
+
+def _overdue(pending: Sequence[int], ready: int, receipts: Callable[[int, int], np.ndarray],
+             awaited: list[_Input], now: int, slack: float) -> int:
+    """How many of the waiting samples (``pending[ready:]``, a prefix) are past their deadline: a sample at
+    lab time t, received at r, is awaited from an input that does not reach t yet as long as that input's
+    measured lateness says it may still come, ``t + lateness``, and never less than from its own receipt,
+    ``r``; then `slack` ns more (``--max-wait-s``: jitter beyond what was measured). So a slow input (a
+    motion-capture system's 0.3 s) is waited for as long as it needs, and a stalled one only that long."""
+    # the first waiting sample first: mostly it is not due, and nothing is built
+    t0 = pending[ready]
+    late = [i.lateness for i in awaited if i.newest is not None and i.newest < t0]
+    if max([int(receipts(ready, ready + 1)[0])] + [t0 + x for x in late]) + slack >= now:
+        return 0
+    waiting = np.asarray(pending[ready:], dtype=np.int64)
+    deadline = np.asarray(receipts(ready, len(pending)), dtype=np.int64)
+    for i in awaited:
+        if i.newest is not None:
+            deadline = np.where(waiting > i.newest, np.maximum(deadline, waiting + i.lateness), deadline)
+    over = deadline + slack < now
+    return waiting.size if over.all() else int(np.argmin(over))
+
+
 class _Cycles:
     """One shaft's power samples since the start of its current revolution (`energetics.cycle_energy`):
     only the last sample until a first crossing of a multiple of 2π starts one; a revolution longer than
@@ -354,7 +473,7 @@ class WalkerService:
         self.first_recv: int | None = None                         # receipt of the first ref sample (ns)
         self.latencies: list[float] = []
         self.rejected = 0
-        self.arrivals = Arrivals()
+        self.arrivals = Arrivals(count, publish)
 
     # -- input ------------------------------------------------------------------------------
 
@@ -380,7 +499,9 @@ class WalkerService:
                     log.warning("%s: frame seq %d %s: clock fault, rejected", f.stream, f.seq, why)
                 self.rejected += 1
                 continue
-            if skip is not None:
+            if skip == "reanchored":
+                self._forget(inp, int(t[0]))
+            elif skip is not None:
                 self.count(f"{f.stream}:{skip}", 1)
                 continue
             inp.note_lateness(recv, int(t[0]))
@@ -394,6 +515,21 @@ class WalkerService:
                 cols = [f.channels.index(c) for c in ("Fx", "Fy", "Fz", "Mx", "My", "Mz")]
                 inp.add(t, np.asarray(f.data, dtype=float)[:, cols], recv)
         self._compute()
+
+    def _forget(self, inp: _Input, t0: int) -> None:
+        """Input `inp` re-anchored (`Arrivals`) at a frame starting at lab time t0 [ns]: its samples, and what
+        was derived from them — a shaft's velocity and revolution, the chassis velocity's poses, the
+        reference samples waiting at or after t0 — are forgotten."""
+        inp.a = inp.b
+        inp.since = None
+        if inp is self.markers:
+            self.poses.clear()
+        elif inp in self.enc:
+            self.last_vel.pop(inp.stream, None)
+            self.cycles[self.enc.index(inp)] = _Cycles()
+            if inp is self.enc[0]:
+                keep = bisect.bisect_left(self.pending, t0)
+                del self.pending[keep:], self.ref_stamps[keep:]
 
     def _check(self, inp: _Input, f: Any) -> str | None:
         """Why frame `f` cannot be input `inp`'s block, or None."""
@@ -472,36 +608,12 @@ class WalkerService:
     def _compute(self) -> None:
         if not self.pending:
             return
-        others = [i for i in self.inputs.values() if i is not self.enc[0]]
-        now = self.clock()
         ref = self.enc[0]
         if self.first_recv is None:
             self.first_recv = int(ref.recv[0])
-        # an input silent since the first reference sample for longer than --max-wait-s (a plate service
-        # still zeroing, a stream this lab does not have) is not waited for until it appears: waiting would
-        # only delay samples that are computed without it anyway
-        absent = now - self.first_recv > self.settings.max_wait_s * 1e9
-        awaited = [i for i in others if i.newest is not None or not absent]
-        cover = min((i.newest if i.newest is not None else -(2 ** 62)) for i in awaited) if awaited else 2 ** 62
-        ready = 0
-        while ready < len(self.pending) and self.pending[ready] <= cover:
-            ready += 1
-        if ready and len(awaited) < len(others):
-            for i in others:
-                if i.newest is None:
-                    self.count(f"{i.stream}:held_samples", ready)
-        if ready < len(self.pending):
-            # computed now with the laggards held: the waiting samples past their deadline (`_overdue`: a
-            # prefix), only those — the later ones may still get their inputs in time — or all of them while
-            # an input holds KEEP_S of samples
-            due = len(self.pending) if any(i.full for i in self.inputs.values()) else \
-                ready + self._overdue(ready, awaited, now)
-            if due > ready:
-                for i in others:
-                    behind = sum(1 for t in self.pending[:due] if i.newest is None or t > i.newest)
-                    if behind:
-                        self.count(f"{i.stream}:held_samples", behind)
-                ready = due
+        ready = due(self.pending, self._receipts, [i for i in self.inputs.values() if i is not ref],
+                    any(i.full for i in self.inputs.values()), self.first_recv, self.clock(),
+                    self.settings.max_wait_s, self.count)
         if not ready:
             return
         t_all = np.array(self.pending[:ready], dtype=np.int64)
@@ -517,26 +629,11 @@ class WalkerService:
         for i in self.inputs.values():
             i.trim(self.done)
 
-    def _overdue(self, ready: int, awaited: list[_Input], now: int) -> int:
-        """How many of the waiting reference samples (``pending[ready:]``, a prefix) are past their deadline:
-        a sample at lab time t, received at r, is awaited from an input that does not reach t yet as long as
-        that input's measured lateness says it may still come, ``t + lateness``, and never less than from its
-        own receipt, ``r``; then ``--max-wait-s`` more (jitter beyond what was measured). So a slow input (a
-        motion-capture system's 0.3 s) is waited for as long as it needs, and a stalled one only that long."""
-        ref, slack, pending = self.enc[0], self.settings.max_wait_s * 1e9, self.pending
-        # the first waiting sample first: mostly it is not due, and nothing is built
-        t0 = pending[ready]
-        late = [i.lateness for i in awaited if i.newest is not None and i.newest < t0]
-        r0 = int(ref.recv[min(int(np.searchsorted(ref.t, t0, side="left")), ref.t.size - 1)])
-        if max([r0] + [t0 + x for x in late]) + slack >= now:
-            return 0
-        waiting = np.asarray(pending[ready:], dtype=np.int64)
-        deadline = ref.recv[np.minimum(np.searchsorted(ref.t, waiting, side="left"), ref.t.size - 1)]
-        for i in awaited:
-            if i.newest is not None:
-                deadline = np.where(waiting > i.newest, np.maximum(deadline, waiting + i.lateness), deadline)
-        over = deadline + slack < now
-        return waiting.size if over.all() else int(np.argmin(over))
+    def _receipts(self, a: int, b: int) -> np.ndarray:
+        """Receipt [ns] of the reference samples ``pending[a:b]`` (their own frames')."""
+        ref = self.enc[0]
+        k = np.searchsorted(ref.t, np.asarray(self.pending[a:b], dtype=np.int64), side="left")
+        return ref.recv[np.minimum(k, ref.t.size - 1)]
 
     def _run(self, t: np.ndarray, stamps: list[tuple[int, int | None]]) -> None:
         n, L = t.size, self.world.n_legs

@@ -34,8 +34,10 @@ held (``stale``, ``STREAM:held_samples``):
 4. `human15_markers.marker_inverse_dynamics` (plate_id bottom-up and top-down, compiled): a loaded
    plate under a point of a foot segment (``--feet``; its contact points at q, within
    ``--height-tol-m`` above the plate and ``--edge-tol-m`` outside its outline) loads that foot; a
-   foot on an unloaded plate carries nothing; a foot on no plate has an unknown load, and the
-   torques of the joints above it are NaN (live there are no gait events for the swing phases).
+   foot on an unloaded plate carries nothing, and so does a foot in swing — every contact point (at q)
+   and every visible marker of it more than ``--height-tol-m`` above the plates' surface (live there
+   are no gait events: its height says it); any other foot on no plate has an unknown load, and the
+   torques of the joints above it are NaN.
 
 Published (stamps: the marker samples' ``t``/``t_host``/``t_device``; one frame per run of samples
 computed together; ``meta["latency_s"]``: host time of publication minus the receipt of the newest
@@ -51,8 +53,9 @@ alignment wait):
 - ``dynamics/zmp``: ``ZMPx ZMPy`` (m) of the plates' total wrench on the plane of their surfaces,
   ``margin`` (m, > 0 inside) to the support polygon of the stance feet's markers (a foot carrying
   more than ``--contact-n`` vertical force; its markers placed by its fitted segment), ``support``
-  (vertices), ``valid`` (total F_z > ``--min-fz-n``); where a foot's load is unknown (on no plate)
-  the real ZMP is unknown: ``margin`` NaN, ``valid`` 0;
+  (vertices), ``valid`` (total F_z > ``--min-fz-n``); where a foot's load is unknown (near the floor
+  on no plate) the real ZMP is unknown: ``margin`` NaN, ``valid`` 0 — a foot in swing (step 4) is known
+  unloaded, so single support on a plate has its margin;
 - ``dynamics/contact``: per foot ``FOOT:Fx :Fy :Fz`` (N) ``:Mx :My :Mz`` (N·m about the lab origin),
   the plate wrench assigned to it, and ``:known`` (1: its ground load is known).
 
@@ -77,10 +80,12 @@ import numpy as np
 from daq.context import ProcessContext
 from dynamics import forceplate as fp
 from dynamics import human15_markers as h15
+from dynamics.kinematics import contact_positions
 from dynamics.loader import read_toml, resolve
 from dynamics.model import Model
 from dynamics.plate_id import PlateLoad, plate_id_workspace
-from dynamics.service_torques import MAX_BATCH, Arrivals, TORQUES, ZMP, CONTACT, ZMP_CHANNELS, ZMP_UNITS, _Input
+from dynamics.service_torques import (CONTACT, MAX_BATCH, TORQUES, ZMP, ZMP_CHANNELS, ZMP_UNITS, Arrivals, _Input,
+                                      due)
 from dynamics.spatial import cross
 from dynamics.support import support_margin
 from dynamics.zmp import zmp_of_wrench
@@ -156,6 +161,9 @@ class TreeService:
         s = h15.scale(mset, model)
         self.foot_points = [(f, s * np.array(list(mset.segments[f].values()))) for f in self.feet]
         self.point_foot = np.concatenate([np.full(len(p), k) for k, (_, p) in enumerate(self.foot_points)])
+        # the feet's contact points (their swing: every one of them high)
+        self.contact_names = [c for f in self.feet for c in model.segment(f).contacts]
+        self.contact_foot = np.repeat(np.arange(len(self.feet)), [len(model.segment(f).contacts) for f in self.feet])
         # state carried from marker frame to frame
         self.layout: tuple[str, ...] = ()
         self.cols = np.empty(0, dtype=np.intp)
@@ -169,7 +177,7 @@ class TreeService:
         self.first_recv: int | None = None
         self.latencies: list[float] = []
         self.rejected = 0
-        self.arrivals = Arrivals()           # the walker's frame acceptance (clock faults, repeats)
+        self.arrivals = Arrivals(count, publish)    # the walker's frame acceptance (clock faults, repeats)
         # a root the coordinates cannot come from (not a free flyer at the origin, not in the set): MarkerError now
         h15.joint_coordinates(model, mset, h15.fit_segments(model, mset, {m: np.full((1, 3), np.nan) for m in mset.labels}))
         h15.joint_rates(model, np.repeat(model.neutral()[None], 3, axis=0), 200.0)   # a joint type without rates
@@ -204,7 +212,9 @@ class TreeService:
             if skip == "clock_faults":
                 self._reject(f, skip, why)
                 continue
-            if skip is not None:
+            if skip == "reanchored":
+                self._forget(inp, int(t[0]))
+            elif skip is not None:
                 self.count(f"{f.stream}:{skip}", 1)
                 continue
             if inp is None:
@@ -220,6 +230,18 @@ class TreeService:
                 cols = [f.channels.index(c) for c in PLATE_CHANNELS]
                 inp.add(t, np.asarray(f.data, dtype=float)[:, cols], recv)
         self._compute()
+
+    def _forget(self, inp: _Input | None, t0: int) -> None:
+        """Input `inp` (None: the markers) re-anchored (`Arrivals`) at a frame starting at lab time t0 [ns]:
+        its samples are forgotten — the markers' rate history (their next samples start again, rates NaN
+        for the first LOOKAHEAD) and the samples waiting at or after t0 with them."""
+        if inp is not None:
+            inp.a, inp.since = inp.b, None
+            return
+        self.last_t = None
+        self.hist_q = np.full((LOOKAHEAD, self.model.nq), np.nan)
+        self.hist = [None] * LOOKAHEAD
+        self.pending = [s for s in self.pending if s[0] < t0]
 
     def _reject(self, f: Any, counter: str, why: str) -> None:
         self.count(f"{f.stream}:{counter}", 1)
@@ -288,27 +310,13 @@ class TreeService:
     def _compute(self) -> None:
         if not self.pending:
             return
-        now = self.clock()
         if self.first_recv is None:
             self.first_recv = self.pending[0][6]
-        # a plate silent for --max-wait-s since the first marker sample is not waited for until it appears
-        absent = now - self.first_recv > self.settings.max_wait_s * 1e9
-        awaited = [p for p in self.plates if p.newest is not None or not absent]
-        cover = min((p.newest if p.newest is not None else -(2 ** 62)) for p in awaited) if awaited else 2 ** 62
-        ready = 0
-        while ready < len(self.pending) and self.pending[ready][0] <= cover:
-            ready += 1
-        if ready < len(self.pending):
-            # the laggards held for the waiting samples past their deadline (a prefix), or for all while a
-            # plate holds KEEP_S of samples
-            ready = len(self.pending) if any(p.full for p in self.plates) else ready + self._overdue(ready, awaited, now)
+        ready = due([p[0] for p in self.pending], self._receipts, self.plates, any(p.full for p in self.plates),
+                    self.first_recv, self.clock(), self.settings.max_wait_s, self.count)
         if not ready:
             return
         batch, self.pending = self.pending[:ready], self.pending[ready:]
-        for p in self.plates:
-            behind = sum(1 for s in batch if p.newest is None or s[0] > p.newest)
-            if behind:
-                self.count(f"{p.stream}:held_samples", behind)
         period = 1e9 / self.rate
         cuts = [0] + [j for j in range(1, ready) if abs(batch[j][0] - batch[j - 1][0] - period) > period / 2] + [ready]
         for a, b in zip(cuts[:-1], cuts[1:]):
@@ -317,18 +325,25 @@ class TreeService:
         for p in self.plates:
             p.trim(batch[-1][0])
 
-    def _overdue(self, ready: int, awaited: list[_Input], now: int) -> int:
-        """How many of the waiting samples (``pending[ready:]``) are past their deadline, the walker's rule
-        (`WalkerService._overdue`): a sample at lab time t, its look-ahead received at r, waits for a plate
-        that does not reach t yet as long as the plate's measured lateness says its sample may still come,
-        t + lateness, never less than r; then ``--max-wait-s`` more."""
-        slack, n = self.settings.max_wait_s * 1e9, 0
-        for t, *_, r, _own in self.pending[ready:]:
-            late = [t + p.lateness for p in awaited if p.newest is not None and p.newest < t]
-            if max([r] + late) + slack >= now:
-                break
-            n += 1
-        return n
+    def _receipts(self, a: int, b: int) -> np.ndarray:
+        """Receipt [ns] of the look-ahead marker samples ``pending[a:b]`` wait for (their rates need it)."""
+        return np.array([p[6] for p in self.pending[a:b]], dtype=np.int64)
+
+    def _swing(self, q: np.ndarray, pts: np.ndarray) -> np.ndarray:
+        """(n, F) bool: foot f is in swing at configurations q (n, nq) with its markers pts (n, K, 3) m (lab,
+        NaN occluded): each of its contact points (at q; known) and each visible marker more than
+        ``--height-tol-m`` above the plates' surface — no point of it is near the floor, so it carries
+        nothing (what `plate_id.assign_plates` counts as off every plate at that tolerance)."""
+        above = self.ground_z + self.settings.height_tol_m
+        fin = np.isfinite(q).all(axis=1)
+        cz = np.full((q.shape[0], len(self.contact_names)), np.nan)
+        if fin.any():
+            cz[fin] = contact_positions(self.model, q[fin], self.contact_names).reshape(-1, len(self.contact_names),
+                                                                                     3)[..., 2]
+        with np.errstate(invalid="ignore"):
+            high_c, high_m = cz > above, ~(pts[..., 2] <= above)      # an occluded marker says nothing
+        return np.stack([high_c[:, self.contact_foot == k].all(axis=1) & high_m[:, self.point_foot == k].all(axis=1)
+                         for k in range(len(self.feet))], axis=1)
 
     def _run(self, samples: list[tuple]) -> None:
         """Steps 3-4 and the outputs for consecutive marker samples."""
@@ -343,8 +358,9 @@ class TreeService:
             known &= kp
             have &= np.isfinite(w).all(axis=1)
             loads.append(PlateLoad(w[:, :3], cross(centre, w[:, :3]) + w[:, 3:6], corners, w[:, 6] >= 0.5, name))
-        kin = h15.marker_inverse_dynamics(m, q, v, a, loads, self.feet, None, self.settings.height_tol_m,
-                                          self.settings.edge_tol_m)
+        pts = np.array([s[4] for s in samples])                             # (n, K, 3)
+        kin = h15.marker_inverse_dynamics(m, q, v, a, loads, self.feet, self._swing(q, pts),
+                                          self.settings.height_tol_m, self.settings.edge_tol_m)
         tau = kin.tau_bottom_up[:, 6:]
         torques = np.concatenate([tau, tau * v[:, 6:], kin.residual_force, kin.residual_moment,
                                   (~known)[:, None].astype(float)], axis=1)
@@ -352,7 +368,6 @@ class TreeService:
         f_tot = sum(ld.force for ld in loads)
         n_tot = sum(ld.moment for ld in loads)
         z = zmp_of_wrench(f_tot, n_tot, self.ground_z, self.settings.min_fz_n)
-        pts = np.array([s[4] for s in samples])                             # (n, K, 3)
         stance = kin.foot_wrench[:, :, 2] > self.settings.contact_n         # (n, F)
         on = stance[:, self.point_foot] & np.isfinite(pts).all(axis=2)
         margin, nvert = support_margin(np.nan_to_num(pts), on, z.point)

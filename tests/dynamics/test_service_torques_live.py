@@ -7,6 +7,7 @@ frame carries its latency (publication minus the newest input's receipt), report
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import signal
 import textwrap
@@ -18,6 +19,7 @@ import numpy as np
 from daq.bus import Publisher, Subscriber
 from daq.health import parse_health
 from daq.ports import free_tcp_ports
+from dynamics.service_torques import REANCHOR_FRAMES
 
 from .test_service_live import start
 from .test_service_torques import PLATES, TORQUES, ZMP, frames_of, serve, walk
@@ -190,3 +192,45 @@ def test_the_process_waits_for_a_slow_input_as_long_as_its_measured_lateness(tmp
     k = np.searchsorted(t_mine, t[steady])
     assert np.array_equal(t_mine[k], t[steady])
     assert np.allclose(data[steady], mine[k], rtol=1e-12, atol=1e-9, equal_nan=True)
+
+
+def test_a_first_frame_stamped_60_s_ahead_is_re_anchored_and_the_good_frames_are_computed(tmp_path):
+    """The first frame the process receives — the reference shaft's, stamped 60 s ahead of the frames
+    after it — has nothing to be judged against, so it is taken and set the shaft 60 s on: every good
+    frame after it was a repeat and the process published no torque for them (found by review).
+    REANCHOR_FRAMES good frames rejected in a row with one lead re-anchor the shaft (an ``events/clock``
+    clock_reset naming it) and every later encoder sample is computed. Truth: the frames sent (their
+    stamps) and the same clean frames fed in process (`serve`, checked against the world in
+    test_service_torques)."""
+    frames = frames_of(walk())
+    left = [f for f in frames if f.stream == "encoder/left_shaft"]
+    first = dataclasses.replace(left[0], t=left[0].t + 60 * 10 ** 9, t_device=None)
+    t1, a, _ = serve(frames).series(TORQUES)
+    anchor = left[REANCHOR_FRAMES - 1].t                        # the good frame that re-anchors the shaft
+    sent = np.concatenate([f.sample_times() for f in left[REANCHOR_FRAMES - 1:]])
+    got = defaultdict(list)
+    with served(tmp_path, 2.0, [TORQUES, "events/clock"], [TORQUES]) as (feed, proc, sub):
+        for k, f in enumerate([first] + frames):
+            publish(feed, f)
+            if k % 4 == 3:
+                time.sleep(0.002)          # about real time
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline and not (got[TORQUES] and got[TORQUES][-1].sample_times()[-1] >= t1[-1]
+                                                   and got["events/clock"]):
+            g = sub.recv(timeout_s=0.2)
+            if g is not None:
+                got[g.stream].append(g)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    t = np.concatenate([g.sample_times() for g in got[TORQUES]])
+    data = np.concatenate([g.data for g in got[TORQUES]])
+    # every good reference sample from the re-anchoring on is computed (the last ones, whose inputs never
+    # come, held after --max-wait-s), and nothing else after it — none at the bad stamp
+    assert np.array_equal(t[t >= anchor], sent[:np.count_nonzero(t >= anchor)])
+    assert np.isin(t1[t1 >= anchor], t).all() and np.count_nonzero(t1 >= anchor) > 1000
+    later = t1 >= anchor + 20_000_000       # the shaft's acceleration and the chassis velocity have their history
+    k = np.searchsorted(t, t1[later])
+    assert np.allclose(data[k], a[later], rtol=1e-12, atol=1e-9, equal_nan=True)
+    events = [g.meta for g in got["events/clock"]]
+    assert [(e["event"], e["stream"]) for e in events] == [("clock_reset", "encoder/left_shaft")]
+    assert abs(events[0]["jump_s"] + 60.0) < 1.0

@@ -30,8 +30,8 @@ from dynamics.human15_markers import (fit_segments, joint_coordinates, joint_rat
                                       marker_set_from_dict)
 from dynamics.kinematics import contact_positions
 from dynamics.plate_id import PlateLoad
-from dynamics.service_torques import CONTACT, TORQUES, ZMP
-from dynamics.service_tree import TreeService, TreeSettings
+from dynamics.service_torques import CONTACT, REANCHOR_FRAMES, TORQUES, ZMP
+from dynamics.service_tree import LOOKAHEAD, TreeService, TreeSettings
 
 from .test_human15_markers import pinocchio_truth, synthetic_markers
 from .test_service_torques import Bus
@@ -146,6 +146,17 @@ def serve(frames, chunk: int = 3, settings: TreeSettings = SETTINGS, clock=lambd
     for i in range(0, len(frames), chunk):
         svc.feed(frames[i:i + chunk])
     return bus
+
+
+def counting_serve(frames, chunk: int = 3) -> tuple[Bus, dict[str, int]]:
+    """`serve` with the service's counters: (bus, {subject: count})."""
+    counts: dict[str, int] = {}
+    bus = Bus()
+    svc = TreeService(model(), mset(), FEET, record()[-1], "markers/sim", SETTINGS, bus.publish,
+                      count=lambda s, n=1: counts.__setitem__(s, counts.get(s, 0) + n), clock=lambda: 0)
+    for i in range(0, len(frames), chunk):
+        svc.feed(frames[i:i + chunk])
+    return bus, counts
 
 
 def offline(pos):
@@ -351,12 +362,7 @@ def test_bad_frames_are_counted_and_change_nothing():
     ahead = next(fr for fr in frames[200:] if fr.stream == "dynamics/grf/FP2")
     mixed.insert(150, Frame(ahead.stream, ahead.kind, 99, ahead.t + 60 * 10 ** 9, ahead.t_host, ahead.t + 60 * 10 ** 9,
                             FS_PLATE, ahead.channels, ahead.units, ahead.data))
-    counts: dict[str, int] = {}
-    bus = Bus()
-    svc = TreeService(model(), mset(), FEET, record()[-1], "markers/sim", SETTINGS, bus.publish,
-                      count=lambda s, k=1: counts.__setitem__(s, counts.get(s, 0) + k), clock=lambda: 0)
-    for i in range(0, len(mixed), 3):
-        svc.feed(mixed[i:i + 3])
+    bus, counts = counting_serve(mixed)
     t, tq, _ = bus.series(TORQUES)
     assert np.array_equal(t, good[0])
     np.testing.assert_allclose(tq, good[1], rtol=1e-12, atol=1e-9)
@@ -417,12 +423,7 @@ def test_a_plate_streams_first_frame_stamped_60_s_ahead_is_a_clock_fault_not_an_
     bad = list(frames)
     bad[k] = Frame(first.stream, first.kind, first.seq, first.t + 60 * 10 ** 9, first.t_host, first.t + 60 * 10 ** 9,
                    FS_PLATE, first.channels, first.units, first.data)
-    counts: dict[str, int] = {}
-    bus = Bus()
-    svc = TreeService(model(), mset(), FEET, record()[-1], "markers/sim", SETTINGS, bus.publish,
-                      count=lambda s, n=1: counts.__setitem__(s, counts.get(s, 0) + n), clock=lambda: 0)
-    for i in range(0, len(bad), 3):
-        svc.feed(bad[i:i + 3])
+    bus, counts = counting_serve(bad)
     assert counts.get("dynamics/grf/FP2:clock_faults") == 1 and "dynamics/grf/FP2:repeated" not in counts, counts
     t, tq, _ = bus.series(TORQUES)
     after = t > first.t + 4 * 10 ** 6
@@ -488,3 +489,117 @@ def test_plate_sample_times_come_from_the_lab_clock_rate():
     t, tq, _ = serve(off).series(TORQUES)
     assert np.array_equal(t, good[0])
     np.testing.assert_allclose(tq, good[1], rtol=1e-9, atol=1e-7)
+
+
+def test_a_marker_frame_first_of_all_stamped_60_s_ahead_is_re_anchored_and_the_good_frames_computed():
+    """The first frame of all a marker frame stamped 60 s ahead: nothing to judge it against, it is taken
+    and set the marker stream 60 s on — every good marker frame was then a repeat and no torque came
+    (found by review). REANCHOR_FRAMES good frames rejected in a row with one lead re-anchor the markers
+    (the stream's history forgotten: its rates start again) and every marker sample from the one after
+    the look-ahead restart is the clean run's (truth: its stamps and values; `serve` is checked against
+    Pinocchio above)."""
+    frames = frames_of()
+    marks = [fr for fr in frames if fr.stream == "markers/sim"]
+    bad = [Frame(marks[0].stream, marks[0].kind, 0, None, marks[0].t_host, marks[0].t + 60 * 10 ** 9, FS,
+                 marks[0].channels, marks[0].units, marks[0].data)] + frames
+    good = serve(frames).series(TORQUES)
+    bus, counts = counting_serve(bad)
+    assert counts.get("markers/sim:clock_resets") == 1 and counts.get("markers/sim:repeated") == REANCHOR_FRAMES - 1
+    t, tq, _ = bus.series(TORQUES)
+    anchor = marks[REANCHOR_FRAMES - 1].t
+    # from the re-anchoring frame on: each marker sample the clean run computes (the first LOOKAHEAD with NaN rates)
+    assert np.array_equal(t, good[0][good[0] >= anchor]) and t.size > 250
+    later = t >= anchor + LOOKAHEAD * 5_000_000
+    np.testing.assert_allclose(tq[later], good[1][good[0] >= anchor][later], rtol=1e-12, atol=1e-9)
+    assert np.isnan(tq[~later, 0]).all()
+    assert [kw["meta"]["stream"] for _, kw in bus.frames["events/clock"]] == ["markers/sim"]
+
+
+def test_single_support_on_a_plate_has_a_margin_when_the_other_foot_is_in_the_air():
+    """The exoskeleton world (`dynamics.plants.exo_world`: which foot stands is its truth) over one plate
+    under the whole walk, its swing knee flexed a further 0.8 sin² rad through each single support (the
+    nominal's swing foot skims the floor; the bump lifts it up to 12 cm, the ground reaction recomputed by
+    the world for that motion). Without gait events the swing foot was a foot of unknown load (on no
+    plate) and the margin NaN through single support (found by review); a foot whose every contact point
+    and marker is more than --height-tol-m above the plate is in swing, unloaded: wherever the world says
+    single support and the swing foot's contact points are high (Pinocchio's forward kinematics of the
+    world's q, 1 cm beyond the tolerance), the margin is finite, the ZMP valid and the world's, and the
+    swing foot known to carry nothing."""
+    import pinocchio as pin
+
+    from controller.synergies.gait_cycle import read_cycle
+    from daq.devices.markers_sim import load_marker_set
+    from dynamics.pinocchio_model import to_pinocchio
+    from dynamics.plants.exo_world import exo_world, ground_reaction, marker_positions, motion
+    from dynamics.synthesis.semi_inverse import BipedJoints, build_nominal
+
+    joints = BipedJoints(("hip_flexion_l", "hip_flexion_r"), ("knee_l", "knee_r"), ("ankle_l", "ankle_r"),
+                         "lumbar_flexion", ("foot_l", "foot_r"))
+    exo = load_model("exoskeleton")
+    human = load_marker_set("human15")
+    world = exo_world(build_nominal(exo, joints, read_cycle(), 0.6, 1.2, samples=200),
+                      ("hip_flexion_l", "knee_l", "hip_flexion_r", "knee_r"), human)
+    m = world.model
+    t = 0.0005 + np.arange(1400) * 1e-3
+    q, v, a = motion(world, t, -0.3)
+    P = 0.5 * world.period
+    ds = P * world.share / 200.0                         # half a double support [s] (the world's split)
+    tl = np.mod(t, P)
+    x = np.clip((tl - ds) / (P - 2 * ds), 0.0, 1.0)
+    w = np.pi / (P - 2 * ds)
+    stance_of = (np.mod(t, world.period) >= P).astype(int)    # 0 left, 1 right (the world's)
+    single = (tl >= ds) & (tl < P - ds)
+    for k, shank in enumerate(("shank_l", "shank_r")):
+        bump = single & (stance_of == 1 - k)
+        iq, iv = m.idx_q[m.index[shank]], m.idx_v[m.index[shank]]
+        q[:, iq] += np.where(bump, 0.8 * np.sin(np.pi * x) ** 2, 0.0)
+        v[:, iv] += np.where(bump, 0.8 * w * np.sin(2 * np.pi * x), 0.0)
+        a[:, iv] += np.where(bump, 1.6 * w ** 2 * np.cos(2 * np.pi * x), 0.0)
+    g = ground_reaction(world, t, q, v, a)
+    assert np.array_equal(g.stance, stance_of) and np.array_equal(~g.double, single)
+    # one plate under the whole walk: the plate service's wrench about its surface centre
+    corners = np.array([[2.0, -0.5, 0.0], [-1.0, -0.5, 0.0], [-1.0, 0.5, 0.0], [2.0, 0.5, 0.0]])
+    plate = fp.Plate(type=2, corners=corners, origin=np.array([0.0, 0.0, -0.04]), name="FP1")
+    centre = corners.mean(axis=0)
+    rows = np.column_stack([g.force, g.moment - np.cross(centre, g.force), np.ones(t.size)])
+    pos = marker_positions(world, q)
+    chans = tuple(f"{lab}:{ax}" for lab in world.labels for ax in "xyz")
+    stamp = lambda i: T0 + round(t[i] * 1e9)          # noqa: E731
+    out = []
+    for i in range(0, t.size - 9, 10):                # markers at 200 Hz, 2 samples a frame
+        out.append((stamp(i + 5), Frame("markers/sim", "markers", i // 10, stamp(i), stamp(i), stamp(i), FS, chans,
+                                        ("m",) * len(chans), pos[[i, i + 5]].reshape(2, -1))))
+    for i in range(0, t.size - 4, 5):
+        out.append((stamp(i + 4), Frame("dynamics/grf/FP1", "grf", i // 5, stamp(i), stamp(i), stamp(i), FS_PLATE,
+                                        PLATE, ("1",) * 7, rows[i:i + 5])))
+    out.sort(key=lambda o: o[0])
+    tol = 0.05
+    bus = Bus()
+    svc = TreeService(m, human, ("foot_l", "foot_r"), [("FP1", plate)], "markers/sim",
+                      TreeSettings(max_wait_s=1.0, height_tol_m=tol), bus.publish, clock=lambda: 0)
+    for i in range(0, len(out), 3):
+        svc.feed([f for _, f in out[i:i + 3]])
+    tz, zmp, zch = bus.series(ZMP)
+    tc, contact, cch = bus.series(CONTACT)
+    i = np.round((tz - T0) * 1e-6 - 0.5).astype(int)   # world sample index of each published sample
+    # truth: the swing foot's contact points by Pinocchio's forward kinematics of the world's q
+    pm = to_pinocchio(m)
+    data = pm.createData()
+    swing_low = np.empty(i.size)
+    for r, k in enumerate(i):
+        pin.forwardKinematics(pm, data, q[k])
+        foot = ("foot_l", "foot_r")[1 - g.stance[k]]
+        seg = m.segment(foot)
+        M = data.oMi[pm.getJointId(seg.joint_name or seg.name)]
+        swing_low[r] = min((M.act(np.asarray(p, float)))[2] for p in seg.contacts.values())
+    air = single[i] & (swing_low > tol + 0.01)
+    assert air.sum() > 40, air.sum()
+    margin = zmp[:, zch.index("margin")]
+    assert np.isfinite(margin[air]).all(), f"{np.isnan(margin[air]).sum()} of {air.sum()} NaN"
+    assert (zmp[air, zch.index("valid")] == 1).all()
+    np.testing.assert_allclose(zmp[air][:, :2], g.zmp[i[air], :2], atol=1e-6)
+    for k, foot in enumerate(("foot_l", "foot_r")):
+        swinging = air & (g.stance[i] == 1 - k)
+        assert swinging.any()
+        assert (contact[swinging, cch.index(f"{foot}:known")] == 1).all()
+        assert (contact[swinging, cch.index(f"{foot}:Fz")] == 0).all()

@@ -9,7 +9,7 @@ import dataclasses
 
 import numpy as np
 
-from dynamics.service_torques import TORQUES, Settings, WalkerService
+from dynamics.service_torques import REANCHOR_FRAMES, TORQUES, Settings, WalkerService
 
 from ..dynamics.test_service_torques import ENCODERS, PLATES, Bus, frames_of, serve, walk, world
 
@@ -111,3 +111,32 @@ def test_a_streams_first_frame_stamped_60_s_ahead_is_a_clock_fault_not_an_anchor
     after = t1 > clean[k].t + 5_000_000
     assert np.array_equal(t1, t2) and after.sum() > 1000
     assert b[after, ch.index("stale")].sum() == 0 and np.array_equal(a[after], b[after])
+
+
+def test_the_very_first_frame_stamped_60_s_ahead_is_re_anchored_and_the_good_frames_computed():
+    # the first frame of all — the reference shaft's, stamped 60 s ahead — has no other stream to be judged
+    # against: it is taken, and set the shaft's newest sample 60 s on, so every good frame after it was a
+    # repeat and no torque was ever computed for them (found by review). REANCHOR_FRAMES good frames rejected
+    # in a row with one lead re-anchor the shaft: the last of them is taken and every sample from there on
+    # is the clean run's (truth: the clean frames' stamps and `serve`'s values, checked against the world in
+    # tests/dynamics/test_service_torques.py)
+    clean = frames_of(walk())
+    left = [f for f in clean if f.stream == ENCODERS[0]]
+    bad = [dataclasses.replace(left[0], t=left[0].t + 60 * 10 ** 9, t_device=None)] + clean
+    bus, counts = counting_serve(bad, clock=lambda: 0)
+    assert counts.get(f"{ENCODERS[0]}:clock_resets") == 1, counts
+    assert counts.get(f"{ENCODERS[0]}:repeated") == REANCHOR_FRAMES - 1, counts     # the good frames lost
+    t1, a, _ = serve(clean).series(TORQUES)
+    t2, b, _ = bus.series(TORQUES)
+    anchor = left[REANCHOR_FRAMES - 1].t                     # the frame that re-anchored the shaft
+    expected = np.concatenate([f.sample_times() for f in left[REANCHOR_FRAMES - 1:]])
+    expected = expected[expected <= t1[-1]]     # the last few wait for inputs that never come, as in the clean run
+    assert np.array_equal(t2[t2 >= anchor], expected) and expected.size > 1000
+    assert not (t2 > clean[-1].t + 10 ** 9).any()           # nothing published at the bad stamp
+    # from 20 ms on (the shaft's acceleration and the legs' velocities have their history again)
+    later = t1 >= anchor + 20_000_000
+    k = np.searchsorted(t2, t1[later])
+    np.testing.assert_allclose(b[k], a[later], rtol=1e-12, atol=1e-9)     # batched otherwise: rounding
+    events = bus.frames["events/clock"]
+    assert len(events) == 1 and events[0][1]["meta"]["stream"] == ENCODERS[0]
+    assert events[0][1]["meta"]["event"] == "clock_reset" and abs(events[0][1]["meta"]["jump_s"] + 60) < 0.3
