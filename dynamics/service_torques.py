@@ -36,9 +36,11 @@ held at their last value (``STREAM:held_samples``; flagged ``stale`` in the torq
 Bad input never stops it: frames without the channels it needs, without samples or a sample rate
 are counted (``STREAM:rejected``); frames stamped further ahead of their receipt than the stream's
 history allows (its least lead, or zero when that is larger, minus 0.25 s: a device clock jump the
-daemon did not catch; a stream's first frame against the other streams' least lead: `Arrivals`) are
+daemon did not catch; a stream without a confirmed floor against the other streams': `Arrivals`) are
 clock faults (``STREAM:clock_faults``), repeats and frames back in time ``STREAM:repeated``; all
-are skipped. Malformed messages are counted by the bus.
+are skipped. Five of them in a row with one lead re-anchor the stream (``STREAM:clock_resets``, an
+``events/clock`` frame): a floor or newest sample set by bad stamps rejects good frames for no longer.
+Malformed messages are counted by the bus.
 
 Published (stamps: the first motor's encoder samples' ``t``/``t_host``/``t_device``; one frame per
 run of consecutive samples computed together; ``meta["latency_s"]``: host time of publication minus

@@ -24,7 +24,8 @@ Per marker frame, as it arrives (the offline pieces of `dynamics.human15_markers
    ``latency_s``). The first 2 samples of the stream and the 2 on each side of a gap in it have NaN
    rates (their torques are NaN), as a NaN row does offline.
 
-Then, as one batch, the samples every plate has covered, or past their deadline — the walker's rule: a
+Then, as one batch, the samples every plate has covered, or past their deadline — the walker's rule
+(`service_torques.due`, the same code): a
 sample at t waits for a plate that does not reach t until t + that plate's measured lateness (never
 less than its look-ahead's receipt), then ``--max-wait-s`` more; it is then computed with the plate
 held (``stale``, ``STREAM:held_samples``):
