@@ -525,6 +525,8 @@ class ZmpWatch:
         self.t = np.empty(0, np.int64)
         self.m = np.empty(0)
         self.newest: int | None = None
+        self.unlogged = 0  # frames rejected since the last log line (`_feed_zmp`)
+        self.log_at = 0    # no rejection logged before this host time (ns)
 
     def feed(self, frame) -> None:
         """Take one ``dynamics/zmp`` frame (ValueError if it has no margin channel or sample times)."""
@@ -547,12 +549,19 @@ class ZmpWatch:
         return low
 
 
-def _feed_zmp(ctx, watch: ZmpWatch, frame) -> None:
+def _feed_zmp(ctx, watch: ZmpWatch, frame, now_ns: int) -> None:
+    """Feed one frame to `watch`; a rejected one is counted (``zmp/rejected``) and logged, the first at
+    once and then at most one line a second with the count since the last line (host clock `now_ns`)."""
     try:
         watch.feed(frame)
     except ValueError as exc:
         ctx.health.count("zmp/rejected")
-        log.warning("%s", exc)
+        watch.unlogged += 1
+        # throttled: the loop's stderr is drained by the supervisor's relay thread at normal priority, so
+        # a line per frame of a bad stream (500 a second) could fill the pipe and block a SCHED_FIFO loop
+        if now_ns >= watch.log_at:
+            log.warning("%s (%d frame(s) rejected since the last such line)", exc, watch.unlogged)
+            watch.unlogged, watch.log_at = 0, now_ns + 1_000_000_000
 
 
 def _connect(ctx, mcu, n_motors: int) -> McuIo | None:
@@ -682,7 +691,7 @@ def run(ctx, args: Sequence[str]) -> int:
             margin = None
             if zmp is not None:
                 while (f := zsub.recv(timeout_s=0)) is not None:
-                    _feed_zmp(ctx, zmp, f)
+                    _feed_zmp(ctx, zmp, f, now)
                 margin = zmp.take(now)
             out = ctl.update(now, meas, margin, zmp.newest if zmp else None)
             io.write(out.decision)
@@ -767,7 +776,7 @@ def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, r
                 pending.append(f)
                 continue
             if f.stream == ZMP_STREAM:
-                _feed_zmp(ctx, zmp, f)
+                _feed_zmp(ctx, zmp, f, time.monotonic_ns())
                 continue
             try:
                 state.feed(f)
@@ -811,8 +820,11 @@ def _operator(ctx, ctl: Controller, io: McuIo | None, frame, now: int) -> None:
             row = frame.data[-1]
             req = Request(float(row[names.index("speed")]), float(row[names.index("turn")]) if "turn" in names else 0.0)
             nom = ctl.command(req)
+            lat = ctl.safety.latched
+            # a walk requested under a latch is held, not refused: say so (the command exits 0 and prints this)
+            held = f" (held: latched by {lat.cause} until `walklab estop --reset`)" if nom and lat else ""
             _publish_event(ctx, Event(now, "request", f"speed {req.speed} m/s, turn {req.turn} rad/s -> "
-                                                     f"{nom.name if nom else 'stop'}"), now,
+                                                     f"{nom.name if nom else 'stop'}{held}"), now,
                            speed=req.speed, turn=req.turn)
     except (ValueError, LookupError, OSError) as exc:
         log.warning("operator frame on %s refused: %s", frame.stream, exc)
