@@ -165,6 +165,29 @@ def segment_wrenches(d: workspace.Data, ext: list[tuple[int, np.ndarray]], N: in
     return F
 
 
+@dataclass(frozen=True, eq=False)
+class _OneSample:
+    """What the one-sample fast path of `rnea` needs, resolved once: the model, its workspace, the
+    kernel's entry point (no type dispatch), its constant arguments and the shapes of q and v."""
+
+    model: Model | None = None
+    data: workspace.Data | None = None
+    kernel: object = None
+    itab: np.ndarray | None = None
+    ftab: np.ndarray | None = None
+    work: np.ndarray | None = None
+    q_shape: tuple = ()
+    v_shape: tuple = ()
+    nv: int = 0
+
+
+# the last model run through the one-sample kernel: its next call skips the workspace look-up,
+# kernel_state's conversions and numba's type dispatch (a tuple-like frozen object, replaced
+# whole, so threads read a consistent one)
+_one = _OneSample()
+_NDARRAY, _F64, _STRIDE = np.ndarray, np.dtype(np.float64), (8,)
+
+
 def rnea(model: Model, q, v, a, f_ext: Sequence[Wrench] | None = None, data: workspace.Data | None = None) -> np.ndarray:
     """Joint torques τ ([N,] nv) for q ([N,] nq), v, a ([N,] nv) under gravity model.gravity and
     external wrenches f_ext (a sequence of `Wrench`, lab frame; each force/point/moment (3,) or
@@ -173,6 +196,20 @@ def rnea(model: Model, q, v, a, f_ext: Sequence[Wrench] | None = None, data: wor
     Equals pinocchio.rnea (with the same external forces). data: the model's workspace (default
     workspace.data(model)).
     """
+    one = _one
+    # fast path: one sample of the last model, already 1-D C-contiguous float64 ndarrays of the
+    # right lengths (a stride of 8 bytes on one axis is C-contiguous), which is exactly the
+    # kernel's signature, so its entry point may be called without numba's checks (docs/kernels.md)
+    if (one.model is model and f_ext is None and (data is None or data is one.data) and kernels.enabled()
+            and q.__class__ is _NDARRAY and v.__class__ is _NDARRAY and a.__class__ is _NDARRAY
+            and q.dtype is _F64 and v.dtype is _F64 and a.dtype is _F64
+            and q.shape == one.q_shape and v.shape == one.v_shape and a.shape == one.v_shape
+            and q.strides == _STRIDE and v.strides == _STRIDE and a.strides == _STRIDE):
+        tau = np.empty(one.nv)
+        status = one.kernel(one.itab, one.ftab, one.work, q, v, a, tau)
+        if status != -1:
+            kernel_input_failed(model, status, q, v, a)   # raises, naming the non-finite entry or the q block
+        return tau
     if v is None or a is None:
         raise ValueError("rnea needs q, v and a")
     if kernels.enabled():
@@ -181,9 +218,11 @@ def rnea(model: Model, q, v, a, f_ext: Sequence[Wrench] | None = None, data: wor
         d = workspace.data(model, data)
         if not (batched or f_ext):    # the one-sample kernel, called without numba's type dispatch
             tau = np.empty(model.nv)
-            status = kernels.entry("tree.rnea_one")(d.itab, d.ftab, d.rnea_work, Q, V, A, tau)
+            kernel = kernels.entry("tree.rnea_one")
+            status = kernel(d.itab, d.ftab, d.rnea_work, Q, V, A, tau)
             if status != -1:
                 kernel_input_failed(model, status, q, v, a)
+            _remember_one(model, d, kernel)
             return tau
         if not batched:
             Q, V, A = Q[None], V[None], A[None]
@@ -208,6 +247,13 @@ def rnea(model: Model, q, v, a, f_ext: Sequence[Wrench] | None = None, data: wor
     if ext:
         tau -= external_generalized_forces(model, q, ext)
     return tau if batched else tau[0]
+
+
+def _remember_one(model: Model, d: workspace.Data, kernel) -> None:
+    """Make `model` (with workspace d) the one that rnea's one-sample fast path serves."""
+    global _one
+    if _one.model is not model or _one.data is not d:
+        _one = _OneSample(model, d, kernel, d.itab, d.ftab, d.rnea_work, (model.nq,), (model.nv,), model.nv)
 
 
 def external_generalized_forces(model: Model, q: np.ndarray, ext: list[tuple[int, np.ndarray]]) -> np.ndarray:

@@ -8,6 +8,7 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import dynamics
+from dynamics import workspace
 from dynamics.codegen import SCALAR_MAX_N
 from dynamics.kinematics import lab_inertias, tree_state
 from dynamics.model import Model
@@ -194,10 +195,39 @@ def test_chunked_batch_equals_unchunked(monkeypatch):
      r"^q\[3:7\]: quaternion .* unit norm, got 2 at sample 1"),
     (lambda m: (m.neutral(), np.zeros(m.nv), np.array([np.inf] * m.nv)), r"^a: non-finite"),
 ])
-def test_bad_state_raises_a_clear_error(args, match):
+@pytest.mark.parametrize("warm", [False, True])
+def test_bad_state_raises_a_clear_error(args, match, warm):
     model, _ = _model(0)    # free-flyer root
+    if warm:    # a good sample first: the next one-sample call of this model takes rnea's fast path
+        dynamics.rnea(model, model.neutral(), np.zeros(model.nv), np.zeros(model.nv))
     with pytest.raises(ValueError, match=match):
         dynamics.rnea(model, *args(model))
+
+
+def test_one_sample_fast_path_equals_converted_inputs():
+    """A sample of the last model (the fast path: float64 C-contiguous) and the same values as
+    lists, integer-valued arrays, strided views and in another workspace give the same torques,
+    equal to the batched call; a workspace of another model is still refused."""
+    model, rng = _model(3)
+    q = random_configuration(model, rng, 2)
+    v, a = rng.normal(size=(2, 2, model.nv))
+    batch = dynamics.rnea(model, q, v, a)
+    first = dynamics.rnea(model, q[0], v[0], a[0])
+    again = dynamics.rnea(model, q[0], v[0], a[0])
+    np.testing.assert_array_equal(again, first)
+    np.testing.assert_allclose(first, batch[0], rtol=1e-12, atol=1e-12)
+    wide = np.zeros((model.nq, 2))
+    wide[:, 0] = q[1]
+    for args in ((list(q[1]), list(v[1]), a[1].tolist()), (wide[:, 0], v[1], a[1])):
+        np.testing.assert_allclose(dynamics.rnea(model, *args), batch[1], rtol=1e-12, atol=1e-12)
+    z = np.zeros(model.nv, dtype=np.int64)
+    np.testing.assert_allclose(dynamics.rnea(model, q[0], z, z), dynamics.rnea(model, q[0], z.astype(float), z.astype(float)),
+                               rtol=1e-15, atol=0)
+    own = workspace.Data(model)
+    np.testing.assert_array_equal(dynamics.rnea(model, q[0], v[0], a[0], data=own), first)
+    other, _ = _model(4)
+    with pytest.raises(ValueError, match=r"^data: workspace of model"):
+        dynamics.rnea(model, q[0], v[0], a[0], data=workspace.Data(other))
 
 
 def test_bad_external_wrench_raises():
