@@ -17,7 +17,7 @@ is measured; this is pinocchio.rnea's output for all joint types.
 
 Speed: by default the compiled kernel (kernels/tree.py `rnea`, the same recursion over the model's
 tables, a loop over samples in compiled code) runs: `rnea_one` for one sample without external
-wrenches, `rnea_parallel` over the cores from PARALLEL_FROM samples; external wrenches enter it as
+wrenches (straight from the arguments when they are the last model's float64 C-contiguous arrays), `rnea_parallel` over the cores from PARALLEL_FROM samples; external wrenches enter it as
 f_i −= w_i in the body frame, and it checks that q, v, a are finite (the Python side only the shapes). The numpy path (kernels.enabled() False, ``WALKLAB_JIT=0``), the reference, unrolls
 the recursion once per model into straight-line Python (codegen.py: constants folded, so zero
 offsets, axis-aligned joints and massless segments cost nothing), run on float scalars for a single
