@@ -595,9 +595,20 @@ def test_zmp_margin_guard_stops_the_walk_through_the_torque_ramp_then_idles_latc
         """The k-th stop of the walk in the loop's state rows (walking 1 -> 0: the stop's cycle drops the
         nominal): from the last walking torque, the torque steps to zero by torque_slew x dt a cycle, as
         fast as that allows, then stays 0; every command within the torque limit."""
-        rows = np.vstack([f.data for f in bus.state])
-        w = rows[:, 0]
-        i = (np.flatnonzero((w[:-1] == 1) & (w[1:] == 0)) + 1)[k]
+
+        def stops() -> tuple[np.ndarray, np.ndarray]:
+            rows = np.vstack([f.data for f in bus.state])
+            return rows, np.flatnonzero((rows[:-1, 0] == 1) & (rows[1:, 0] == 0)) + 1
+
+        def covered() -> bool:
+            rows, i = stops()
+            return i.size > k and rows.shape[0] - i[k] > np.ceil(abs(rows[i[k] - 1, 5]) / tslew) + 25
+
+        # the state rows arrive in blocks, and on a loaded machine well after the MCU's own state showed
+        # the stop (seen: 3 rows past it after 0.3 s): wait for the rows of the whole ramp
+        until(covered, 30.0, "the loop's state rows of the stop", bus.pump)
+        rows, i = stops()
+        w, i = rows[:, 0], i[k]
         tau = rows[i - 1:, 5]
         expect = np.sign(tau[0]) * np.maximum(abs(tau[0]) - tslew * np.arange(tau.size), 0.0)
         n = int(np.ceil(abs(tau[0]) / tslew)) + 25
