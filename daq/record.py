@@ -716,8 +716,10 @@ def loss_stats(sub: Any) -> dict[str, dict[str, int]]:
 BATCH_NS = 10_000_000
 #: longest final drain at a clean stop [s] (`drain`); `walklab run --record` waits this and more
 DRAIN_CAP_S = 60.0
-#: the drain ends after this long without a frame published before the stop [ns]
-QUIET_NS = 200_000_000
+#: the drain ends after this long spent waiting on the socket without a frame published before
+#: the stop [ns]; generous for a starved machine (a publisher's I/O thread descheduled for tenths
+#: of a second), at the cost of this much wait once per clean stop
+QUIET_NS = 1_000_000_000
 
 
 def record(sub: Any, writer: SessionWriter, should_stop: Callable[[], bool], *,
@@ -789,30 +791,33 @@ def drain(sub: Any, writer: SessionWriter, cap_s: float = DRAIN_CAP_S) -> None:
     however far behind its socket the recorder has fallen (a CPU-starved machine queues seconds of
     frames there).
 
-    Reads until 0.2 s pass without a frame published before the stop (``t_pub`` < the stop's time,
-    host monotonic ns): the lab stopped and the socket is empty, or the lab goes on and every frame
-    still arriving is new. Bounded by ``cap_s``; a cut drain is a ``drain_cut`` event (the frames
-    left are lost, and said to be). Publishers on another host stamp ``t_pub`` on their own clock:
-    a clock behind ours keeps the drain to ``cap_s``, one ahead ends it at the 0.2 s rule.
+    Reads until the recorder has spent ``QUIET_NS`` (1 s) *waiting on the socket* without a frame
+    published before the stop (``t_pub`` < the stop's time, host monotonic ns): the lab stopped and
+    the socket is empty, or the lab goes on and every frame still arriving is new. Only time inside
+    ``sub.recv`` counts, not the recorder's own work: a chunk write that stalled 0.975 s on a loaded
+    machine used to pass a wall-clock 0.2 s window with no read at all, and the drain ended with
+    86 % of a two-minute backlog unread. So each clean stop waits about 1 s once. Bounded by
+    ``cap_s``; a cut drain is a ``drain_cut`` event (the frames left are lost, and said to be).
+    Publishers on another host stamp ``t_pub`` on their own clock: a clock behind ours keeps the
+    drain to ``cap_s``, one ahead ends it at the quiet rule.
     """
     stop_ns = time.monotonic_ns()
     cap_ns = stop_ns + round(cap_s * 1e9)
-    quiet_until = stop_ns + QUIET_NS
-    while True:
+    waited_ns = 0  # time spent in recv since the last frame published before the stop
+    while waited_ns < QUIET_NS:
         now = time.monotonic_ns()
-        if now >= quiet_until:
-            return
         if now >= cap_ns:
             writer.event("drain_cut", "warning", waited_s=round(cap_s, 3),
                          action="frames published before the stop may be missing at the end of the file")
             return
-        frame = sub.recv(timeout_s=(min(quiet_until, cap_ns) - now) * 1e-9)
+        frame = sub.recv(timeout_s=min(QUIET_NS - waited_ns, cap_ns - now) * 1e-9)
+        waited_ns += time.monotonic_ns() - now
         if frame is None:
             continue
+        if frame.t_pub < stop_ns:
+            waited_ns = 0
         if frame.stream != EVENTS_STREAM:
             writer.write(frame, frame.t_recv)
-        if frame.t_pub < stop_ns:
-            quiet_until = time.monotonic_ns() + QUIET_NS
         writer.poll()
 
 

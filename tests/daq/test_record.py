@@ -21,7 +21,7 @@ from controller import config
 from daq.bus import Publisher, Subscriber
 from daq.frames import Frame
 from daq.labload import LoadPublisher, frames, lab_streams
-from daq.record import SessionWriter, Settings, lab_metadata, part_path, record
+from daq.record import QUIET_NS, SessionWriter, Settings, drain, lab_metadata, part_path, record
 
 REPO = Path(__file__).resolve().parents[2]
 #: The issue's check: 60 s at lab load (2 plates x 1 kHz, 40 markers x 200 Hz, 8 encoders x 1 kHz).
@@ -162,6 +162,45 @@ def test_a_recorder_far_behind_keeps_its_backlog_at_a_clean_stop(tmp_path):
         want.setdefault(f.stream, []).append(f.seq)
     assert {k: len(v) for k, v in got.items()} == {k: len(v) for k, v in want.items()}
     assert got == want
+
+
+def test_a_writer_stall_longer_than_the_quiet_window_does_not_end_the_drain(tmp_path):
+    """The drain's quiet window counts time spent waiting on the socket, not the recorder's own
+    work: a chunk write that stalls longer than the window (0.975 s measured on a loaded 2-core
+    machine) while frames published before the stop wait in the socket does not end the drain
+    (it did, a wall-clock 0.2 s window: 24044 of 167800 frames kept)."""
+    class StallingWriter(SessionWriter):
+        stalls = 0
+
+        def poll(self, now_ns=None):
+            if self.stalls < 2:  # the first two chunk writes stall, the backlog waiting in the socket
+                self.stalls += 1
+                time.sleep(QUIET_NS * 1.5e-9)
+            super().poll(now_ns)
+
+    out = tmp_path / "stall.mcap"
+    sent = list(frames(lab_streams(), 2.0))
+    with Publisher("tcp://127.0.0.1:*", sndhwm=0) as pub, Subscriber(pub.endpoint, replay=False) as sub:
+        assert pub.wait_for_subscribers(1, 60)
+        for f in sent:
+            pub.send(f)
+        writer = StallingWriter(out, Settings(fsync=False))
+        drain(sub, writer)
+        writer.close()
+    got: dict[str, list[int]] = {}
+    events = []
+    for topic, _, doc in mcap_messages(out):
+        if topic == "events/recorder":
+            events.append(doc["meta"]["event"])
+        else:
+            got.setdefault(topic, []).append(doc["seq"])
+    want: dict[str, list[int]] = {}
+    for f in sent:
+        want.setdefault(f.stream, []).append(f.seq)
+    assert "drain_cut" not in events
+    assert {k: len(v) for k, v in got.items()} == {k: len(v) for k, v in want.items()}
+    assert got == want
+    assert writer.stalls == 2  # the stalls happened with frames still to read
 
 
 def test_a_recorder_stopped_while_the_lab_goes_on_ends_its_drain(tmp_path):
