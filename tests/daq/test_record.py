@@ -137,11 +137,12 @@ def test_lab_load_recording_frame_for_frame(tmp_path):
 
 
 def test_a_recorder_far_behind_keeps_its_backlog_at_a_clean_stop(tmp_path):
-    """A recorder that fell behind its socket (here frozen by SIGSTOP while two minutes of lab load
-    are published, as a CPU-starved machine freezes it) and is then asked to stop writes every frame
+    """A recorder that fell behind its socket (here frozen by SIGSTOP while a minute of lab load
+    is published, as a CPU-starved machine freezes it) and is then asked to stop writes every frame
     published before the stop: the backlog is drained, not cut (it was cut after 2 s)."""
     out = tmp_path / "behind.mcap"
-    sent = list(frames(lab_streams(), 120.0))
+    # a minute (84 k frames): two minutes took up to 46 s of the drain's 60 s cap at load 5-6
+    sent = list(frames(lab_streams(), 60.0))
     with Publisher("tcp://127.0.0.1:*", sndhwm=0) as pub:  # 0: the publisher queues it all, drops nothing
         proc = recorder(["--connect", pub.endpoint, "-o", str(out)])
         try:
