@@ -97,17 +97,14 @@ def lab(tmp: Path, realtime: int | None = None) -> Path:
     """configs/sim.toml on free ports, its pty under `tmp`, plus the extra-load process; `realtime` not
     None: that SCHED_FIFO priority for `REALTIME_PROCESSES` (0 = normal scheduling)."""
     import configs
-    from daq.ports import free_tcp_ports
+    from daq.ports import on_free_ports
 
     text = configs.path("sim.toml").read_text()
     if realtime is not None:
         text = with_realtime(text, REALTIME_PROCESSES, realtime)
     text += ('\n[[processes]]\nname = "extra"\nmodule = "bench.live"\nbind = "tcp://127.0.0.1:5699"\n'
              'restart = "on-failure"\n')
-    ports = sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text)))
-    new = dict(zip(ports, map(str, free_tcp_ports(len(ports)))))
-    # one pass: replacing port by port could rewrite a port another replacement just wrote
-    text = re.sub(r"127\.0\.0\.1:(\d+)\b", lambda m: f"127.0.0.1:{new[m.group(1)]}", text)
+    text, _ = on_free_ports(text)
     text = text.replace("/tmp/walklab-sim/world-mcu", str(tmp / "pty" / "mcu"))
     path = tmp / "lab.toml"
     path.write_text(text)

@@ -18,7 +18,7 @@ import pinocchio as pin
 import configs
 from controller.config import load
 from daq.devices.exo_world_sim import build_world, parse_args
-from daq.ports import free_tcp_ports
+from daq.ports import on_free_ports
 from dynamics.forceplate import Plate, process
 from dynamics.pinocchio_model import to_pinocchio
 from dynamics.plants.exo_world import ground_reaction, motion
@@ -33,9 +33,7 @@ def private_lab(tmp_path: Path, extra: str = "") -> Path:
     """configs/sim_exo.toml on free ports with its pty under tmp_path, the wearer starting at X0; extra:
     more world arguments (TOML list items, e.g. '"--dropout", "0"')."""
     text = configs.path("sim_exo.toml").read_text()
-    ports = sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text)))
-    for old, new in zip(ports, free_tcp_ports(len(ports))):
-        text = text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+    text, _ = on_free_ports(text)
     text = text.replace("/tmp/walklab-sim/exo-mcu", str(tmp_path / "pty" / "mcu"))
     assert '"--x0", "-2.0"' in text
     text = text.replace('"--x0", "-2.0"', f'"--x0", "{X0}"' + (f", {extra}" if extra else ""))

@@ -18,18 +18,15 @@ import configs
 from controller.status import SCRIPT_TIMEOUT_S
 from daq.bus import Publisher
 from daq.health import Health
-from daq.ports import free_tcp_ports
+from daq.ports import on_free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_status_goes_on_while_a_scripted_command_waits(tmp_path):
     text = configs.path("sim_plates.toml").read_text()
-    ports = sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text)))
-    free = free_tcp_ports(len(ports) + 2)
-    for old, new in zip(ports, free):
-        text = text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
-    loop_ep, operator = f"tcp://127.0.0.1:{free[-2]}", f"tcp://127.0.0.1:{free[-1]}"
+    text, free = on_free_ports(text, extra=2)
+    loop_ep, operator = f"tcp://127.0.0.1:{free[0]}", f"tcp://127.0.0.1:{free[1]}"
     text += (f'\n[[processes]]\nname = "loop"\nmodule = "controller.loop"\nbind = "{loop_ep}"\n'
              f'args = ["--robot", "jansen_world", "--operator", "{operator}"]\nremote = true\n')
     lab, script = tmp_path / "lab.toml", tmp_path / "script.toml"

@@ -21,7 +21,7 @@ from mcap.reader import make_reader
 import configs
 from controller.config import load
 from controller.status import load_script
-from daq.ports import free_tcp_ports
+from daq.ports import on_free_ports
 from dynamics.forceplate import Plate, process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,9 +45,7 @@ def robot(tmp_path_factory) -> tuple[Path, Path]:
 def private_lab(tmp_path: Path, robot: tuple[Path, Path]) -> Path:
     """configs/sim.toml on free ports with its pty under tmp_path, the test's robot, the walker 0.3 m before FP1."""
     text = configs.path("sim.toml").read_text()
-    ports = sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text)))
-    for old, new in zip(ports, free_tcp_ports(len(ports))):
-        text = text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+    text, _ = on_free_ports(text)
     text = text.replace("/tmp/walklab-sim/world-mcu", str(tmp_path / "pty" / "mcu"))
     text = text.replace('"--robot", "jansen_world"', f'"--robot", "{robot[0]}", "--library", "{robot[1]}"')
     text = text.replace('"--x0", "-1.0"', '"--x0", "-0.6"')
@@ -173,10 +171,8 @@ def test_script_errors_are_one_line(tmp_path):
     assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith("walklab run: error: --duration")
     # a script for a lab without a control loop: refused before any process starts (none left bound)
     text = configs.path("sim_plates.toml").read_text()
-    ports = sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text)))
-    free = free_tcp_ports(len(ports))
-    for old, new in zip(ports, free):
-        text = text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+    text, _ = on_free_ports(text)
+    free = {int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", text)}
     plates = tmp_path / "plates.toml"
     plates.write_text(text)
     out = subprocess.run([sys.executable, "-m", "controller.cli", "run", str(plates), "--script",

@@ -7,7 +7,6 @@ work, as I(θ) and the potential are periodic), and the MCU's own restart."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import configs
 from controller.config import load
 from daq.bus import Subscriber
 from daq.health import parse_health
-from daq.ports import free_tcp_ports
+from daq.ports import on_free_ports
 from daq.simulated_robot import link_port
 from dynamics.linkage import read_crank_legs
 from firmware_bridge import protocol as P
@@ -34,8 +33,7 @@ def private_copy(tmp_path: Path, extra_args: dict[str, list[str]] | None = None)
     """configs/sim_walker.toml with free ports and a pty path under tmp_path; `extra_args` are appended
     to the args of the named processes (argparse: a repeated option's last value wins)."""
     text = configs.path("sim_walker.toml").read_text()
-    for old, new in zip(sorted(set(re.findall(r"127\.0\.0\.1:(\d+)", text))), free_tcp_ports(8)):
-        text = text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+    text, _ = on_free_ports(text)
     text = text.replace("/tmp/walklab-sim/walker-mcu", str(tmp_path / "run" / "walker-mcu"))
     for name, extra in (extra_args or {}).items():
         start = text.index("args = [", text.index(f'name = "{name}"'))
