@@ -136,6 +136,27 @@ def test_lab_load_recording_frame_for_frame(tmp_path):
     assert sum(map(len, published.values())) == load.frames >= 1400 * LAB_LOAD_S * 0.99
 
 
+def recorded(path) -> tuple[dict[str, list[int]], list[str]]:
+    """A session file read with the `mcap` reader: each stream's seq in file order, and the recorder's
+    own event names (``events/recorder``)."""
+    got: dict[str, list[int]] = {}
+    events = []
+    for topic, _, doc in mcap_messages(path):
+        if topic == "events/recorder":
+            events.append(doc["meta"]["event"])
+        else:
+            got.setdefault(topic, []).append(doc["seq"])
+    return got, events
+
+
+def seqs_by_stream(sent) -> dict[str, list[int]]:
+    """Each stream's seq in the order the frames were published."""
+    want: dict[str, list[int]] = {}
+    for f in sent:
+        want.setdefault(f.stream, []).append(f.seq)
+    return want
+
+
 def test_a_recorder_far_behind_keeps_its_backlog_at_a_clean_stop(tmp_path):
     """A recorder that fell behind its socket (here frozen by SIGSTOP while a minute of lab load
     is published, as a CPU-starved machine freezes it) and is then asked to stop writes every frame
@@ -155,12 +176,9 @@ def test_a_recorder_far_behind_keeps_its_backlog_at_a_clean_stop(tmp_path):
             proc.send_signal(signal.SIGCONT)
             stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 0, stderr
-    got: dict[str, list[int]] = {}
-    for topic, _, doc in mcap_messages(out):
-        got.setdefault(topic, []).append(doc["seq"])
-    want: dict[str, list[int]] = {}
-    for f in sent:
-        want.setdefault(f.stream, []).append(f.seq)
+    got, events = recorded(out)
+    want = seqs_by_stream(sent)
+    assert "drain_cut" not in events
     assert {k: len(v) for k, v in got.items()} == {k: len(v) for k, v in want.items()}
     assert got == want
 
@@ -188,16 +206,8 @@ def test_a_writer_stall_longer_than_the_quiet_window_does_not_end_the_drain(tmp_
         writer = StallingWriter(out, Settings(fsync=False))
         drain(sub, writer)
         writer.close()
-    got: dict[str, list[int]] = {}
-    events = []
-    for topic, _, doc in mcap_messages(out):
-        if topic == "events/recorder":
-            events.append(doc["meta"]["event"])
-        else:
-            got.setdefault(topic, []).append(doc["seq"])
-    want: dict[str, list[int]] = {}
-    for f in sent:
-        want.setdefault(f.stream, []).append(f.seq)
+    got, events = recorded(out)
+    want = seqs_by_stream(sent)
     assert "drain_cut" not in events
     assert {k: len(v) for k, v in got.items()} == {k: len(v) for k, v in want.items()}
     assert got == want
@@ -233,13 +243,7 @@ def test_a_recorder_stopped_while_the_lab_goes_on_ends_its_drain(tmp_path):
             done.set()
             thread.join(60)
     assert not thread.is_alive()
-    got: dict[str, list[int]] = {}
-    events = []
-    for topic, _, doc in mcap_messages(out):
-        if topic == "events/recorder":
-            events.append(doc["meta"]["event"])
-        else:
-            got.setdefault(topic, []).append(doc["seq"])
+    got, events = recorded(out)
     assert "drain_cut" not in events
     before: dict[str, int] = {}
     for f in load.published:
