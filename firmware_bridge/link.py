@@ -190,7 +190,12 @@ class Link:
 
     def _close_port(self) -> None:
         self.connected.clear()
-        ser, self._ser = self._ser, None
+        # Under the write lock: a write in another thread (the application's, the heartbeat's) either ends
+        # before the close or sees no port. A close in the middle of pyserial's write left it a closed
+        # descriptor: a TypeError out of `send` (8 in 200 stressed unplugs; it ends the control loop)
+        # or a write into whatever file reused the number.
+        with self._wlock:
+            ser, self._ser = self._ser, None
         if ser is not None:
             try:
                 ser.close()
