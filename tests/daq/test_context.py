@@ -71,6 +71,7 @@ class Amplifier:
         tty.setraw(slave)  # no echo, no line editing: bytes pass as written
         self.slave_name = os.ttyname(slave)
         os.close(slave)  # the daemon opens it by path
+        self.path = path
         tmp = path.with_suffix(".new")
         os.symlink(self.slave_name, tmp)
         os.replace(tmp, path)
@@ -84,6 +85,11 @@ class Amplifier:
             time.sleep(10 / RATE)
 
     def unplug(self) -> None:
+        """Pull the cable: the port's path disappears, as a USB serial device's does, and the pty closes.
+        (With the path left behind, the daemon can reopen /dev/pts/N as soon as another program gets that
+        number — Linux hands out the lowest free one: a reconnect within one health period, the state
+        never "disconnected"; seen once with three suites running at once.)"""
+        os.unlink(self.path)
         os.close(self.master)
 
 
