@@ -34,7 +34,7 @@ from typing import Mapping
 import numpy as np
 from scipy.spatial.transform import Rotation
 
-from .markers import MarkerError, rigid_fit, unwrap_finite
+from .markers import MarkerError, masked_rigid_fit, unwrap_finite
 from .model import Model
 from .kinematics import contact_positions, tree_state
 from .plate_id import PlateLoad, _outline, plate_inverse_dynamics
@@ -150,31 +150,102 @@ def missing_markers(mset: MarkerSet, markers: Mapping[str, np.ndarray]) -> dict[
     return out
 
 
+@dataclass(frozen=True)
+class FitPlan:
+    """How `fit_positions` fits the segments of a model's marker set (`fit_plan`, built once):
+    segments (S,) names in model order (root first, parents before children); labels (M,) the set's
+    markers; marker (S, P) index of each segment's markers in labels (M: a padding slot, never seen);
+    ref (S, P + 1, 3) m their positions in the segment frame (scaled to the model), the last slot the
+    proximal joint centre (the segment origin); parent (S,) index of the segment's fitted parent (-1:
+    none, the root); centre (S, 3) m the joint centre in the parent frame; levels: segment indices by
+    depth below the root (level k's parents are in level k − 1)."""
+
+    segments: tuple[str, ...]
+    labels: tuple[str, ...]
+    marker: np.ndarray
+    ref: np.ndarray
+    parent: np.ndarray
+    centre: np.ndarray
+    levels: tuple[np.ndarray, ...]
+
+
+def fit_plan(model: Model, mset: MarkerSet, links: list[Chain] | None = None) -> FitPlan:
+    """The `FitPlan` of model and marker set; links: their `chains` (default: built here)."""
+    by_child = {c.segment: c for c in (chains(model, mset) if links is None else links)}
+    segs = tuple(x.name for x in model.segments if x.name in mset.segments)
+    labels = mset.labels
+    width = max(len(mset.segments[g]) for g in segs)
+    s = scale(mset, model)
+    marker = np.full((len(segs), width), len(labels), dtype=np.intp)
+    ref = np.zeros((len(segs), width + 1, 3))
+    parent = np.full(len(segs), -1, dtype=np.intp)
+    centre = np.zeros((len(segs), 3))
+    depth = np.zeros(len(segs), dtype=np.intp)
+    for k, g in enumerate(segs):
+        table = mset.segments[g]
+        marker[k, :len(table)] = [labels.index(m) for m in table]
+        ref[k, :len(table)] = [s * p for p in table.values()]
+        c = by_child.get(g)
+        if c is not None:
+            parent[k], centre[k] = segs.index(c.parent), c.centre
+            depth[k] = depth[parent[k]] + 1
+    levels = tuple(np.flatnonzero(depth == d) for d in range(1, int(depth.max(initial=0)) + 1))
+    return FitPlan(segs, labels, marker, ref, parent, centre, levels)
+
+
+def fit_positions(plan: FitPlan, positions: np.ndarray) -> SegmentFits:
+    """Rigid fit of every segment of the plan (module doc step 1) from positions (N, M, 3) m lab,
+    the plan's labels in order, NaN where not seen.
+
+    Every segment at once (`markers.masked_rigid_fit`, one batched SVD) on its own markers; then,
+    level by level below the root, the segments where fewer than 3 of their markers are seen again
+    with their proximal joint centre, placed by the (final) fit of their parent, as a further point.
+    A fit where 3 markers are seen does not depend on the parent's, so this is the fit of each
+    segment in turn, parents first."""
+    pos = np.asarray(positions, float)
+    n, m = pos.shape[0], len(plan.labels)
+    if pos.ndim != 3 or pos.shape[1:] != (m, 3):
+        raise MarkerError(f"positions must be (N, {m}, 3) m for the {m} markers of the set, got {pos.shape}")
+    obs = np.concatenate([pos, np.full((n, 1, 3), np.nan)], axis=1)[:, plan.marker]      # (N, S, P, 3)
+    seen = np.all(np.isfinite(obs), axis=3)
+    few = seen.sum(axis=2) < 3                                                          # (N, S)
+    S, P = plan.marker.shape
+    obs = np.concatenate([obs, np.full((n, S, 1, 3), np.nan)], axis=2)
+    seen = np.concatenate([seen, np.zeros((n, S, 1), bool)], axis=2)
+    rot, tr, res = (np.ascontiguousarray(np.moveaxis(x, 0, 1)) for x in masked_rigid_fit(plan.ref, obs, seen))
+    for ks in plan.levels:
+        ks = ks[few[:, ks].any(axis=0)]
+        if not ks.size:
+            continue
+        p = plan.parent[ks]
+        c = np.einsum("snij,sj->nsi", rot[p], plan.centre[ks]) + np.moveaxis(tr[p], 0, 1)  # (N, K, 3)
+        o, w = obs[:, ks], seen[:, ks]
+        o[:, :, P] = c
+        w[:, :, P] = few[:, ks] & np.all(np.isfinite(c), axis=2)
+        r2, t2, e2 = masked_rigid_fit(plan.ref[ks], o, w)
+        f = few[:, ks].T
+        rot[ks] = np.where(f[..., None, None], np.moveaxis(r2, 0, 1), rot[ks])
+        tr[ks] = np.where(f[..., None], np.moveaxis(t2, 0, 1), tr[ks])
+        res[ks] = np.where(f, e2.T, res[ks])
+    return SegmentFits({g: rot[k] for k, g in enumerate(plan.segments)},
+                       {g: tr[k] for k, g in enumerate(plan.segments)},
+                       {g: res[k] for k, g in enumerate(plan.segments)})
+
+
 def fit_segments(model: Model, mset: MarkerSet, markers: Mapping[str, np.ndarray],
                  links: list[Chain] | None = None) -> SegmentFits:
     """Rigid fit of every segment of the marker set (module doc step 1), root first; a marker
     absent from `markers` counts as never seen. markers: label → (N, 3) m lab; links: the
-    `chains` of model and set (default: built here; a live stream builds them once)."""
+    `chains` of model and set (default: built here; a live stream builds a `fit_plan` once and calls
+    `fit_positions`)."""
     if not any(m in markers for m in mset.labels):
         raise MarkerError(f"none of the {len(mset.labels)} markers of the set {mset.name!r} is in the trial")
     n = len(next(markers[m] for m in mset.labels if m in markers))
-    s = scale(mset, model)
-    by_child = {c.segment: c for c in (chains(model, mset) if links is None else links)}
-    rot, tr, res = {}, {}, {}
-    nan = np.full((n, 3), np.nan)
-    for seg in (x.name for x in model.segments if x.name in mset.segments):
-        table = mset.segments[seg]
-        ref = [s * p for p in table.values()]
-        obs = [np.asarray(markers.get(m, nan), float) for m in table]
-        c = by_child.get(seg)
-        if c is not None:  # the proximal joint centre placed by the fitted parent, where < 3 markers are seen
-            few = np.sum([np.all(np.isfinite(o), axis=1) for o in obs], axis=0) < 3
-            centre = np.einsum("nij,j->ni", rot[c.parent], c.centre) + tr[c.parent]  # the model's, in m
-            ref.append(np.zeros(3))
-            obs.append(np.where(few[:, None], centre, np.nan))
-        fit = rigid_fit(np.array(ref), np.stack(obs, axis=1))
-        rot[seg], tr[seg], res[seg] = fit.rotation, fit.translation, fit.residual
-    return SegmentFits(rot, tr, res)
+    pos = np.full((n, len(mset.labels), 3), np.nan)
+    for k, m in enumerate(mset.labels):
+        if m in markers:
+            pos[:, k] = markers[m]
+    return fit_positions(fit_plan(model, mset, links), pos)
 
 
 def calibrate(model: Model, mset: MarkerSet, static: Mapping[str, np.ndarray]) -> MarkerSet:

@@ -41,37 +41,49 @@ def rigid_fit(reference, observed) -> RigidFit:
     obs = np.asarray(observed, float)
     if ref.ndim != 2 or ref.shape[1] != 3 or obs.ndim != 3 or obs.shape[1:] != ref.shape:
         raise MarkerError(f"rigid_fit needs reference (M, 3) and observed (N, M, 3), got {ref.shape}, {obs.shape}")
-    n = obs.shape[0]
-    rot = np.full((n, 3, 3), np.nan)
-    tr = np.full((n, 3), np.nan)
-    res = np.full(n, np.nan)
-    seen = np.all(np.isfinite(obs), axis=2)
-    if (seen == seen[:1]).all():    # one pattern in every frame (the usual case; np.unique costs more than a small fit)
-        patterns, inverse = seen[:1], np.zeros(n, dtype=np.intp)
-    else:
-        patterns, inverse = np.unique(seen, axis=0, return_inverse=True)
-    for k, pat in enumerate(patterns):
-        if pat.sum() < 3:
-            continue
-        r = ref[pat]
-        sv = np.linalg.svd(r - r.mean(axis=0), compute_uv=False)
-        if sv[1] <= 1e-9 * sv[0]:  # collinear: the rotation about their line is undetermined
-            continue
-        rows = np.flatnonzero(inverse.ravel() == k)
-        x = obs[rows][:, pat]
-        rc = r.mean(axis=0)
-        xc = x.mean(axis=1)
-        h = np.einsum("mi,nmj->nij", r - rc, x - xc[:, None])
-        u, _, vt = np.linalg.svd(h)
-        d = np.sign(np.linalg.det(np.swapaxes(vt, 1, 2) @ np.swapaxes(u, 1, 2)))
-        fix = np.broadcast_to(np.eye(3), (len(rows), 3, 3)).copy()
-        fix[:, 2, 2] = d
-        R = np.swapaxes(vt, 1, 2) @ fix @ np.swapaxes(u, 1, 2)
-        t = xc - np.einsum("nij,j->ni", R, rc)
-        fitted = np.einsum("nij,mj->nmi", R, r) + t[:, None]
-        rot[rows], tr[rows] = R, t
-        res[rows] = np.sqrt(np.mean(np.sum((fitted - x) ** 2, axis=2), axis=1))
+    rot, tr, res = masked_rigid_fit(ref, obs, np.all(np.isfinite(obs), axis=2))
     return RigidFit(rotation=rot, translation=tr, residual=res)
+
+
+def masked_rigid_fit(reference: np.ndarray, observed: np.ndarray,
+                     seen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`rigid_fit` of a stack of clusters at once, markers weighted by a visibility mask.
+
+    reference (..., M, 3) m, each cluster in its own frame (broadcast against observed); observed
+    (..., M, 3) m lab (NaN allowed where not seen); seen (..., M) bool: the markers each fit uses
+    (0/1 weights w_i). With r̄ = Σ w_i r_i / Σ w_i, x̄ likewise, H = Σ w_i (r_i − r̄)(x_i − x̄)ᵀ = U S Vᵀ
+    (one batched SVD of every 3×3 H), R = V diag(1, 1, sign det(V Uᵀ)) Uᵀ, t = x̄ − R r̄, residual
+    √(Σ w_i |R r_i + t − x_i|² / Σ w_i). Returns rotation (..., 3, 3), translation (..., 3), residual
+    (...); NaN where fewer than 3 markers are seen or the seen ones are collinear in the reference
+    (singular values σ₂ ≤ 1e-9 σ₁ of their centred positions: the rotation about their line is
+    undetermined)."""
+    seen = np.asarray(seen, bool)
+    obs = np.where(seen[..., None], observed, 0.0)
+    ref = np.broadcast_to(reference, obs.shape)
+    w = seen.astype(float)
+    k = w.sum(axis=-1)
+    many = k >= 3
+    kk = np.maximum(k, 1.0)[..., None]              # no 0/0 (the SVDs need finite input); masked below
+    rc = np.einsum("...m,...mi->...i", w, ref) / kk
+    xc = np.einsum("...m,...mi->...i", w, obs) / kk
+    r0 = (ref - rc[..., None, :]) * w[..., None]    # unseen rows zero: they change neither H nor σ
+    h = np.einsum("...mi,...mj->...ij", r0, obs - xc[..., None, :])
+    if ref.shape[-2] >= 2:
+        sv = np.linalg.svd(r0, compute_uv=False)
+        many &= sv[..., 1] > 1e-9 * sv[..., 0]
+    else:
+        many &= False
+    u, _, vt = np.linalg.svd(h)
+    v = np.swapaxes(vt, -1, -2)
+    ut = np.swapaxes(u, -1, -2)
+    d = np.ones(h.shape[:-1])
+    d[..., 2] = np.sign(np.linalg.det(v @ ut))     # the reflection fix: det R = +1
+    R = (v * d[..., None, :]) @ ut
+    t = xc - np.einsum("...ij,...j->...i", R, rc)
+    err = np.einsum("...ij,...mj->...mi", R, ref) + t[..., None, :] - obs
+    res = np.sqrt(np.einsum("...m,...mi,...mi->...", w, err, err) / kk[..., 0])
+    return (np.where(many[..., None, None], R, np.nan), np.where(many[..., None], t, np.nan),
+            np.where(many, res, np.nan))
 
 
 def _gaps(finite: np.ndarray) -> list[tuple[int, int]]:

@@ -134,6 +134,7 @@ class TreeService:
                  count: Callable[[str, int], None] = lambda subject, n=1: None,
                  clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.links = h15.chains(model, mset)        # MarkerError naming a segment the set cannot drive
+        self.plan = h15.fit_plan(model, mset, self.links)
         missing = [f for f in feet if f not in mset.segments]
         if not feet or missing:
             raise ValueError(f"dynamics tree: feet {list(feet)}: need foot segments of the marker set {mset.name!r} "
@@ -276,8 +277,7 @@ class TreeService:
         t (n,) ns (host and device stamps th, td), received at recv ns; rates of those now LOOKAHEAD behind."""
         data = np.concatenate([data, np.full((data.shape[0], 1), np.nan)], axis=1)
         pos = data[:, self.cols]                                            # (n, M, 3)
-        fits = h15.fit_segments(self.model, self.mset, {m: pos[:, k] for k, m in enumerate(self.mset.labels)},
-                                self.links)
+        fits = h15.fit_positions(self.plan, pos)
         q = h15.joint_coordinates(self.model, self.mset, fits, self.previous, self.links)
         seen = np.isfinite(q)
         last = np.where(seen.any(axis=0), q[::-1][np.argmax(seen[::-1], axis=0), np.arange(q.shape[1])], np.nan)

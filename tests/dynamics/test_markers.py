@@ -114,3 +114,49 @@ def test_merging_keeps_mass_and_inertia_and_gets_the_com_side():
     assert mirrored.a2 == pytest.approx(-merged.a2)
     end = mk.merge_segments(m, coms, jcs, [0.0, 0.0])
     assert (end.a1, end.a2) == (pytest.approx(np.linalg.norm(rho)), 0.0)
+
+
+def _oracle_fit(ref: np.ndarray, obs: np.ndarray):
+    """(R, t) of the seen rows of one cluster by scipy's Rotation.align_vectors (Kabsch) on the
+    centred points, or NaN when fewer than 3 are seen or they lie on a line."""
+    seen = np.isfinite(obs).all(axis=1)
+    r, x = ref[seen], obs[seen]
+    if len(r) < 3 or np.linalg.matrix_rank(r - r.mean(axis=0), tol=1e-9 * np.abs(r - r.mean(axis=0)).max()) < 2:
+        return np.full((3, 3), np.nan), np.full(3, np.nan)
+    rot = Rotation.align_vectors(x - x.mean(axis=0), r - r.mean(axis=0))[0].as_matrix()
+    return rot, x.mean(axis=0) - rot @ r.mean(axis=0)
+
+
+def test_masked_rigid_fit_of_a_stack_equals_scipys_align_vectors_per_cluster():
+    """50 frames × 6 clusters of 5 markers, each moved by its own random rigid motion with 2 mm noise,
+    markers hidden at random (NaN; 0-5 seen); cluster 5's markers 0-2 lie on a line, so a frame that sees
+    only those has no fit. Every (frame, cluster) equals scipy's fit of its seen markers alone; NaN
+    exactly where that has fewer than 3 or collinear markers; residual the RMS of the fitted points."""
+    rng = np.random.default_rng(7)
+    n, s = 50, 6
+    ref = rng.uniform(-0.1, 0.1, (s, 5, 3))
+    ref[5, :3] = np.array([0.0, 0.0, 0.0]) + np.outer([0.0, 0.05, 0.12], [0.3, -0.5, 0.8])
+    rot = Rotation.random(n * s, random_state=1).as_matrix().reshape(n, s, 3, 3)
+    obs = np.einsum("nsij,smj->nsmi", rot, ref) + rng.uniform(-1, 1, (n, s, 1, 3))
+    obs += 0.002 * rng.standard_normal(obs.shape)
+    hidden = rng.random((n, s, 5)) < 0.35
+    hidden[:, 5, 3:] = rng.random((n, 2)) < 0.7          # cluster 5 often sees only its collinear three
+    obs[hidden] = np.nan
+    R, t, res = mk.masked_rigid_fit(ref, obs, ~hidden)
+    kinds = {"fitted": 0, "too few": 0, "collinear": 0}
+    for i in range(n):
+        for k in range(s):
+            Ro, to = _oracle_fit(ref[k], obs[i, k])
+            seen = ~hidden[i, k]
+            if np.isnan(Ro).any():
+                kinds["too few" if seen.sum() < 3 else "collinear"] += 1
+                assert np.isnan(R[i, k]).all() and np.isnan(t[i, k]).all() and np.isnan(res[i, k])
+                continue
+            kinds["fitted"] += 1
+            np.testing.assert_allclose(R[i, k], Ro, atol=1e-9)
+            np.testing.assert_allclose(t[i, k], to, atol=1e-9)
+            err = ref[k, seen] @ Ro.T + to - obs[i, k, seen]
+            assert res[i, k] == pytest.approx(np.sqrt(np.mean(np.sum(err ** 2, axis=1))), rel=1e-9)
+    assert min(kinds.values()) >= 3, kinds                # every case occurs
+    fit = mk.rigid_fit(ref[0], obs[:, 0])                 # the per-cluster entry point is the same fit
+    np.testing.assert_array_equal(fit.rotation, R[:, 0])
