@@ -197,7 +197,8 @@ def fit_positions(plan: FitPlan, positions: np.ndarray) -> SegmentFits:
     """Rigid fit of every segment of the plan (module doc step 1) from positions (N, M, 3) m lab,
     the plan's labels in order, NaN where not seen.
 
-    Every segment at once (`markers.masked_rigid_fit`, one batched SVD) on its own markers; then,
+    Every segment at once (`markers.masked_rigid_fit`, one batched SVD) on its own markers (but those
+    that see fewer than 3 in every frame, as the thigh and upper arm with 2); then,
     level by level below the root, the segments where fewer than 3 of their markers are seen again
     with their proximal joint centre, placed by the (final) fit of their parent, as a further point.
     A fit where 3 markers are seen does not depend on the parent's, so this is the fit of each
@@ -212,21 +213,25 @@ def fit_positions(plan: FitPlan, positions: np.ndarray) -> SegmentFits:
     S, P = plan.marker.shape
     obs = np.concatenate([obs, np.full((n, S, 1, 3), np.nan)], axis=2)
     seen = np.concatenate([seen, np.zeros((n, S, 1), bool)], axis=2)
-    rot, tr, res = (np.ascontiguousarray(np.moveaxis(x, 0, 1)) for x in masked_rigid_fit(plan.ref, obs, seen))
+    first = np.flatnonzero(~(few & (plan.parent >= 0)).all(axis=0))    # not those always fitted with their centre
+    rot, tr, res = np.full((S, n, 3, 3), np.nan), np.full((S, n, 3), np.nan), np.full((S, n), np.nan)
+    r1, t1, e1 = masked_rigid_fit(plan.ref[first], obs[:, first], seen[:, first])
+    rot[first], tr[first], res[first] = np.moveaxis(r1, 0, 1), np.moveaxis(t1, 0, 1), e1.T
     for ks in plan.levels:
         ks = ks[few[:, ks].any(axis=0)]
         if not ks.size:
             continue
-        p = plan.parent[ks]
-        c = np.einsum("snij,sj->nsi", rot[p], plan.centre[ks]) + np.moveaxis(tr[p], 0, 1)  # (N, K, 3)
-        o, w = obs[:, ks], seen[:, ks]
+        rows = np.flatnonzero(few[:, ks].any(axis=1))           # only the frames that need it
+        p, f = plan.parent[ks], few[rows][:, ks]
+        c = np.einsum("snij,sj->nsi", rot[p][:, rows], plan.centre[ks]) + np.moveaxis(tr[p][:, rows], 0, 1)
+        o, w = obs[rows][:, ks], seen[rows][:, ks]                # (R, K, P + 1, ...)
         o[:, :, P] = c
-        w[:, :, P] = few[:, ks] & np.all(np.isfinite(c), axis=2)
+        w[:, :, P] = f & np.all(np.isfinite(c), axis=2)
         r2, t2, e2 = masked_rigid_fit(plan.ref[ks], o, w)
-        f = few[:, ks].T
-        rot[ks] = np.where(f[..., None, None], np.moveaxis(r2, 0, 1), rot[ks])
-        tr[ks] = np.where(f[..., None], np.moveaxis(t2, 0, 1), tr[ks])
-        res[ks] = np.where(f, e2.T, res[ks])
+        sel = (ks[:, None], rows[None, :])
+        rot[sel] = np.where(f.T[..., None, None], np.moveaxis(r2, 0, 1), rot[sel])
+        tr[sel] = np.where(f.T[..., None], np.moveaxis(t2, 0, 1), tr[sel])
+        res[sel] = np.where(f.T, e2.T, res[sel])
     return SegmentFits({g: rot[k] for k, g in enumerate(plan.segments)},
                        {g: tr[k] for k, g in enumerate(plan.segments)},
                        {g: res[k] for k, g in enumerate(plan.segments)})
@@ -396,12 +401,20 @@ class MarkerKinetics:
     foot_wrench: np.ndarray | None = None
 
 
-def _coordinate_finite(model: Model, q: np.ndarray, v: np.ndarray, a: np.ndarray) -> np.ndarray:
+def _columns(model: Model) -> tuple[np.ndarray, np.ndarray]:
+    """(nq, S) and (nv, S) float: 1 where a column of q / of v belongs to segment s (its joint's)."""
+    cq, cv = np.zeros((model.nq, len(model.segments))), np.zeros((model.nv, len(model.segments)))
+    for k, (seg, iq, iv) in enumerate(zip(model.segments, model.idx_q, model.idx_v)):
+        cq[iq:iq + seg.joint.nq, k] = cv[iv:iv + seg.joint.nv, k] = 1.0
+    return cq, cv
+
+
+def _coordinate_finite(model: Model, q: np.ndarray, v: np.ndarray, a: np.ndarray,
+                       columns: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """(N, nv) bool: the coordinate and its rates are finite (a free flyer: all its 7 q)."""
-    fin = np.isfinite(v) & np.isfinite(a)
-    for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
-        fin[:, iv:iv + seg.joint.nv] &= np.all(np.isfinite(q[:, iq:iq + seg.joint.nq]), axis=1)[:, None]
-    return fin
+    cq, cv = _columns(model) if columns is None else columns
+    bad = (~np.isfinite(q)) @ cq > 0                  # (N, S): a joint with a q not finite
+    return np.isfinite(v) & np.isfinite(a) & ~(bad @ cv.T > 0)
 
 
 def _on_floor(model: Model, q: np.ndarray, plates: list[PlateLoad], feet: tuple[str, ...], height_tol: float,
@@ -431,12 +444,10 @@ def _filled(model: Model, q, v, a) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     """(fin (N, nv) bool, q, v, a) with the coordinates that are not finite set to the neutral
     posture and zero rates (the dynamics kernels take finite input; the result is masked after)."""
     q, v, a = (np.asarray(x, float) for x in (q, v, a))
-    fin = _coordinate_finite(model, q, v, a)
-    neutral = np.broadcast_to(model.neutral(), q.shape)
-    qf = q.copy()
-    for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
-        bad = ~fin[:, iv:iv + seg.joint.nv].all(axis=1)
-        qf[bad, iq:iq + seg.joint.nq] = neutral[bad, iq:iq + seg.joint.nq]
+    cq, cv = _columns(model)
+    fin = _coordinate_finite(model, q, v, a, (cq, cv))
+    bad = (~fin) @ cv > 0                             # (N, S): a joint with a coordinate not finite
+    qf = np.where(bad @ cq.T > 0, model.neutral(), q)
     return fin, qf, np.where(fin, v, 0.0), np.where(fin, a, 0.0)
 
 

@@ -68,11 +68,7 @@ def masked_rigid_fit(reference: np.ndarray, observed: np.ndarray,
     xc = np.einsum("...m,...mi->...i", w, obs) / kk
     r0 = (ref - rc[..., None, :]) * w[..., None]    # unseen rows zero: they change neither H nor σ
     h = np.einsum("...mi,...mj->...ij", r0, obs - xc[..., None, :])
-    if ref.shape[-2] >= 2:
-        sv = np.linalg.svd(r0, compute_uv=False)
-        many &= sv[..., 1] > 1e-9 * sv[..., 0]
-    else:
-        many &= False
+    many &= _spread(np.asarray(reference, float), seen)
     u, _, vt = np.linalg.svd(h)
     v = np.swapaxes(vt, -1, -2)
     ut = np.swapaxes(u, -1, -2)
@@ -84,6 +80,34 @@ def masked_rigid_fit(reference: np.ndarray, observed: np.ndarray,
     res = np.sqrt(np.einsum("...m,...mi,...mi->...", w, err, err) / kk[..., 0])
     return (np.where(many[..., None, None], R, np.nan), np.where(many[..., None], t, np.nan),
             np.where(many, res, np.nan))
+
+
+def _spread(reference: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """seen.shape[:-1] bool: the seen markers of reference (..., M, 3) (broadcast over seen's leading
+    frame axes) are not collinear: σ₂ > 1e-9 σ₁ of their centred positions. It depends on the
+    visibility pattern alone, so each distinct pattern is tested once (the SVDs of every frame's
+    would cost more than the fits)."""
+    if reference.shape[-2] < 2:
+        return np.zeros(seen.shape[:-1], bool)
+    m = reference.shape[-2]
+    ref = reference.reshape(-1, m, 3)                           # (C, M, 3): the clusters of one frame
+    c = len(ref)
+    flat = seen.reshape(-1, c, m)                               # (frames, C, M)
+    if (flat == flat[:1]).all():        # one pattern in every frame (the usual case)
+        cluster, pat, inverse = np.arange(c), flat[0], np.tile(np.arange(c), len(flat))
+    elif m + c.bit_length() < 63:       # each (cluster, pattern) pair once, as one integer key
+        keys = (flat.astype(np.int64) << np.arange(m)).sum(axis=2) + (np.arange(c, dtype=np.int64) << m)
+        uniq, inverse = np.unique(keys.ravel(), return_inverse=True)
+        cluster, pat = uniq >> m, (uniq[:, None] >> np.arange(m) & 1).astype(bool)
+    else:
+        keys = np.concatenate([np.broadcast_to(np.arange(c)[None, :, None], (len(flat), c, 1)), flat], axis=2)
+        uniq, inverse = np.unique(keys.reshape(-1, m + 1), axis=0, return_inverse=True)
+        cluster, pat = uniq[:, 0], uniq[:, 1:].astype(bool)
+    w = pat.astype(float)
+    r = ref[cluster]
+    rc = np.einsum("km,kmi->ki", w, r) / np.maximum(w.sum(axis=1), 1.0)[:, None]
+    sv = np.linalg.svd((r - rc[:, None]) * w[..., None], compute_uv=False)
+    return (sv[:, 1] > 1e-9 * sv[:, 0])[inverse.ravel()].reshape(seen.shape[:-1])
 
 
 def _gaps(finite: np.ndarray) -> list[tuple[int, int]]:
