@@ -34,6 +34,7 @@ from typing import Mapping
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+from . import kernels
 from .markers import MarkerError, masked_rigid_fit, unwrap_finite
 from .model import Model
 from .kinematics import contact_positions, tree_state
@@ -176,9 +177,9 @@ def fit_plan(model: Model, mset: MarkerSet, links: list[Chain] | None = None) ->
     labels = mset.labels
     width = max(len(mset.segments[g]) for g in segs)
     s = scale(mset, model)
-    marker = np.full((len(segs), width), len(labels), dtype=np.intp)
+    marker = np.full((len(segs), width), len(labels), dtype=np.int64)
     ref = np.zeros((len(segs), width + 1, 3))
-    parent = np.full(len(segs), -1, dtype=np.intp)
+    parent = np.full(len(segs), -1, dtype=np.int64)
     centre = np.zeros((len(segs), 3))
     depth = np.zeros(len(segs), dtype=np.intp)
     for k, g in enumerate(segs):
@@ -207,6 +208,13 @@ def fit_positions(plan: FitPlan, positions: np.ndarray) -> SegmentFits:
     n, m = pos.shape[0], len(plan.labels)
     if pos.ndim != 3 or pos.shape[1:] != (m, 3):
         raise MarkerError(f"positions must be (N, {m}, 3) m for the {m} markers of the set, got {pos.shape}")
+    if kernels.enabled():
+        S = len(plan.segments)
+        rot, tr, res = np.empty((S, n, 3, 3)), np.empty((S, n, 3)), np.empty((S, n))
+        ext = np.full((n, m + 1, 3), np.nan)
+        ext[:, :m] = pos
+        kernels.kernel("markers.segment_fits")(ext, plan.marker, plan.ref, plan.parent, plan.centre, rot, tr, res)
+        return _fits(plan, rot, tr, res)
     obs = np.concatenate([pos, np.full((n, 1, 3), np.nan)], axis=1)[:, plan.marker]      # (N, S, P, 3)
     seen = np.all(np.isfinite(obs), axis=3)
     few = seen.sum(axis=2) < 3                                                          # (N, S)
@@ -232,6 +240,11 @@ def fit_positions(plan: FitPlan, positions: np.ndarray) -> SegmentFits:
         rot[sel] = np.where(f.T[..., None, None], np.moveaxis(r2, 0, 1), rot[sel])
         tr[sel] = np.where(f.T[..., None], np.moveaxis(t2, 0, 1), tr[sel])
         res[sel] = np.where(f.T, e2.T, res[sel])
+    return _fits(plan, rot, tr, res)
+
+
+def _fits(plan: FitPlan, rot: np.ndarray, tr: np.ndarray, res: np.ndarray) -> SegmentFits:
+    """SegmentFits of the stacked (S, N, ...) fits of the plan's segments."""
     return SegmentFits({g: rot[k] for k, g in enumerate(plan.segments)},
                        {g: tr[k] for k, g in enumerate(plan.segments)},
                        {g: res[k] for k, g in enumerate(plan.segments)})

@@ -68,6 +68,8 @@ def _signatures() -> dict:
                                      _array(2, True, "boolean"), O2, O2, O2, O2, _array(1, True, "boolean"),
                                      _array(1, True), _array(1, True, "int64"), _array(1, True)),
         "walker.interp": i64(_array(1, dtype="int64"), F2, _array(1, dtype="int64"), O2, _array(1, True, "boolean")),
+        "markers.segment_fits": types.none(F3, _array(2, dtype="int64"), F3, _array(1, dtype="int64"), F2, O4, O3,
+                                           O2),
     }
 
 
