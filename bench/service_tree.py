@@ -7,7 +7,8 @@ daemon's default), and two plates' wrenches at 1 kHz in frames of 5 (the plate s
 plate under the walkway carrying body weight at the base's ground point, one beside it reading
 nothing. The frames are fed one per `feed`, in time order, as the process does. Printed: CPU time
 (thread clock) per feed that computed samples (p50/p99), per feed of a marker frame that did not (the
-segment fits, joint coordinates and rates alone), and per output sample; beside the peer: the offline
+segment fits, joint coordinates and rates alone), and per output sample, and each kinematics stage's
+CPU per marker frame; beside the peer: the offline
 pipeline (`fit_segments`, `joint_coordinates`, `joint_rates`, `marker_inverse_dynamics`) on the whole
 record at once, per sample. On the compiled kernels and on the numpy path (``WALKLAB_JIT=0``).
 
@@ -110,10 +111,34 @@ def main() -> None:
             h15.marker_inverse_dynamics(model, q, v, a, loads, feet)
             offline = (time.thread_time_ns() - c0) / len(q)
             c, m = np.array(computed) * 1e-3, np.array(marker_only) * 1e-3
+            stages = _stages(svc, [f for f in fr if f.stream == "markers/sim"])
             print(f"  {'compiled' if jit else 'numpy   '}: feeds that computed p50 {np.median(c):7.1f}  p99 "
                   f"{np.percentile(c, 99):7.1f} us (n = {c.size}); marker frames alone p50 {np.median(m):7.1f} us "
                   f"(n = {m.size}); {total * 1e-3 / max(samples[0], 1):6.1f} us CPU per output sample; "
                   f"peer, offline on the whole record: {offline * 1e-3:6.1f} us per sample")
+            print("            per 2-sample marker frame, p50/p99 us: " + "; ".join(
+                f"{k} {np.median(v):6.1f}/{np.percentile(v, 99):6.1f}" for k, v in stages.items()))
+
+
+def _stages(svc: TreeService, marker_frames: list) -> dict[str, np.ndarray]:
+    """CPU time (us) of the kinematics stages on each marker frame, as `TreeService._markers` runs
+    them: the segment fits, the joint coordinates, the rates of the 6 rows around them."""
+    out: dict[str, list[float]] = {"segment fits": [], "joint coordinates": [], "rates": []}
+    q_prev = np.full(svc.model.nq, np.nan)
+    for f in marker_frames:
+        data = np.concatenate([np.asarray(f.data, float), np.full((f.samples, 1), np.nan)], axis=1)
+        pos = data[:, svc.cols]
+        c0 = time.thread_time_ns()
+        fits = h15.fit_positions(svc.plan, pos)
+        c1 = time.thread_time_ns()
+        q = h15.joint_coordinates(svc.model, svc.mset, fits, q_prev, svc.links)
+        c2 = time.thread_time_ns()
+        h15.joint_rates(svc.model, np.concatenate([q, q, q]), f.rate_hz)
+        c3 = time.thread_time_ns()
+        q_prev = q[-1]
+        for k, dt in zip(out, (c1 - c0, c2 - c1, c3 - c2)):
+            out[k].append(dt * 1e-3)
+    return {k: np.array(v) for k, v in out.items()}
 
 
 if __name__ == "__main__":

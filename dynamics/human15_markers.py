@@ -324,43 +324,48 @@ def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits, previous
     n = len(R0)
     q = np.full((n, model.nq), np.nan)
     ok = np.flatnonzero(np.all(np.isfinite(R0), axis=(1, 2)))
+    q[:, :3] = fits.translation[root.name]
+    links = chains(model, mset) if links is None else links
+    angles = [i for c in links for i in c.q_index]
+    groups: dict[str, list[int]] = {}
+    one = []
+    for k, c in enumerate(links):
+        if len(c.q_index) == 3:
+            groups.setdefault("".join("XYZ"[i] for i in np.argmax(np.abs(c.axes), axis=1)), []).append(k)
+        else:
+            one.append(k)
+    if links:           # every chain at once
+        Rp = np.stack([fits.rotation[c.parent] for c in links])                       # (C, N, 3, 3)
+        Rc = np.stack([fits.rotation[c.segment] for c in links])
+        good = np.all(np.isfinite(Rp), axis=(2, 3)) & np.all(np.isfinite(Rc), axis=(2, 3))   # (C, N)
+        rel = np.einsum("cnji,cnjk->cnik", Rp, Rc)                                     # NaN where not good
+    # one rotation conversion for the root and every 3-axis chain (scipy's from_matrix costs ~0.1 ms a
+    # call whatever N; a slice of its result is not renormalised, so each part is what its own call gives)
+    parts = [R0[ok]] + [rel[ks][good[ks]] for ks in groups.values()]
+    rot = Rotation.from_matrix(np.concatenate(parts)) if sum(len(x) for x in parts) else None
     if len(ok):
-        quat = Rotation.from_matrix(R0[ok]).as_quat()  # (x, y, z, w), the model's layout
+        quat = rot[:len(ok)].as_quat()  # (x, y, z, w), the model's layout
         # one hemisphere over time: a quaternion's sign is arbitrary, its derivative is not
         last = np.full(4, np.nan) if previous is None else np.asarray(previous, float)[3:7]
         first = int(np.all(np.isfinite(last)) and float(quat[0] @ last) < 0)
         flips = first + np.concatenate(([0], np.cumsum(np.einsum("ij,ij->i", quat[1:], quat[:-1]) < 0)))
         q[ok, 3:7] = np.where((flips % 2 == 1)[:, None], -quat, quat)
-    q[:, :3] = fits.translation[root.name]
-    links = chains(model, mset) if links is None else links
-    angles = [i for c in links for i in c.q_index]
-    if links:           # every chain at once: one rotation conversion per Euler sequence (per-call cost)
-        Rp = np.stack([fits.rotation[c.parent] for c in links])                       # (C, N, 3, 3)
-        Rc = np.stack([fits.rotation[c.segment] for c in links])
-        good = np.all(np.isfinite(Rp), axis=(2, 3)) & np.all(np.isfinite(Rc), axis=(2, 3))   # (C, N)
-        rel = np.einsum("cnji,cnjk->cnik", Rp, Rc)                                     # NaN where not good
-        groups: dict[str, list[int]] = {}
-        one = []
-        for k, c in enumerate(links):
-            if len(c.q_index) == 3:
-                groups.setdefault("".join("XYZ"[i] for i in np.argmax(np.abs(c.axes), axis=1)), []).append(k)
-            else:
-                one.append(k)
-        for seq, ks in groups.items():
-            g = good[ks]
-            if not g.any():
-                continue
-            ang = np.full((len(ks), n, 3), np.nan)
-            ang[g] = Rotation.from_matrix(rel[ks][g]).as_euler(seq)
-            for j, k in enumerate(ks):
-                c = links[k]
-                q[:, c.q_index] = ang[j] * np.sign(c.axes[np.arange(3), np.argmax(np.abs(c.axes), axis=1)])
-        if one:         # one axis a: the rotation about a nearest R_rel (module doc); NaN where not good
-            a = np.array([links[k].axes[0] for k in one])                              # (K, 3)
-            r = rel[one]
-            w = _vee(r.reshape(-1, 3, 3)).reshape(len(one), n, 3)
-            cos = 0.5 * (np.trace(r, axis1=2, axis2=3) - np.einsum("ki,knij,kj->kn", a, r, a))
-            q[:, [links[k].q_index[0] for k in one]] = np.arctan2(np.einsum("kni,ki->kn", w, a), cos).T
+    start = len(ok)
+    for (seq, ks), part in zip(groups.items(), parts[1:]):
+        if not len(part):
+            continue
+        ang = np.full((len(ks), n, 3), np.nan)
+        ang[good[ks]] = rot[start:start + len(part)].as_euler(seq)
+        start += len(part)
+        for j, k in enumerate(ks):
+            c = links[k]
+            q[:, c.q_index] = ang[j] * np.sign(c.axes[np.arange(3), np.argmax(np.abs(c.axes), axis=1)])
+    if one:             # one axis a: the rotation about a nearest R_rel (module doc); NaN where not good
+        a = np.array([links[k].axes[0] for k in one])                                  # (K, 3)
+        r = rel[one]
+        w = _vee(r.reshape(-1, 3, 3)).reshape(len(one), n, 3)
+        cos = 0.5 * (np.trace(r, axis1=2, axis2=3) - np.einsum("ki,knij,kj->kn", a, r, a))
+        q[:, [links[k].q_index[0] for k in one]] = np.arctan2(np.einsum("kni,ki->kn", w, a), cos).T
     if angles:          # every angle at once (the columns are independent)
         q[:, angles] = unwrap_finite(q[:, angles], None if previous is None else np.asarray(previous, float)[angles])
     return q

@@ -257,12 +257,17 @@ def unwrap_finite(x, start=None) -> np.ndarray:
             elif len(src):
                 flat[:] = np.unwrap(src, axis=0)
             return out
-    for j in range(flat.shape[1]):
-        ok = np.isfinite(src[:, j])
-        if np.isfinite(first[j]):
-            flat[ok, j] = np.unwrap(np.concatenate(([first[j]], src[ok, j])))[1:]
-        else:
-            flat[ok, j] = np.unwrap(src[ok, j])
+    # every column in one np.unwrap: a sample not finite takes the column's last finite value before
+    # it (the first one's before any): a step of 0, which unwrap leaves as it is (its correction adds
+    # 0.0), so each finite sample gets what unwrapping the column's finite samples alone gives
+    seq = np.concatenate([first[None], src])
+    fin = np.isfinite(seq)
+    cols = np.arange(seq.shape[1])
+    last = np.maximum.accumulate(np.where(fin, np.arange(len(seq))[:, None], 0), axis=0)
+    filled = np.where(fin.any(axis=0) & ~np.maximum.accumulate(fin, axis=0),
+                      seq[np.argmax(fin, axis=0), cols], seq[last, cols])
+    ok = fin[1:]
+    flat[ok] = np.unwrap(filled, axis=0)[1:][ok]
     return out
 
 

@@ -160,3 +160,30 @@ def test_masked_rigid_fit_of_a_stack_equals_scipys_align_vectors_per_cluster():
     assert min(kinds.values()) >= 3, kinds                # every case occurs
     fit = mk.rigid_fit(ref[0], obs[:, 0])                 # the per-cluster entry point is the same fit
     np.testing.assert_array_equal(fit.rotation, R[:, 0])
+
+
+def test_unwrap_finite_is_numpys_unwrap_of_each_columns_finite_samples():
+    """Random angle walks wrapped to (−π, π], with NaN / ±inf gaps (also leading, and columns never
+    seen), with and without a previous block's last values: every finite sample equals np.unwrap of
+    its column's finite samples alone (after the start value where there is one), exactly; the rest
+    stays as it was. Blockwise (start = the last block's last finite value) equals the whole record
+    (to rounding: the start is an unwrapped value, p + Σ corrections)."""
+    rng = np.random.default_rng(4)
+    for trial in range(200):
+        n, c = int(rng.integers(1, 25)), int(rng.integers(1, 6))
+        x = np.angle(np.exp(1j * (np.cumsum(rng.normal(0, 2.5, (n, c)), axis=0) + rng.uniform(-9, 9, c))))
+        x[rng.random((n, c)) < rng.uniform(0, 0.8)] = rng.choice([np.nan, np.inf, -np.inf])
+        start = None if trial % 3 == 0 else np.where(rng.random(c) < 0.5, rng.uniform(-20, 20, c), np.nan)
+        got = mk.unwrap_finite(x, start)
+        for j in range(c):
+            ok = np.isfinite(x[:, j])
+            s = [] if start is None or not np.isfinite(start[j]) else [start[j]]
+            want = np.unwrap(np.concatenate([s, x[ok, j]]))[len(s):]
+            np.testing.assert_array_equal(got[ok, j], want)
+            np.testing.assert_array_equal(got[~ok, j], x[~ok, j])
+        cut = n // 2
+        a = mk.unwrap_finite(x[:cut], start) if cut else np.empty((0, c))
+        prev = start if start is not None else np.full(c, np.nan)
+        for row in a:
+            prev = np.where(np.isfinite(row), row, prev)
+        np.testing.assert_allclose(np.concatenate([a, mk.unwrap_finite(x[cut:], prev)]), got, rtol=0, atol=1e-12)
