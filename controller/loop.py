@@ -156,7 +156,7 @@ class Controller:
         nom = select(self.nominals, request, self.cfg.limits, measured_speed)
         if self.tracker is None:
             self.tracker = Tracker(nom, self.cfg.limits.slew, self.min_transition_s, self.transitions,
-                                   self.cfg.limits.min_margin)
+                                   self.cfg.limits.min_margin, self.nominals)
             self._aligned = False
         else:
             self.tracker.request(nom)

@@ -32,13 +32,18 @@ one, if that transition was accepted (its ZMP deviation d_max < eps) and its ZMP
 limits.min_margin (else the margin guard would stop the robot in it): the switch starts when the phase
 next crosses a whole stride (the stored stride starts at nominal a's phase 0), the setpoint follows the
 stored stride for one period T (`StoredTransition.reference`), then nominal b from its phase 0 (both
-nominals share T, so the clock's rate does not change). A request whose transition was rejected, or
-for which none is stored (not neighbours: another T or ZMP law, or a step scale S two grid steps
-away), is refused with a `SelectionError` naming the pair and d_max: the operator steps through the
-neighbours, or stops (speed 0: the torque ramps off) and starts the other nominal from rest.
+nominals share T, so the clock's rate does not change). A nominal that is not a neighbour (a step scale
+S two grid steps away) is reached through a chain of neighbours: the route with the fewest usable stored
+transitions (breadth-first over the library's nominals, `Tracker.route`), each stride of it followed by
+the next from its end (a stored stride ends on its nominal's phase 0, where the next one starts: no
+stride of the nominals in between). A request for which no such route exists (another T or ZMP law; a
+transition on every route rejected, or below the margin) is refused with a `SelectionError` naming the
+pair and, for a direct pair, d_max: the operator stops (speed 0: the torque ramps off) and starts the other
+nominal from rest.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,10 +68,12 @@ class Reference:
 
 
 class Tracker:
-    """Phase clocks, switching and transitions (module doc). slew (A,) rad/s."""
+    """Phase clocks, switching and transitions (module doc). slew (A,) rad/s; `nominals`: the library's, the
+    waypoints of a route through neighbours."""
 
     def __init__(self, nominal: Synergy, slew, min_transition_s: float = 0.5,
-                 transitions: tuple[StoredTransition, ...] | list = (), min_margin: float = 0.0) -> None:
+                 transitions: tuple[StoredTransition, ...] | list = (), min_margin: float = 0.0,
+                 nominals: tuple[Synergy, ...] | list = ()) -> None:
         self.slew = np.asarray(slew, dtype=float)
         self.min_margin = float(min_margin)  # m: a stored transition's ZMP margin must reach it (limits.min_margin)
         self.min_transition_s = float(min_transition_s)
@@ -77,6 +84,8 @@ class Tracker:
         self.transitions = {(t.meta["from"], t.meta["to"]): t for t in transitions}
         self._pending_via: StoredTransition | None = None  # the stored transition to the pending nominal
         self._via: StoredTransition | None = None          # the stored transition being followed
+        self._route: list[tuple[Synergy, StoredTransition]] = []  # the hops after the pending one
+        self.library = {s.name: s for s in nominals}
         self._p0 = 0.0                                      # the whole phase where it started
         self._from: Synergy | None = None
         self._t = 0.0
@@ -107,36 +116,59 @@ class Tracker:
         no accepted stored transition)."""
         if nominal is self.nominal:
             self.pending = self._pending_via = None
+            self._route = []
             return
         if tuple(nominal.actuators) != tuple(self.nominal.actuators) or np.any(nominal.wrap != self.nominal.wrap):
             raise SelectionError(f"nominal {nominal.name}: actuators {nominal.actuators} (wrap {nominal.wrap.tolist()}) "
                                  f"differ from {self.nominal.actuators}")
-        via = None
+        route: list[tuple[Synergy, StoredTransition]] = []
         if "semi_inverse" in (nominal.meta.get("kind"), self.nominal.meta.get("kind")):
-            via = self.stored(self.nominal, nominal)
+            route = self.route(self.nominal, nominal)
         else:
             self._rate_bound(self.nominal, nominal)
-        self.pending, self._pending_via = nominal, via
+            route = [(nominal, None)]
+        (self.pending, self._pending_via), self._route = route[0], route[1:]
 
-    def stored(self, a: Synergy, b: Synergy) -> StoredTransition:
-        """The accepted stored transition a -> b (module doc); SelectionError naming why there is none."""
-        tr = self.transitions.get((a.name, b.name))
-        stop = "stop first (speed 0) and start it from rest"
-        if tr is None:
-            raise SelectionError(f"{a.name} -> {b.name}: no precomputed transition (the library has them between "
-                                 f"neighbouring step scales of one period and ZMP law): step through the neighbours, "
-                                 f"or {stop}")
+    def refusal(self, tr: StoredTransition) -> str | None:
+        """Why the stored transition `tr` may not be followed (module doc), None if it may."""
         if not tr.meta["accepted"]:
-            raise SelectionError(f"{a.name} -> {b.name}: its transition was rejected (ZMP deviation "
-                                 f"{tr.meta['zmp_max_deviation']:.4f} m >= eps {tr.meta['eps']:.4f} m): {stop}")
+            return (f"its transition was rejected (ZMP deviation {tr.meta['zmp_max_deviation']:.4f} m >= eps "
+                    f"{tr.meta['eps']:.4f} m)")
         if not tr.meta["min_margin"] >= self.min_margin:
-            raise SelectionError(f"{a.name} -> {b.name}: its transition's stability margin {tr.meta['min_margin']:.4f} m "
-                                 f"is below limits.min_margin {self.min_margin:.4f} m: {stop}")
+            return (f"its transition's stability margin {tr.meta['min_margin']:.4f} m is below limits.min_margin "
+                    f"{self.min_margin:.4f} m")
         fast = np.abs(tr.qd).max(axis=0)
         if np.any(fast >= self.slew):
-            raise SelectionError(f"{a.name} -> {b.name}: its transition's rates up to {fast.round(3).tolist()} rad/s "
-                                 f"reach the setpoint slew limits {self.slew.tolist()} rad/s")
-        return tr
+            return f"its transition's rates up to {fast.round(3).tolist()} rad/s reach the setpoint slew limits " \
+                   f"{self.slew.tolist()} rad/s"
+        return None
+
+    def route(self, a: Synergy, b: Synergy) -> list[tuple[Synergy, StoredTransition]]:
+        """The hops (nominal, stored transition into it) from a to b with the fewest strides of transition
+        (breadth-first; ties by name): b's direct transition when it may be followed, else a chain through
+        the library's nominals. SelectionError naming why there is none."""
+        prev: dict[str, StoredTransition] = {}
+        seen, todo = {a.name}, deque([a.name])
+        while todo and b.name not in prev:
+            here = todo.popleft()
+            for (f, t), tr in sorted(self.transitions.items()):
+                if f == here and t not in seen and (t == b.name or t in self.library) and self.refusal(tr) is None:
+                    seen.add(t)
+                    prev[t] = tr
+                    todo.append(t)
+        if b.name not in prev:
+            stop = "stop first (speed 0) and start it from rest"
+            direct = self.transitions.get((a.name, b.name))
+            if direct is not None:  # refused, and no detour either
+                raise SelectionError(f"{a.name} -> {b.name}: {self.refusal(direct)}: {stop}")
+            raise SelectionError(f"{a.name} -> {b.name}: no chain of usable precomputed transitions (the library has "
+                                 f"them between neighbouring step scales of one period and ZMP law): {stop}")
+        hops, name = [], b.name
+        while name != a.name:
+            tr = prev[name]
+            hops.append((b if name == b.name else self.library[name], tr))
+            name = tr.meta["from"]
+        return hops[::-1]
 
     @property
     def blending(self) -> bool:
@@ -172,6 +204,11 @@ class Tracker:
                 return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), False)
         if self._via is not None:
             x = float(self.phase[0] - self._p0)
+            if x >= 1.0 and self._route:  # a route's next stride starts where this one ends (both on phase 0)
+                self._from = self._via = None
+                (self.pending, self._pending_via), self._route = self._route[0], self._route[1:]
+                self._start(self.pending)
+                x = float(self.phase[0] - self._p0)
             if x < 1.0:
                 q, qd, qdd, tau = self._via.reference(x)
                 return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), True)

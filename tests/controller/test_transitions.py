@@ -1,7 +1,7 @@
 """Transitions between neighbouring biped nominals stored in the library, and the loop following them
 (controller.synergies.transitions, library, track; methods.md j.6).
 
-A tiny grid of the shipped biped config (surla_bidyn, T = 1.2 s, ZMP law II/2, S = 0.8, 0.81, 0.85, 64
+A tiny grid of the shipped biped config (surla_bidyn, T = 1.2 s, ZMP law II/2, S = 0.8, 0.81, 0.82, 0.85, 64
 phases) is built once by `walklab synergies build` in a subprocess. Truths: the ZMP that `dynamics.zmp.zmp_model` computes again from the stored
 transition's own 3-D motion (the recorded d_max must be its deviation from the stored law path); the
 nominals' own tables at the transition's two ends; the configured slew and torque limits; the real CLI in
@@ -27,7 +27,7 @@ from dynamics.loader import load_model
 from dynamics.zmp import zmp_model
 
 REPO = Path(__file__).resolve().parents[2]
-GRID = ('[synergies]\nlibrary = "LIB"\nscales = [0.8, 0.81, 0.85]\nperiods = [1.2]\nzmp_laws = [[2, 2]]\n'
+GRID = ('[synergies]\nlibrary = "LIB"\nscales = [0.8, 0.81, 0.82, 0.85]\nperiods = [1.2]\nzmp_laws = [[2, 2]]\n'
         'samples = 64\n\n')
 NAME = "biped_S{:.2f}_T1.20_z22"
 
@@ -46,7 +46,7 @@ def lib(tmp_path_factory):
     cfg = load_robot(tmp / "biped.toml")
     r = walklab("synergies", "build", "--robot", "biped", "--config", str(tmp / "biped.toml"), "--jobs", "2")
     assert r.returncode == 0, r.stderr
-    assert "3 nominals written" in r.stdout and "4 transitions between neighbours stored, 2 accepted" in r.stdout
+    assert "4 nominals written" in r.stdout and "6 transitions between neighbours stored, 4 accepted" in r.stdout
     return {"cfg": cfg, "path": tmp / "biped.toml", "nominals": {s.meta["S"]: s for s in library.load_all(cfg.library)},
             "transitions": library.load_transitions(cfg.library)}
 
@@ -57,14 +57,15 @@ def pair(lib, a: float, b: float):
 
 def test_build_stores_the_transitions_between_neighbouring_step_scales(lib):
     trs = lib["transitions"]
-    assert sorted((t.meta["S_from"], t.meta["S_to"]) for t in trs) == [(0.8, 0.81), (0.81, 0.8), (0.81, 0.85),
-                                                                        (0.85, 0.81)]
+    assert sorted((t.meta["S_from"], t.meta["S_to"]) for t in trs) == [(0.8, 0.81), (0.81, 0.8), (0.81, 0.82),
+                                                                        (0.82, 0.81), (0.82, 0.85), (0.85, 0.82)]
     for t in trs:
         assert t.meta["accepted"] == (t.meta["zmp_max_deviation"] < t.meta["eps"]) and t.meta["eps"] == 0.01
     # methods.md j.6 as measured on this model (docs/controller.md): a 1 % step in S passes eps = 1 cm,
     # a 4 % step does not
-    assert pair(lib, 0.8, 0.81).meta["accepted"] and pair(lib, 0.81, 0.8).meta["accepted"]
-    assert not pair(lib, 0.81, 0.85).meta["accepted"] and not pair(lib, 0.85, 0.81).meta["accepted"]
+    for a, b in ((0.8, 0.81), (0.81, 0.82)):
+        assert pair(lib, a, b).meta["accepted"] and pair(lib, b, a).meta["accepted"]
+    assert not pair(lib, 0.82, 0.85).meta["accepted"] and not pair(lib, 0.85, 0.82).meta["accepted"]
     # the CLI lists them, with the recorded d_max
     r = walklab("synergies", "list", "--config", str(lib["path"]), "--transitions", "--json")
     assert r.returncode == 0, r.stderr
@@ -137,17 +138,48 @@ def test_the_loop_follows_the_stored_transition_without_a_setpoint_step(lib):
     np.testing.assert_allclose(last.q, b.reference(last.phase)[0])
 
 
+def test_a_nominal_two_neighbours_away_is_reached_through_the_one_between(lib):
+    """S 0.80 -> 0.82 (no transition stored between them): the loop follows the stored strides 0.80 -> 0.81
+    and 0.81 -> 0.82 back to back (the first ends on 0.81's phase 0, where the second starts), each to its
+    stored table, with no setpoint step beyond the slew limit, then walks 0.82."""
+    cfg = lib["cfg"]
+    n = lib["nominals"]
+    a, b = n[0.8], n[0.82]
+    assert not any(t.meta["from"] == a.name and t.meta["to"] == b.name for t in lib["transitions"])
+    ctl = Controller(cfg, list(n.values()), transitions=lib["transitions"])
+    refs = simulate(ctl, 5.5, {0: a.meta["speed"], 300: b.meta["speed"]}, (a.q[0], a.qd[0]))
+    assert ctl.tracker.switches == 2 and refs[-1].reference.nominal == b.name
+    during = [o for o in refs if o.reference.blending]
+    strides = pair(lib, 0.8, 0.81).period + pair(lib, 0.81, 0.82).period
+    assert abs(len(during) * ctl.dt - strides) <= 2 * ctl.dt   # two strides, none of 0.81 between
+    for k, (tr, target) in enumerate(((pair(lib, 0.8, 0.81), n[0.81]), (pair(lib, 0.81, 0.82), b))):
+        p0 = 1.0 + k   # the first starts at the next whole stride after the request (t = T), the second at its end
+        part = [o for o in during if np.floor(o.reference.phase[0]) == p0]
+        assert part and all(o.reference.nominal == target.name for o in part)
+        h = tr.period / (tr.u.size - 1)
+        bound = np.abs(tr.qdd).max(axis=0) * h ** 2 / 8 + 1e-6   # linear interpolation's error bound
+        for o in part:
+            x = o.reference.phase[0] - p0
+            lin = np.array([np.interp(x, tr.u, tr.q[:, j]) for j in range(tr.q.shape[1])])
+            assert np.all(np.abs(o.reference.q - lin) <= bound)
+    q = np.array([o.reference.q for o in refs])
+    assert np.all(np.abs(np.diff(q, axis=0)) <= np.asarray(cfg.limits.slew) * ctl.dt)
+    assert np.all(np.abs([o.decision.tau for o in refs]) <= np.asarray(cfg.limits.torque))
+    last = refs[-1].reference
+    np.testing.assert_allclose(last.q, b.reference(last.phase)[0])
+
+
 def test_a_switch_without_an_accepted_transition_is_refused(lib):
     cfg = lib["cfg"]
     n = lib["nominals"]
     ctl = Controller(cfg, list(n.values()), transitions=lib["transitions"])
-    ctl.command(Request(n[0.81].meta["speed"]))
+    ctl.command(Request(n[0.82].meta["speed"]))
     with pytest.raises(SelectionError, match=r"transition was rejected \(ZMP deviation 0\.0\d+ m >= eps 0\.0100 m\)"):
         ctl.command(Request(n[0.85].meta["speed"]))
-    assert ctl.tracker.pending is None and ctl.request.speed == n[0.81].meta["speed"]
+    assert ctl.tracker.pending is None and ctl.request.speed == n[0.82].meta["speed"]
     ctl = Controller(cfg, list(n.values()), transitions=lib["transitions"])
     ctl.command(Request(n[0.8].meta["speed"]))
-    with pytest.raises(SelectionError, match="no precomputed transition"):
+    with pytest.raises(SelectionError, match="no chain of usable precomputed transitions"):  # 0.82 -> 0.85 rejected
         ctl.command(Request(n[0.85].meta["speed"]))
     ctl.command(Request(n[0.81].meta["speed"]))   # a neighbour: queued
     assert ctl.tracker.pending is n[0.81]
