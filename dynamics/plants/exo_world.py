@@ -13,11 +13,37 @@ interpolant per interval and coordinate (s = (t − t_i)/Δ, Δ = t_{i+1} − t_
     H3 = s³/2 − s⁴ + s⁵/2,      H4 = −4s³ + 7s⁴ − 3s⁵,     H5 = 10s³ − 15s⁴ + 6s⁵
 
 so q, v = q̇ and a = q̈ are continuous (C²), consistent with each other and equal to the nominal's at its
-samples; stride k adds k·2 S_h to the base x. One exception, `join_transfers`: the nominal's pelvis
+samples; stride k adds k·2 S_h to the base x. Two exceptions. `join_transfers`: the nominal's pelvis
 position and velocity jump at each support transfer (it is placed from the stance foot, and the
 closed chain of double support is not enforced), so the world spreads each jump over the half-step
 centred on the transfer (a quintic smooth step): there the world's base differs from the nominal's by
 up to the jump (1.9 cm in height for the exoskeleton at S = 0.6, T = 1.2 s), and its ZMP from the law.
+And `on_the_floor` (below) sets the base height and the ankles so that the feet neither enter the floor
+nor float above it while loaded.
+
+**On the floor.** The nominal rolls its stance foot on a roll-over circle under the ankle, whereas the
+model's foot is rigid with heel and toe points, which enter the floor whenever the foot is pitched; its
+scaled swing leg (S times the measured knee flexion) carries the swing foot's toe up to 7 cm below the
+floor (early swing, the foot still plantarflexed 45°) and its heel 1.5 cm (late swing); and the joined
+base height of `join_transfers` no longer follows the stance foot (the stance foot 0.3 to 1.8 cm below the
+floor). So, at each knot (`_grounded`; rates and accelerations by central differences):
+1. the base height puts the reference foot's roll-over circle on the floor, as the nominal does: the foot
+   that struck last, handed over to the next one (a quintic smooth step) over the HANDOVER·P before its
+   heel strike, where the two feet's circles disagree by the nominal's transfer jump;
+2. each ankle turns its foot's pitch φ into [lo, hi], the pitches that keep the sole points above a floor
+   (softly, PITCH_SOFTNESS): a point p of the foot (foot frame, p_y = 0) is at
+   z = a_z + cos θ |p| cos(φ + β), β = atan2(p_x, p_z), a_z the ankle's height and θ the base's roll; in
+   swing that floor is raised by a clearance bump up to CLEARANCE at mid-swing (at most the flat foot's
+   clearance a_z − h cos θ less 3 mm); from shortly before the other foot's heel strike to shortly after
+   its own toe-off the foot stands on its toe (φ = hi: the heel rises in push-off, and in double support
+   the trailing toe meets the floor however far the nominal's legs disagree there);
+3. where no pitch can keep a foot out (an ankle lower than the sole's height h), the body is lifted so
+   that its lowest sole point (soft minimum) is no more than δ = SOLE_PENETRATION below the floor.
+The world has no contact compliance (its ground reaction is rnea of this motion), so δ = 1.5 mm is the
+world's own bound: far below what a lab user sees (markers' noise, a shoe's sole); measured over three
+strides (tests): no sole point below −1.5 mm, each loaded foot's lowest point within 0.1 mm above the floor,
+the swing foot's up to 2 cm above it. The ankles are not actuated: the motors' references (hips, knees)
+are the nominal's. The base's handover moves the ZMP off the law by up to 3.3 cm before heel strike.
 The base (pelvis) is upright (the sagittal nominal) or rolled by θ about the lab's x axis (the
 frontal nominal, `build_nominal(frontal=True)`; any other turn is refused): its position p, rates and
 roll θ are interpolated in the lab, and the free flyer's local velocity and acceleration rebuilt from
@@ -52,6 +78,7 @@ Arrays: time first; lab frame x walking direction, y left, z up; SI units (s, m,
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -77,6 +104,15 @@ _POW = np.arange(6)
 #: critically damped with the 0.33 kg m² reflected inertia of a 100:1 harmonic drive.
 CUFF_STIFFNESS = 1000.0
 CUFF_DAMPING = 36.0
+#: Putting the walk on the floor (module doc "On the floor"): the soft floor δ (m) no sole point goes below
+#: by more (and its softness ε, m); the softness of a foot's pitch limits (rad); the swing foot's clearance
+#: at mid-swing (m); the base's handover from foot to foot and the toe's ramps, fractions of the half-step P.
+SOLE_PENETRATION = 1.5e-3
+SOLE_SOFTNESS = 5e-4
+PITCH_SOFTNESS = 0.01
+CLEARANCE = 0.02
+HANDOVER = 0.5
+TOE_RAMP = 0.15
 
 
 class ExoWorldError(ValueError):
@@ -89,7 +125,7 @@ class ExoWorld:
 
     model; knots (M+1,) s from 0 to the stride period T; coef (M, n + 1, 6) the interpolant's polynomial
     coefficients of s⁰..s⁵ per interval and coordinate (module doc, after the support transfers are
-    joined; the last column the base's roll θ about x, rad); iq, iv (n,) the other coordinates' places in q and v (the base's x, y, z and every
+    joined and the walk put on the floor; the last column the base's roll θ about x, rad); iq, iv (n,) the other coordinates' places in q and v (the base's x, y, z and every
     one-degree-of-freedom joint); advance (m per
     stride, x); share: double support, % of the stride; feet (2,) segment indices (left, right; their
     frames' origins are the ankles); actuated (A,) index into the n coordinates of each actuated joint,
@@ -205,12 +241,112 @@ def exo_world(nominal, actuators: Sequence[str], marker_set=None, *, stiffness: 
         labels = tuple(placed)
         msegs, mpts = [placed[n][0] for n in labels], [placed[n][1] for n in labels]
     feet = tuple(m.index[f] for f in nominal.tree.joints.feet)
-    return ExoWorld(model=m, knots=knots, coef=hermite_coefficients(knots, Q, V, A), iq=iq, iv=iv,
-                    advance=adv, share=float(nominal.laws[0].share), feet=feet, actuated=actuated,
-                    actuators=tuple(actuators), labels=tuple(labels), marker_segments=np.array(msegs, dtype=int),
-                    marker_points=np.array(mpts, dtype=float).reshape(-1, 3), stiffness=float(stiffness),
-                    damping=float(damping), name=name or m.name, S=float(nominal.S), speed=float(nominal.speed),
-                    step=float(nominal.step), period=T, jump=jump)
+    joined = ExoWorld(model=m, knots=knots, coef=hermite_coefficients(knots, Q, V, A), iq=iq, iv=iv,
+                      advance=adv, share=float(nominal.laws[0].share), feet=feet, actuated=actuated,
+                      actuators=tuple(actuators), labels=tuple(labels), marker_segments=np.array(msegs, dtype=int),
+                      marker_points=np.array(mpts, dtype=float).reshape(-1, 3), stiffness=float(stiffness),
+                      damping=float(damping), name=name or m.name, S=float(nominal.S), speed=float(nominal.speed),
+                      step=float(nominal.step), period=T, jump=jump)
+    return dataclasses.replace(joined, coef=hermite_coefficients(knots, *on_the_floor(joined, nominal.tree.roll,
+                                                                                       nominal.tree.sole)))
+
+
+def _soft_min(z: np.ndarray, eps: float) -> np.ndarray:
+    """−ε ln Σ_k exp(−z_k/ε) over the last axis of z (m): smooth, within [min z − ε ln K, min z]."""
+    zm = z.min(axis=-1, keepdims=True)
+    return (zm - eps * np.log(np.exp(-(z - zm) / eps).sum(axis=-1, keepdims=True)))[..., 0]
+
+
+def _soles(model: Model, feet: tuple[int, int], q: np.ndarray) -> np.ndarray:
+    """Lab heights (N, 2, C) m of each foot's contact points (heel, toe: the model's `contacts`) at q (N, nq)."""
+    pl = forward_kinematics(model, q)
+    out = []
+    for f in feet:
+        pts = np.array(list(model.segments[f].contacts.values()), dtype=float).reshape(-1, 3)
+        out.append((pl.rotation[:, f, 2] @ pts.T) + pl.translation[:, f, 2:3])
+    return np.stack(out, axis=1)
+
+
+def _soft_clamp(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, eps: float) -> np.ndarray:
+    """x pushed above lo, then below hi, by softplus steps of softness eps: x where far inside [lo, hi]."""
+    x = lo + eps * np.logaddexp(0.0, (x - lo) / eps)
+    return hi - eps * np.logaddexp(0.0, (hi - x) / eps)
+
+
+def _grounded(world: ExoWorld, t: np.ndarray, ankles: tuple[int, int], roll: float, sole: float) -> np.ndarray:
+    """The body's q (N, nq) at times t (N,) s put on the floor (module doc "On the floor"); ankles: the
+    q index of each foot's ankle joint (left, right); roll, sole: the roll-over radius R and the ankle's
+    height over the sole h (m, `semi_inverse.PlanarTree`)."""
+    m, eps = world.model, SOLE_SOFTNESS
+    q = motion(world, t)[0]
+    P = 0.5 * world.period
+    tau = P * world.share / 200.0
+    W, Wt = HANDOVER * P, TOE_RAMP * P
+    # 1. the base height from the reference foot's roll-over circle (radius R under the ankle, h the ankle's
+    #    height over the sole, as the nominal rolls its stance foot): that circle on the floor. The reference
+    #    is the foot that struck last, handed over to the other one over the time W before its heel strike
+    #    (P − τ after a transfer), where the nominal's feet disagree by its transfer jump
+    u = np.mod(t + tau, world.period)                  # since the left heel strike
+    ref = (u >= P).astype(int)
+    sig = _smoothstep(1.0 - (P - np.mod(u, P)) / W)[0]
+    rows = np.arange(t.size)
+    pl = forward_kinematics(m, q)
+    cth = np.cos(2.0 * np.arctan2(q[:, 3], q[:, 6]))
+    R = pl.rotation[:, list(world.feet)]                                       # (N, 2, 3, 3)
+    phi = np.arctan2(R[..., 0, 2], R[..., 0, 0])
+    e = pl.translation[:, list(world.feet), 2] - cth[:, None] * (roll + (sole - roll) * np.cos(phi))
+    dz = -((1.0 - sig) * e[rows, ref] + sig * e[rows, 1 - ref])
+    q[:, 2] += dz
+    pl.translation[..., 2] += dz[:, None]             # the whole body moves with its root
+    # 2. each foot's pitch φ kept where none of its sole points is below the floor: point p (foot frame,
+    #    p_y = 0) is at z = a_z + cos θ ρ cos(φ + β), ρ = |p|, β = atan2(p_x, p_z) (θ the base's roll), so
+    #    z ≥ 0 ⇔ |φ + β| ≤ α = acos(−a_z / (ρ cos θ)): points ahead of the ankle bound φ above (hi: the toe on
+    #    the floor), behind below (lo); from W before the other foot's heel strike to W after its own toe-off
+    #    (τ after the transfer) the foot is pitched onto its toe (φ = hi: the push-off and the double support)
+    for side, f in enumerate(world.feet):
+        pts = np.array(list(m.segments[f].contacts.values()), dtype=float).reshape(-1, 3)
+        rho, beta = np.hypot(pts[:, 0], pts[:, 2]), np.arctan2(pts[:, 0], pts[:, 2])
+        R = pl.rotation[:, f]
+        phi = np.arctan2(R[:, 0, 2], R[:, 0, 0])
+        us = np.mod(t + tau - side * P, world.period)  # since this foot's heel strike
+        az = pl.translation[:, f, 2]
+        # in swing (from toe-off at P + 2τ to heel strike at T) the floor raised by a clearance bump, up to
+        # CLEARANCE at mid-swing but never above what a flat foot clears (a_z − h cos θ) less 3 mm
+        x = np.clip((us - P - 2 * tau) / (P - 2 * tau), 0.0, 1.0)
+        fl = eps * np.logaddexp(0.0, (az - sole * cth - 3e-3) / eps)
+        top = np.minimum(CLEARANCE, fl) - eps * np.log1p(np.exp(-np.abs(CLEARANCE - fl) / eps))
+        floor = _smoothstep(np.minimum(2 * x, 2 - 2 * x))[0] * np.maximum(top, 0.0)
+        alpha = np.arccos(np.clip((floor - az)[:, None] / (rho * cth[:, None]), -1.0, 1.0))   # (N, C)
+        hi = np.min(np.where(pts[:, 0] >= 0, alpha - beta, np.inf), axis=1)
+        lo = np.max(np.where(pts[:, 0] < 0, -alpha - beta, -np.inf), axis=1)
+        kap = _smoothstep((us - (P - W - Wt)) / Wt)[0] * _smoothstep((P + 2 * tau + Wt - us) / Wt)[0]
+        c = _soft_clamp(phi, lo, hi, PITCH_SOFTNESS)
+        sign = (m.segments[f].joint.rotation @ m.segments[f].joint.axis)[1]
+        q[:, ankles[side]] += (c + kap * (hi - c) - phi) / sign
+    # 3. where a foot's ankle is too low for any pitch to keep its sole above the floor (the base lowered by a
+    #    handover), the whole body lifted so that its lowest sole point (soft minimum) is above −δ
+    low = _soft_min(_soles(m, world.feet, q).reshape(t.size, -1), eps)
+    q[:, 2] += eps * np.logaddexp(0.0, (-low - SOLE_PENETRATION) / eps)
+    return q
+
+
+def on_the_floor(world: ExoWorld, roll: float, sole: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The knots' (Q, V, A) (M+1, n+1) of `world`'s motion put on the floor (module doc "On the floor"):
+    values at the knots, rates and accelerations by central differences (step 1e-4 s, where the motion
+    is smooth: its errors ~1e-8 of the interpolant's); roll, sole: the roll-over radius R and the ankle's
+    height over the sole h (m) the nominal rolls its stance foot with (`semi_inverse.PlanarTree`)."""
+    m = world.model
+    ankles = tuple(int(m.idx_q[f]) for f in world.feet)
+    t = world.knots[:-1]
+    d = 1e-4
+    c = []
+    for e in (-d, 0.0, d):
+        q = _grounded(world, t + e, ankles, roll, sole)
+        c.append(np.column_stack([q[:, world.iq], 2.0 * np.arctan2(q[:, 3], q[:, 6])]))
+    V, A = (c[2] - c[0]) / (2 * d), (c[2] - 2 * c[1] + c[0]) / (d * d)
+    Q0 = c[1][:1].copy()
+    Q0[0, 0] += world.advance
+    return np.vstack([c[1], Q0]), np.vstack([V, V[:1]]), np.vstack([A, A[:1]])
 
 
 def hermite_coefficients(knots: np.ndarray, Q: np.ndarray, V: np.ndarray, A: np.ndarray) -> np.ndarray:

@@ -91,20 +91,30 @@ def test_plates_total_wrench_equals_pinocchio_ground_reaction(world, walk):
     assert np.all(loaded[~g.double] == 1) and g.double.any() and (loaded[g.double] == 2).mean() > 0.9
 
 
-def test_zmp_is_the_nominal_law_where_the_world_is_the_nominal_and_inside_the_support(nominal, world):
-    # the world is the nominal where the transfers' joins end (u = ±P/2: here phases 0.25 and 0.75): there
-    # rnea's ZMP is the law's point, as the nominal's own figures (centroidal) have it
+def test_zmp_is_the_nominal_law_at_mid_stance_and_inside_the_support(nominal, world):
+    # where the transfers' joins end (u = ±P/2: here phases 0.25 and 0.75) the world is the nominal but for
+    # what puts it on the floor (module doc "On the floor"): the base height (the stance foot's roll-over
+    # circle on the floor, 0 from the nominal's but for the soft floor, < 1 mm) and the ankles (the feet
+    # pitched out of the floor, the swing foot's by ~0.25 rad); the feet are light, so rnea's ZMP is still
+    # the law's point, as the nominal's own figures (centroidal) have it, within 5 mm (measured: x 1.6, y 3.7 mm)
     P = world.period / 2
     t = np.array([P / 2, 3 * P / 2])
     q, v, a = motion(world, t)
     k = np.searchsorted(nominal.t, t)
-    np.testing.assert_allclose(q, nominal.q[k], atol=1e-12)
+    m = world.model
+    free = [2] + [int(m.idx_q[m.index[f]]) for f in JOINTS.feet]
+    same = np.setdiff1d(np.arange(m.nq), free)
+    np.testing.assert_allclose(q[:, same], nominal.q[k][:, same], atol=1e-12)
+    assert np.abs(q[:, 2] - nominal.q[k, 2]).max() < 1e-3
     zmp = ground_reaction(world, t, q, v, a).zmp
-    np.testing.assert_allclose(zmp[:, 0], nominal.zmp_law_x[k], atol=1e-9)
+    np.testing.assert_allclose(zmp[:, 0], nominal.zmp_law_x[k], atol=5e-3)
     if nominal.theta is not None:  # the frontal nominal's lateral law too
         assert np.ptp(nominal.theta) > 0.01
-        np.testing.assert_allclose(zmp[:, 1], nominal.zmp_law_y[k], atol=1e-9)
-    # elsewhere the joined pelvis moves the ZMP off the law (module doc), but it stays inside the support:
+        np.testing.assert_allclose(zmp[:, 1], nominal.zmp_law_y[k], atol=5e-3)
+    # elsewhere the joined pelvis and the base's handover from foot to foot (by up to the nominal's transfer
+    # jump, over the half-step before heel strike) move the ZMP off the law (module doc), by up to 3.5 cm (3.3
+    # measured; 1.1 before the world stood on the floor), but
+    # it stays inside the support:
     # the stance foot's heel-toe extent (both feet's in double support); not within the one interval of
     # the nominal's samples holding a double-support law switch, where the interpolant spreads the trunk's
     # acceleration step and the ZMP passes from one foot to the other in a few milliseconds
@@ -124,7 +134,35 @@ def test_zmp_is_the_nominal_law_where_the_world_is_the_nominal_and_inside_the_su
     switch = (np.abs(tl - tau_ds) < dt) | (np.abs(tl - (P - tau_ds)) < dt)
     assert margin[~switch].min() > 0.03
     assert np.abs(g.zmp[:, 0] - np.interp(np.mod(t, world.period), nominal.t, nominal.zmp_law_x)
-                  - np.floor(t / world.period) * world.advance)[~switch].max() < 0.02
+                  - np.floor(t / world.period) * world.advance)[~switch].max() < 0.035
+
+
+def test_feet_rest_on_the_floor_and_swing_above_it(world):
+    """Issue 13: the subject walked inside the floor (the stance foot 0.3-1.8 cm, the swing foot's toe 7 cm
+    below z = 0). Truth: Pinocchio's forward kinematics of the world's motion, the feet's sole points (the
+    model's heel and toe contacts) over three strides at 1 kHz: no sole point below the floor by more
+    than 2 mm (the world's soft floor, 1.5 mm, plus the interpolation between its knots); every foot the
+    plates load rests on the floor (its lowest point within 1 mm above it); the swing foot clears it."""
+    t = 0.0021 + np.arange(3600) * 1e-3
+    q, v, a = motion(world, t, 0.3)
+    g = ground_reaction(world, t, q, v, a)
+    m = world.model
+    pm = to_pinocchio(m)
+    data = pm.createData()
+    joints = [pm.getJointId(m.segments[f].joint_name) for f in world.feet]
+    pts = [list(m.segments[f].contacts.values()) for f in world.feet]
+    z = np.empty((t.size, 2, len(pts[0])))
+    for n, qk in enumerate(q):
+        pin.forwardKinematics(pm, data, qk)
+        for side in (0, 1):
+            z[n, side] = [data.oMi[joints[side]].act(np.asarray(p))[2] for p in pts[side]]
+    low = z.min(axis=2)                                        # (N, 2) each foot's lowest sole point, m
+    assert low.min() > -2e-3
+    loaded = g.foot_force[:, :, 2] > 1.0
+    assert loaded.any(axis=1).all() and loaded[:, 0].any() and loaded[:, 1].any()
+    assert low[loaded].max() < 1e-3
+    swing = ~loaded
+    assert low[swing].max() > 0.015                          # a walk: the swing foot clears the floor
 
 
 def test_motion_is_smooth_consistent_and_periodic(world):
