@@ -241,6 +241,9 @@ def exo_world(nominal, actuators: Sequence[str], marker_set=None, *, stiffness: 
         labels = tuple(placed)
         msegs, mpts = [placed[n][0] for n in labels], [placed[n][1] for n in labels]
     feet = tuple(m.index[f] for f in nominal.tree.joints.feet)
+    for f, ankle in zip(feet, nominal.tree.joints.ankles):
+        if m.segments[f].joint_name != ankle:     # on_the_floor pitches a foot by its own joint
+            raise ExoWorldError(f"model {m.name!r}: foot {m.segments[f].name!r} does not hang from the ankle {ankle!r}")
     joined = ExoWorld(model=m, knots=knots, coef=hermite_coefficients(knots, Q, V, A), iq=iq, iv=iv,
                       advance=adv, share=float(nominal.laws[0].share), feet=feet, actuated=actuated,
                       actuators=tuple(actuators), labels=tuple(labels), marker_segments=np.array(msegs, dtype=int),
@@ -301,8 +304,9 @@ def _grounded(world: ExoWorld, t: np.ndarray, ankles: tuple[int, int], roll: flo
     # 2. each foot's pitch φ kept where none of its sole points is below the floor: point p (foot frame,
     #    p_y = 0) is at z = a_z + cos θ ρ cos(φ + β), ρ = |p|, β = atan2(p_x, p_z) (θ the base's roll), so
     #    z ≥ 0 ⇔ |φ + β| ≤ α = acos(−a_z / (ρ cos θ)): points ahead of the ankle bound φ above (hi: the toe on
-    #    the floor), behind below (lo); from W before the other foot's heel strike to W after its own toe-off
-    #    (τ after the transfer) the foot is pitched onto its toe (φ = hi: the push-off and the double support)
+    #    the floor), behind below (lo); from W before the other foot's heel strike (ramped in over Wt before
+    #    that) to Wt after its own toe-off (τ after the transfer) the foot is pitched onto its toe (φ = hi:
+    #    the push-off and the double support)
     for side, f in enumerate(world.feet):
         pts = np.array(list(m.segments[f].contacts.values()), dtype=float).reshape(-1, 3)
         rho, beta = np.hypot(pts[:, 0], pts[:, 2]), np.arctan2(pts[:, 0], pts[:, 2])
