@@ -94,7 +94,8 @@ def scale(mset: MarkerSet, model: Model) -> float:
 class Chain:
     """The joint coordinates between a fitted segment and its nearest fitted ancestor `parent`:
     q_index, v_index (k,) of the revolute coordinates (proximal first), axes (k, 3) in the joint
-    frames; centre (3,) m: the joint centre in the parent frame."""
+    frames; centre (3,) m: the joint centre in the parent frame; seq: the lab axis of each joint
+    (e.g. "YXZ", the Euler sequence of 3), sign (k,): each axis's direction along it (±1)."""
 
     segment: str
     parent: str
@@ -102,6 +103,8 @@ class Chain:
     v_index: np.ndarray
     axes: np.ndarray
     centre: np.ndarray
+    seq: str
+    sign: np.ndarray
 
 
 def chains(model: Model, mset: MarkerSet) -> list[Chain]:
@@ -125,9 +128,11 @@ def chains(model: Model, mset: MarkerSet) -> list[Chain]:
                 (len(path) == 3 and not np.allclose(np.abs(axes) @ np.abs(axes).T, np.eye(3))):
             raise MarkerError(f"segment {seg.name!r}: the joints from {s.name!r} are not 1 revolute joint or 3 about "
                               "distinct lab-aligned axes (±x, ±y, ±z)")
+        lab = np.argmax(np.abs(axes), axis=1)
         out.append(Chain(seg.name, s.name, np.array([model.idx_q[model.index[p.name]] for p in path]),
                          np.array([model.idx_v[model.index[p.name]] for p in path]),
-                         axes, np.array(path[0].joint.translation)))
+                         axes, np.array(path[0].joint.translation), "".join("XYZ"[i] for i in lab),
+                         np.sign(axes[np.arange(len(path)), lab])))
     return out
 
 
@@ -331,7 +336,7 @@ def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits, previous
     one = []
     for k, c in enumerate(links):
         if len(c.q_index) == 3:
-            groups.setdefault("".join("XYZ"[i] for i in np.argmax(np.abs(c.axes), axis=1)), []).append(k)
+            groups.setdefault(c.seq, []).append(k)
         else:
             one.append(k)
     if links:           # every chain at once
@@ -359,7 +364,7 @@ def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits, previous
         start += len(part)
         for j, k in enumerate(ks):
             c = links[k]
-            q[:, c.q_index] = ang[j] * np.sign(c.axes[np.arange(3), np.argmax(np.abs(c.axes), axis=1)])
+            q[:, c.q_index] = ang[j] * c.sign
     if one:             # one axis a: the rotation about a nearest R_rel (module doc); NaN where not good
         a = np.array([links[k].axes[0] for k in one])                                  # (K, 3)
         r = rel[one]
