@@ -122,18 +122,27 @@ def test_the_loop_follows_the_stored_transition_without_a_setpoint_step(lib):
     assert abs(len(during) * ctl.dt - tr.period) <= 2 * ctl.dt
     p0 = np.floor(during[0].reference.phase[0])
     assert p0 == 1.0
-    M = tr.u.size - 1
-    h = tr.period / M
-    bound = np.abs(tr.qdd).max(axis=0) * h ** 2 / 8 + 1e-6   # linear interpolation's error bound
-    for o in during:
+    follows(tr, during, p0)
+    within_limits_then_on(b, cfg, ctl, refs)
+
+
+def follows(tr, outs: list, p0: float) -> None:
+    """Each setpoint of `outs` (phase p0 + x) is the stored stride `tr` at x, within linear interpolation's
+    error bound between its samples."""
+    h = tr.period / (tr.u.size - 1)
+    bound = np.abs(tr.qdd).max(axis=0) * h ** 2 / 8 + 1e-6
+    for o in outs:
         x = o.reference.phase[0] - p0
         lin = np.array([np.interp(x, tr.u, tr.q[:, j]) for j in range(tr.q.shape[1])])
         assert np.all(np.abs(o.reference.q - lin) <= bound)
-    # no setpoint step beyond the slew limit (the reference itself, before the safety's slew), torque limits kept
+
+
+def within_limits_then_on(b, cfg, ctl: Controller, refs: list) -> None:
+    """No setpoint step beyond the slew limit (the reference itself, before the safety's slew), the torque
+    limits kept, and at the end nominal b at its own reference."""
     q = np.array([o.reference.q for o in refs])
     assert np.all(np.abs(np.diff(q, axis=0)) <= np.asarray(cfg.limits.slew) * ctl.dt)
     assert np.all(np.abs([o.decision.tau for o in refs]) <= np.asarray(cfg.limits.torque))
-    # after the stride: nominal b, at its own reference
     last = refs[-1].reference
     np.testing.assert_allclose(last.q, b.reference(last.phase)[0])
 
@@ -156,17 +165,8 @@ def test_a_nominal_two_neighbours_away_is_reached_through_the_one_between(lib):
         p0 = 1.0 + k   # the first starts at the next whole stride after the request (t = T), the second at its end
         part = [o for o in during if np.floor(o.reference.phase[0]) == p0]
         assert part and all(o.reference.nominal == target.name for o in part)
-        h = tr.period / (tr.u.size - 1)
-        bound = np.abs(tr.qdd).max(axis=0) * h ** 2 / 8 + 1e-6   # linear interpolation's error bound
-        for o in part:
-            x = o.reference.phase[0] - p0
-            lin = np.array([np.interp(x, tr.u, tr.q[:, j]) for j in range(tr.q.shape[1])])
-            assert np.all(np.abs(o.reference.q - lin) <= bound)
-    q = np.array([o.reference.q for o in refs])
-    assert np.all(np.abs(np.diff(q, axis=0)) <= np.asarray(cfg.limits.slew) * ctl.dt)
-    assert np.all(np.abs([o.decision.tau for o in refs]) <= np.asarray(cfg.limits.torque))
-    last = refs[-1].reference
-    np.testing.assert_allclose(last.q, b.reference(last.phase)[0])
+        follows(tr, part, p0)
+    within_limits_then_on(b, cfg, ctl, refs)
 
 
 def test_a_switch_without_an_accepted_transition_is_refused(lib):
