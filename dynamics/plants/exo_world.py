@@ -34,9 +34,11 @@ floor). So, at each knot (`_grounded`; rates and accelerations by central differ
    (softly, PITCH_SOFTNESS): a point p of the foot (foot frame, p_y = 0) is at
    z = a_z + cos θ |p| cos(φ + β), β = atan2(p_x, p_z), a_z the ankle's height and θ the base's roll; in
    swing that floor is raised by a clearance bump up to CLEARANCE at mid-swing (at most the flat foot's
-   clearance a_z − h cos θ less 3 mm); from shortly before the other foot's heel strike to shortly after
-   its own toe-off the foot stands on its toe (φ = hi: the heel rises in push-off, and in double support
-   the trailing toe meets the floor however far the nominal's legs disagree there);
+   clearance a_z − h cos θ less 3 mm); from (1 − HANDOVER − TOE_RAMP) P = 0.35 P after its own heel
+   strike (ramped in over TOE_RAMP·P; that is 0.65 P before the other foot's heel strike, in single
+   support) to TOE_RAMP·P after its own toe-off the foot is pitched onto its toe (φ = hi: while its ankle
+   is at a flat foot's height this is the flat foot; as the base's handover raises the ankle the heel
+   rises, and in double support the trailing toe meets the floor however far the nominal's legs disagree);
 3. where no pitch can keep a foot out (an ankle lower than the sole's height h), the body is lifted so
    that its lowest sole point (soft minimum) is no more than δ = SOLE_PENETRATION below the floor.
 The world has no contact compliance (its ground reaction is rnea of this motion), so δ = 1.5 mm is the
@@ -44,6 +46,14 @@ world's own bound: far below what a lab user sees (markers' noise, a shoe's sole
 strides (tests): no sole point below −1.5 mm, each loaded foot's lowest point within 0.1 mm above the floor,
 the swing foot's up to 2 cm above it. The ankles are not actuated: the motors' references (hips, knees)
 are the nominal's. The base's handover moves the ZMP off the law by up to 3.3 cm before heel strike.
+Known defect (review 6, `test_plates_cop_lies_within_the_feet_on_the_floor`, expected to fail): at the
+other foot's heel strike the nominal's legs put the stance ankle 2 cm (S = 0.6, T = 1.2 s) to 3.7 cm
+(S = 0.8, T = 1.4 s, law II) above a flat foot's height, so late in single support only the stance toe
+touches the floor while the ZMP (laws I, II: at the stance ankle) stays up to 0.2 m behind it: the plates'
+centre of pressure is more than 1 cm outside the feet's contacts for 12–19 % (S = 0.6) to 30 % (S = 0.8)
+of the stride. No pitch of the unactuated ankles can change that with the hips, knees and heel strike
+kept: the ZMP law (to the forefoot in terminal stance) or the legs must. The unloaded swing heel also
+stays within 1 mm of the floor over its last ~0.15 s before heel strike (x moving 0.2–0.35 m).
 The base (pelvis) is upright (the sagittal nominal) or rolled by θ about the lab's x axis (the
 frontal nominal, `build_nominal(frontal=True)`; any other turn is refused): its position p, rates and
 roll θ are interpolated in the lab, and the free flyer's local velocity and acceleration rebuilt from
@@ -242,8 +252,20 @@ def exo_world(nominal, actuators: Sequence[str], marker_set=None, *, stiffness: 
         msegs, mpts = [placed[n][0] for n in labels], [placed[n][1] for n in labels]
     feet = tuple(m.index[f] for f in nominal.tree.joints.feet)
     for f, ankle in zip(feet, nominal.tree.joints.ankles):
-        if m.segments[f].joint_name != ankle:     # on_the_floor pitches a foot by its own joint
-            raise ExoWorldError(f"model {m.name!r}: foot {m.segments[f].name!r} does not hang from the ankle {ankle!r}")
+        foot = m.segments[f]
+        if foot.joint_name != ankle:     # on_the_floor pitches a foot by its own joint
+            raise ExoWorldError(f"model {m.name!r}: foot {foot.name!r} does not hang from the ankle {ankle!r}")
+        # on_the_floor bounds a foot's pitch below by its contact points behind the ankle and above by those
+        # ahead of it, and turns the pitch (about y) by the ankle's angle: without either bound, or with the
+        # ankle about another axis, its pitch would be NaN or divided by ~0
+        px = np.array([p[0] for p in foot.contacts.values()])
+        if not ((px < 0).any() and (px >= 0).any()):
+            raise ExoWorldError(f"model {m.name!r}: foot {foot.name!r} needs contact points both behind and ahead "
+                                f"of its ankle (a heel and a toe), got x = {px.tolist()} m")
+        axis = foot.joint.rotation @ foot.joint.axis
+        if abs(abs(axis[1]) - 1.0) > 1e-9:
+            raise ExoWorldError(f"model {m.name!r}: the ankle {ankle!r} of foot {foot.name!r} turns about "
+                                f"{axis.round(3).tolist()}, not the lateral (y) axis")
     joined = ExoWorld(model=m, knots=knots, coef=hermite_coefficients(knots, Q, V, A), iq=iq, iv=iv,
                       advance=adv, share=float(nominal.laws[0].share), feet=feet, actuated=actuated,
                       actuators=tuple(actuators), labels=tuple(labels), marker_segments=np.array(msegs, dtype=int),
