@@ -36,7 +36,10 @@ nominals share T, so the clock's rate does not change). A nominal that is not a 
 S two grid steps away) is reached through a chain of neighbours: the route with the fewest usable stored
 transitions (breadth-first over the library's nominals, `Tracker.route`), each stride of it followed by
 the next from its end (a stored stride ends on its nominal's phase 0, where the next one starts: no
-stride of the nominals in between). A request for which no such route exists (another T or ZMP law; a
+stride of the nominals in between). The next hop is always the queued switch: a re-align (a resume after
+a stop or stale data) keeps it, so the route goes on from a whole stride of the nominal reached; a new
+request during a stride replaces the rest of the route by one from that stride's nominal, started where
+the stride ends. A request for which no such route exists (another T or ZMP law; a
 transition on every route rejected, or below the margin) is refused with a `SelectionError` naming the
 pair and, for a direct pair, d_max: the operator stops (speed 0: the torque ramps off) and starts the other
 nominal from rest.
@@ -204,9 +207,8 @@ class Tracker:
                 return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), False)
         if self._via is not None:
             x = float(self.phase[0] - self._p0)
-            if x >= 1.0 and self._route:  # a route's next stride starts where this one ends (both on phase 0)
+            if x >= 1.0 and self._pending_via is not None:  # the next stride starts where this one ends (phase 0)
                 self._from = self._via = None
-                (self.pending, self._pending_via), self._route = self._route[0], self._route[1:]
                 self._start(self.pending)
                 x = float(self.phase[0] - self._p0)
             if x < 1.0:
@@ -241,6 +243,8 @@ class Tracker:
         if self._pending_via is not None:
             self._via, self._p0 = self._pending_via, float(np.floor(self.phase[0]))
             self._from, self.nominal, self.pending, self._pending_via = self.nominal, new, None, None
+            if self._route:  # a route's next hop is queued at once: a re-align keeps it, a new request replaces it
+                (self.pending, self._pending_via), self._route = self._route[0], self._route[1:]
             self.switches += 1
             return
         bound = self._rate_bound(self.nominal, new)

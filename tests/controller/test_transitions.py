@@ -23,6 +23,7 @@ from controller.loop import Controller, Measured
 from controller.synergies import library
 from controller.synergies.robot import load_robot
 from controller.synergies.select import Request, SelectionError
+from controller.synergies.track import Tracker
 from dynamics.loader import load_model
 from dynamics.zmp import zmp_model
 
@@ -150,13 +151,14 @@ def within_limits_then_on(b, cfg, ctl: Controller, refs: list) -> None:
 def test_a_nominal_two_neighbours_away_is_reached_through_the_one_between(lib):
     """S 0.80 -> 0.82 (no transition stored between them): the loop follows the stored strides 0.80 -> 0.81
     and 0.81 -> 0.82 back to back (the first ends on 0.81's phase 0, where the second starts), each to its
-    stored table, with no setpoint step beyond the slew limit, then walks 0.82."""
+    stored table, with no setpoint step beyond the slew limit, then walks 0.82. The operator repeats the
+    request during the first stride (a turn change selects the same nominal): still no stride of 0.81."""
     cfg = lib["cfg"]
     n = lib["nominals"]
     a, b = n[0.8], n[0.82]
     assert not any(t.meta["from"] == a.name and t.meta["to"] == b.name for t in lib["transitions"])
     ctl = Controller(cfg, list(n.values()), transitions=lib["transitions"])
-    refs = simulate(ctl, 5.5, {0: a.meta["speed"], 300: b.meta["speed"]}, (a.q[0], a.qd[0]))
+    refs = simulate(ctl, 5.5, {0: a.meta["speed"], 300: b.meta["speed"], 800: b.meta["speed"]}, (a.q[0], a.qd[0]))
     assert ctl.tracker.switches == 2 and refs[-1].reference.nominal == b.name
     during = [o for o in refs if o.reference.blending]
     strides = pair(lib, 0.8, 0.81).period + pair(lib, 0.81, 0.82).period
@@ -167,6 +169,33 @@ def test_a_nominal_two_neighbours_away_is_reached_through_the_one_between(lib):
         assert part and all(o.reference.nominal == target.name for o in part)
         follows(tr, part, p0)
     within_limits_then_on(b, cfg, ctl, refs)
+
+
+def test_a_route_interrupted_by_a_re_align_goes_on_to_its_end(lib):
+    """The loop re-aligns the tracker after a stale-data or latch gap (Controller.update): a re-align in
+    the middle of the route's first stride resumes on 0.81, and the route's second stride still takes the
+    robot to the requested 0.82 at a whole stride of 0.81."""
+    n = lib["nominals"]
+    a, b = n[0.8], n[0.82]
+    tr = Tracker(a, lib["cfg"].limits.slew, transitions=lib["transitions"], min_margin=lib["cfg"].limits.min_margin,
+                 nominals=list(n.values()))
+    tr.request(b)
+    dt = 1 / lib["cfg"].rate_hz
+    seen = []
+    T = pair(lib, 0.8, 0.81).period
+    for k in range(int(round(6 * T / dt))):
+        ref = tr.step(dt)
+        seen.append(ref.nominal)
+        if ref.blending and ref.nominal == n[0.81].name and float(ref.phase[0]) - 1.0 > 0.5:
+            break
+    else:
+        raise AssertionError(f"the first stride never came: {sorted(set(seen))}")
+    tr.align(ref.q)  # a resume: the clock from the measured angles, on 0.81
+    assert tr.nominal is n[0.81] and not tr.blending
+    for k in range(int(round(3 * T / dt))):
+        ref = tr.step(dt)
+    assert ref.nominal == b.name and not ref.blending and tr.switches == 2 and tr.pending is None
+    np.testing.assert_allclose(ref.q, b.reference(ref.phase)[0])
 
 
 def test_a_switch_without_an_accepted_transition_is_refused(lib):
