@@ -148,12 +148,13 @@ class Link:
     def close(self) -> None:
         """Stop the threads, fail pending requests, close the port. Idempotent."""
         self._closing.set()
-        ser = self._ser
-        if ser is not None:
-            try:
-                ser.cancel_read()
-            except (AttributeError, OSError, serial.SerialException):
-                pass
+        with self._wlock:  # not while the reader thread closes the port (`_close_port`): its abort pipe with it
+            ser = self._ser
+            if ser is not None:
+                try:
+                    ser.cancel_read()
+                except (AttributeError, OSError, serial.SerialException):
+                    pass
         for t in self._threads:
             t.join(timeout=2)
         self._threads = []
@@ -190,17 +191,17 @@ class Link:
 
     def _close_port(self) -> None:
         self.connected.clear()
-        # Under the write lock: a write in another thread (the application's, the heartbeat's) either ends
-        # before the close or sees no port. A close in the middle of pyserial's write left it a closed
-        # descriptor: a TypeError out of `send` (8 in 200 stressed unplugs; it ends the control loop)
-        # or a write into whatever file reused the number.
+        # Under the write lock: a write in another thread (the application's, the heartbeat's) or `close`'s
+        # cancel_read either ends before the close or sees no port. A close in the middle of pyserial's
+        # write left it a closed descriptor: a TypeError out of `send` (8 in 200 stressed unplugs; it ends
+        # the control loop) or a write into whatever file reused the number.
         with self._wlock:
             ser, self._ser = self._ser, None
-        if ser is not None:
-            try:
-                ser.close()
-            except (serial.SerialException, OSError):
-                pass
+            if ser is not None:
+                try:
+                    ser.close()
+                except (serial.SerialException, OSError):
+                    pass
 
     # ----------------------------------------------------------------- sending
 

@@ -265,6 +265,7 @@ def test_reconnect_after_unplug_within_one_second():
         assert mcu.stats.unplugs == 2
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # the heartbeat thread's too
 def test_frames_sent_while_the_port_goes_away_are_counted_failed_never_raised():
     """An unplug in the middle of writes: the reader thread closes the port while the heartbeat thread
     and two application threads write. `send` never raises (its contract: a frame that cannot be
