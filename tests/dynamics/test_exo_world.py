@@ -66,6 +66,22 @@ def pinocchio_ground(model, q, v, a):
     return out
 
 
+def pinocchio_soles(world, q):
+    """Lab positions (N, 2, C, 3) m of each foot's (left, right) contact points (the model's heel and toe) at
+    the configurations q (N, nq), by Pinocchio's forward kinematics."""
+    m = world.model
+    pm = to_pinocchio(m)
+    data = pm.createData()
+    joints = [pm.getJointId(m.segments[f].joint_name) for f in world.feet]
+    pts = [list(m.segments[f].contacts.values()) for f in world.feet]
+    out = np.empty((q.shape[0], 2, len(pts[0]), 3))
+    for n, qk in enumerate(q):
+        pin.forwardKinematics(pm, data, qk)
+        for side in (0, 1):
+            out[n, side] = [data.oMi[joints[side]].act(np.asarray(p)) for p in pts[side]]
+    return out
+
+
 def test_plates_total_wrench_equals_pinocchio_ground_reaction(world, walk):
     t, q, v, a, g = walk
     # a row of 0.6 m x 0.8 m plates (a type 2 and a type 4 with cross-talk, alternately) under the whole walk
@@ -147,17 +163,7 @@ def test_feet_rest_on_the_floor_and_swing_above_it(world):
     t = 0.0021 + np.arange(3600) * 1e-3
     q, v, a = motion(world, t, 0.3)
     g = ground_reaction(world, t, q, v, a)
-    m = world.model
-    pm = to_pinocchio(m)
-    data = pm.createData()
-    joints = [pm.getJointId(m.segments[f].joint_name) for f in world.feet]
-    pts = [list(m.segments[f].contacts.values()) for f in world.feet]
-    z = np.empty((t.size, 2, len(pts[0])))
-    for n, qk in enumerate(q):
-        pin.forwardKinematics(pm, data, qk)
-        for side in (0, 1):
-            z[n, side] = [data.oMi[joints[side]].act(np.asarray(p))[2] for p in pts[side]]
-    low = z.min(axis=2)                                        # (N, 2) each foot's lowest sole point, m
+    low = pinocchio_soles(world, q)[..., 2].min(axis=2)       # (N, 2) each foot's lowest sole point, m
     assert low.min() > -2e-3
     loaded = g.foot_force[:, :, 2] > 1.0
     assert loaded.any(axis=1).all() and loaded[:, 0].any() and loaded[:, 1].any()
@@ -328,19 +334,13 @@ def test_plates_cop_lies_within_the_feet_on_the_floor(world):
     t = np.arange(0.0, world.period, 1e-3)
     q, v, a = motion(world, t)
     g = ground_reaction(world, t, q, v, a)
-    m = world.model
-    pm = to_pinocchio(m)
-    data = pm.createData()
-    joints = [pm.getJointId(m.segments[f].joint_name) for f in world.feet]
-    pts = [list(m.segments[f].contacts.values()) for f in world.feet]
+    soles = pinocchio_soles(world, q).reshape(t.size, -1, 3)
     lateral = not np.allclose(q[:, 3], 0.0)
     fz = g.foot_force[:, :, 2]
     cop = (g.point * fz[..., None]).sum(axis=1) / fz.sum(axis=1)[:, None]
     out = np.zeros(t.size)
-    for n, qk in enumerate(q):
-        pin.forwardKinematics(pm, data, qk)
-        xyz = np.array([data.oMi[joints[s]].act(np.asarray(p)) for s in (0, 1) for p in pts[s]])
-        on = xyz[xyz[:, 2] < 2e-3]
+    for n in range(t.size):
+        on = soles[n][soles[n, :, 2] < 2e-3]
         if fz[n].sum() > 50.0:
             out[n] = (_outside_hull(cop[n, :2], on[:, :2]) if lateral else
                       max(on[:, 0].min() - cop[n, 0], cop[n, 0] - on[:, 0].max(), 0.0) if len(on) else np.inf)
