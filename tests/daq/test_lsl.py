@@ -2,6 +2,7 @@
 real process (controller.proc) on a real ZeroMQ bus."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -19,13 +20,18 @@ from daq.ports import free_tcp_ports
 REPO = Path(__file__).resolve().parents[2]
 
 
+#: LSL finds streams machine-wide: names and source ids of this process's own, or another suite running these
+#: tests at the same time is found too (a clean-clone run beside two others received the other's samples)
+LAB = f"lsltest{os.getpid()}"
+
+
 def lab(tmp_path: Path, bridge_args: list[str], devices: str = "", device_names: str = "") -> Path:
     sup, src, bridge = free_tcp_ports(3)
     cfg = tmp_path / "lsl.toml"
     args = ", ".join(f'"{a}"' for a in bridge_args)
     cfg.write_text(f"""
 [lab]
-name = "lsltest"
+name = "{LAB}"
 [supervisor]
 bind = "tcp://127.0.0.1:{sup}"
 [[processes]]
@@ -82,7 +88,7 @@ def test_walklab_stream_out_as_an_lsl_outlet(tmp_path):
                     sent[f.t + i * 1_000_000] = data[i]
                 k += 1
                 if inlet is None:
-                    found = pylsl.resolve_byprop("source_id", "walklab/lsltest/forceplate/FP9", 1, 0.05)
+                    found = pylsl.resolve_byprop("source_id", f"walklab/{LAB}/forceplate/FP9", 1, 0.05)
                     if found:
                         inlet = pylsl.StreamInlet(found[0])
                         info = inlet.info(timeout=10)
@@ -112,7 +118,8 @@ def test_walklab_stream_out_as_an_lsl_outlet(tmp_path):
 
 def test_lsl_mocap_stream_in_as_walklab_markers(tmp_path):
     labels = ["LASI", "RASI", "LHEE"]
-    info = pylsl.StreamInfo("mocap-test", "MoCap", 10, 100.0, pylsl.cf_double64, "qtm-test-7")
+    source = f"qtm-test-{os.getpid()}"  # LAB's comment
+    info = pylsl.StreamInfo("mocap-test", "MoCap", 10, 100.0, pylsl.cf_double64, source)
     chans = info.desc().append_child("channels")
     for lab_ in labels:
         for ax in "XYZ":
@@ -124,7 +131,7 @@ def test_lsl_mocap_stream_in_as_walklab_markers(tmp_path):
     c.append_child_value("label", "Frame")
     c.append_child_value("unit", "")
     outlet = pylsl.StreamOutlet(info)
-    cfg = lab(tmp_path, [], devices='[devices.mocap]\nkind = "lsl"\nsource_id = "qtm-test-7"\n',
+    cfg = lab(tmp_path, [], devices=f'[devices.mocap]\nkind = "lsl"\nsource_id = "{source}"\n',
               device_names='"mocap"')
     bridge = start_bridge(cfg)
     watcher = Subscriber(load(cfg).process("bridge").endpoint, ["markers/*"])
@@ -169,9 +176,10 @@ def test_lsl_mocap_stream_in_as_walklab_markers(tmp_path):
 
 def test_force_plate_from_an_lsl_stream(tmp_path):
     """A force plate whose source is lsl:NAME: its raw channels arrive as forceplate/NAME (kind force)."""
-    info = pylsl.StreamInfo("amti-lsl", "Force", 6, 1000.0, pylsl.cf_double64, "amti-lsl-1")
+    name = f"amti-lsl-{os.getpid()}"  # LAB's comment
+    info = pylsl.StreamInfo(name, "Force", 6, 1000.0, pylsl.cf_double64, name)
     outlet = pylsl.StreamOutlet(info)
-    cfg = lab(tmp_path, [], devices='[devices.FP5]\nkind = "forceplate"\nsource = "lsl:amti-lsl"\n'
+    cfg = lab(tmp_path, [], devices=f'[devices.FP5]\nkind = "forceplate"\nsource = "lsl:{name}"\n'
               'corners = [[0.6, 0.4, 0.0], [0.0, 0.4, 0.0], [0.0, 0.8, 0.0], [0.6, 0.8, 0.0]]\n',
               device_names='"FP5"')
     bridge = start_bridge(cfg)
