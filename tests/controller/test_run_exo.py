@@ -27,16 +27,17 @@ from tests.controller.test_run_sim import frames, samples  # the recording read 
 
 REPO = Path(__file__).resolve().parents[2]
 X0 = -1.0  # the left foot's first flat place: 1 m before FP1
+X_LIVE = -2.0  # the live-dynamics test's (its docstring): the shipped config's start
 
 
-def private_lab(tmp_path: Path, extra: str = "") -> Path:
-    """configs/sim_exo.toml on free ports with its pty under tmp_path, the wearer starting at X0; extra:
+def private_lab(tmp_path: Path, extra: str = "", x0: float = X0) -> Path:
+    """configs/sim_exo.toml on free ports with its pty under tmp_path, the wearer starting at x0 (m); extra:
     more world arguments (TOML list items, e.g. '"--dropout", "0"')."""
     text = configs.path("sim_exo.toml").read_text()
     text, _ = on_free_ports(text)
     text = text.replace("/tmp/walklab-sim/exo-mcu", str(tmp_path / "pty" / "mcu"))
     assert '"--x0", "-2.0"' in text
-    text = text.replace('"--x0", "-2.0"', f'"--x0", "{X0}"' + (f", {extra}" if extra else ""))
+    text = text.replace('"--x0", "-2.0"', f'"--x0", "{x0}"' + (f", {extra}" if extra else ""))
     cfg = tmp_path / "sim_exo.toml"
     cfg.write_text(text)
     return cfg
@@ -146,9 +147,13 @@ def test_walklab_run_exo_world_live_torques_and_zmp_agree_with_the_worlds_truth(
     outline: taken as on the unloaded plate, load known zero) the stance hip and knee were 50 N·m off.
     The ZMP: the plates' ZMP is the world's wherever the world's loaded feet are on the plates; the margin
     is a number where both loads are known, NaN and not valid where one is not."""
-    cfg = private_lab(tmp_path, '"--marker-noise-mm", "0", "--dropout", "0"')
+    # The wearer starts 2 m before the plates (X_LIVE): the dynamics services' first seconds under load are
+    # computed with the plates held (stale = 1, left out below) while the plate service catches up with
+    # its start — 2.9-3.5 s of data at load 4 (measured in three clean-clone runs at once, which from 1 m
+    # had 0-15 fresh samples on the plates to compare; 125-141 on a quiet machine).
+    cfg = private_lab(tmp_path, '"--marker-noise-mm", "0", "--dropout", "0"', x0=X_LIVE)
     rec = tmp_path / "s.mcap"
-    run = subprocess.run([sys.executable, "-m", "controller.cli", "run", str(cfg), "--duration", "8", "--record",
+    run = subprocess.run([sys.executable, "-m", "controller.cli", "run", str(cfg), "--duration", "10", "--record",
                           str(rec)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     f = frames(rec)
@@ -166,7 +171,7 @@ def test_walklab_run_exo_world_live_torques_and_zmp_agree_with_the_worlds_truth(
     cch = f["dynamics/contact"][0]["channels"]
     assert np.array_equal(t, t_z) and np.array_equal(t, t_c)
     ts = t * 1e-9
-    q, v, a = motion(world, ts, X0)
+    q, v, a = motion(world, ts, X_LIVE)
     g = ground_reaction(world, ts, q, v, a)
     # a leg's bottom-up torques need only its own foot's load: compared per leg where that foot's load is
     # known and the leg's torques are numbers (the service's NaN elsewhere)
@@ -211,9 +216,7 @@ def test_walklab_run_exo_world_live_torques_and_zmp_agree_with_the_worlds_truth(
     loaded = g.foot_force[:, :, 2] > 1.0
     on = np.all(~loaded | ((x > 0.02) & (x < 1.18)), axis=1) & np.any(loaded, axis=1) & np.isfinite(zmp[:, 0]) & fresh
     print("ZMP compared", on.sum(), "|error|", np.abs(zmp[on, :2] - g.zmp[on, :2]).max(axis=0))
-    # how many: 125-141 on a quiet machine, 13 in a clean-clone run beside two other suites (load 4: most
-    # samples on the plates computed with a plate held, stale) — at least 10, as for the torques
-    assert on.sum() >= 10 and np.abs(zmp[on, :2] - g.zmp[on, :2]).max() < 0.005
+    assert on.sum() > 40 and np.abs(zmp[on, :2] - g.zmp[on, :2]).max() < 0.005
     # the margin is a number where both feet's loads are known. It is measured to the stance feet's MARKERS'
     # polygon (human15: heel and toe on the foot's midline, the ankle marker 3.5 cm lateral), a sliver beside
     # the midline where the world's ZMP runs: 0.8 cm outside at worst, positive at a quarter of the samples
