@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 from scipy.interpolate import CubicSpline
 
+from dynamics.hermite import quintic_coefficients, quintic_eval
+
 ROBOTS = ("jansen", "biped", "exoskeleton")
 REQUIRED_META = ("name", "robot", "model", "model_hash", "kind", "speed", "turn", "period", "profile",
                  "zmp_max_deviation", "min_margin", "peak_torque", "peak_contact_force",
@@ -229,17 +231,16 @@ class StoredTransition:
         return float(self.meta["period"])
 
     def reference(self, x: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """q, qd, qdd, tau (A,) at the fraction x in [0, 1] of the stride (clipped): cubic Hermite
-        interpolation of q with its stored rate and of qd with its stored acceleration (C1), qdd and
-        tau linear between the samples."""
+        """q, qd, qdd, tau (A,) at the fraction x in [0, 1] of the stride (clipped): the quintic Hermite
+        interpolant of the stored q, qd, qdd (`dynamics.hermite`), so the setpoint is C² (its position,
+        rate and acceleration continuous across the samples and equal to the stored ones there); tau
+        linear between the samples."""
         M = self.u.shape[0] - 1
         s = min(max(float(x), 0.0), 1.0) * M
         k = min(int(s), M - 1)
         f, h = s - k, self.period / M
-        h00, h10, h01, h11 = 2 * f**3 - 3 * f**2 + 1, f**3 - 2 * f**2 + f, -2 * f**3 + 3 * f**2, f**3 - f**2
-        q = h00 * self.q[k] + h10 * h * self.qd[k] + h01 * self.q[k + 1] + h11 * h * self.qd[k + 1]
-        qd = h00 * self.qd[k] + h10 * h * self.qdd[k] + h01 * self.qd[k + 1] + h11 * h * self.qdd[k + 1]
-        qdd = (1 - f) * self.qdd[k] + f * self.qdd[k + 1]
+        c = quintic_coefficients(np.array([0.0, h]), self.q[k:k + 2], self.qd[k:k + 2], self.qdd[k:k + 2])[0]
+        q, qd, qdd = quintic_eval(c, f, h)
         tau = (1 - f) * self.tau[k] + f * self.tau[k + 1]
         return q, qd, qdd, tau
 

@@ -6,14 +6,8 @@ requires, the joint motors strapped to it, force plates and markers as instrumen
 whose ZMP follows its law, docs/controller.md), repeated stride after stride. The nominal's samples
 (t_i, q_i, v_i, a_i), i = 0..M−1 over one stride of period T, plus the closing knot t_M = T with the
 first sample moved forward by the stride's advance 2 S_h along x, are joined by the quintic Hermite
-interpolant per interval and coordinate (s = (t − t_i)/Δ, Δ = t_{i+1} − t_i):
-
-    p(s) = H0 p_i + Δ H1 ṗ_i + Δ² H2 p̈_i + Δ² H3 p̈_{i+1} + Δ H4 ṗ_{i+1} + H5 p_{i+1}
-    H0 = 1 − 10s³ + 15s⁴ − 6s⁵, H1 = s − 6s³ + 8s⁴ − 3s⁵, H2 = s²/2 − 3s³/2 + 3s⁴/2 − s⁵/2,
-    H3 = s³/2 − s⁴ + s⁵/2,      H4 = −4s³ + 7s⁴ − 3s⁵,     H5 = 10s³ − 15s⁴ + 6s⁵
-
-so q, v = q̇ and a = q̈ are continuous (C²), consistent with each other and equal to the nominal's at its
-samples; stride k adds k·2 S_h to the base x. Two exceptions. `join_transfers`: the nominal's pelvis
+interpolant per interval and coordinate (`dynamics.hermite`), so q, v = q̇ and a = q̈ are continuous
+(C²), consistent with each other and equal to the nominal's at its samples; stride k adds k·2 S_h to the base x. Two exceptions. `join_transfers`: the nominal's pelvis
 position and velocity jump at each support transfer (it is placed from the stance foot, and the
 closed chain of double support is not enforced), so the world spreads each jump over the half-step
 centred on the transfer (a quintic smooth step): there the world's base differs from the nominal's by
@@ -96,19 +90,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..hermite import POWERS, quintic_coefficients, quintic_eval
 from ..kinematics import forward_kinematics
 from ..model import Model
 from ..rnea import rnea
 from ..zmp import zmp_of_wrench
-
-#: Coefficients of s⁰..s⁵ of the quintic Hermite basis H0..H5 (module doc), rows in that order.
-_H = np.array([[1.0, 0.0, 0.0, -10.0, 15.0, -6.0],
-               [0.0, 1.0, 0.0, -6.0, 8.0, -3.0],
-               [0.0, 0.0, 0.5, -1.5, 1.5, -0.5],
-               [0.0, 0.0, 0.0, 0.5, -1.0, 0.5],
-               [0.0, 0.0, 0.0, -4.0, 7.0, -3.0],
-               [0.0, 0.0, 0.0, 10.0, -15.0, 6.0]])
-_POW = np.arange(6)
 
 #: Cuff stiffness (N m/rad) and damping (N m s/rad) between a motor's output and its joint (module doc):
 #: critically damped with the 0.33 kg m² reflected inertia of a 100:1 harmonic drive.
@@ -266,13 +252,13 @@ def exo_world(nominal, actuators: Sequence[str], marker_set=None, *, stiffness: 
         if abs(abs(axis[1]) - 1.0) > 1e-9:
             raise ExoWorldError(f"model {m.name!r}: the ankle {ankle!r} of foot {foot.name!r} turns about "
                                 f"{axis.round(3).tolist()}, not the lateral (y) axis")
-    joined = ExoWorld(model=m, knots=knots, coef=hermite_coefficients(knots, Q, V, A), iq=iq, iv=iv,
+    joined = ExoWorld(model=m, knots=knots, coef=quintic_coefficients(knots, Q, V, A), iq=iq, iv=iv,
                       advance=adv, share=float(nominal.laws[0].share), feet=feet, actuated=actuated,
                       actuators=tuple(actuators), labels=tuple(labels), marker_segments=np.array(msegs, dtype=int),
                       marker_points=np.array(mpts, dtype=float).reshape(-1, 3), stiffness=float(stiffness),
                       damping=float(damping), name=name or m.name, S=float(nominal.S), speed=float(nominal.speed),
                       step=float(nominal.step), period=T, jump=jump)
-    return dataclasses.replace(joined, coef=hermite_coefficients(knots, *on_the_floor(joined, nominal.tree.roll,
+    return dataclasses.replace(joined, coef=quintic_coefficients(knots, *on_the_floor(joined, nominal.tree.roll,
                                                                                        nominal.tree.sole)))
 
 
@@ -375,14 +361,6 @@ def on_the_floor(world: ExoWorld, roll: float, sole: float) -> tuple[np.ndarray,
     return np.vstack([c[1], Q0]), np.vstack([V, V[:1]]), np.vstack([A, A[:1]])
 
 
-def hermite_coefficients(knots: np.ndarray, Q: np.ndarray, V: np.ndarray, A: np.ndarray) -> np.ndarray:
-    """Coefficients (M, n, 6) of s⁰..s⁵ of the quintic Hermite interpolant (module doc) on each of the M
-    intervals of `knots` (M+1,) s, of values Q, rates V, accelerations A (M+1, n)."""
-    d = np.diff(knots)[:, None]
-    Y = np.stack([Q[:-1], d * V[:-1], d * d * A[:-1], d * d * A[1:], d * V[1:], Q[1:]], axis=-1)  # (M, n, 6)
-    return Y @ _H
-
-
 def _smoothstep(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """S(x) = 10x³ − 15x⁴ + 6x⁵ on [0, 1] (0 below, 1 above) and its first two derivatives in x."""
     x = np.clip(x, 0.0, 1.0)
@@ -414,11 +392,9 @@ def join_transfers(knots: np.ndarray, Q: np.ndarray, V: np.ndarray, A: np.ndarra
     corr = np.zeros((3, M + 1, len(cols)))
     for k in (M // 2, M):
         # the interval [k-2, k-1] extrapolated to its s = 2: the left limit at the transfer
-        c = hermite_coefficients(knots[k - 2:k], Q[k - 2:k, cols], V[k - 2:k, cols], A[k - 2:k, cols])[0]
-        d = knots[k - 1] - knots[k - 2]
-        s = 2.0 ** _POW
-        J = Q[k, cols] - c @ s
-        Jv = V[k, cols] - (c[:, 1:] @ (_POW[1:] * s[:-1])) / d
+        c = quintic_coefficients(knots[k - 2:k], Q[k - 2:k, cols], V[k - 2:k, cols], A[k - 2:k, cols])[0]
+        x, xd, _ = quintic_eval(c, 2.0, knots[k - 1] - knots[k - 2])
+        J, Jv = Q[k, cols] - x, V[k, cols] - xd
         jumps.append((J, Jv))
         u = knots - knots[k]
         u = u - T * np.round(u / T) if k == M else u   # the transfer at T is also the one at 0
@@ -445,11 +421,7 @@ def _interpolate(world: ExoWorld, t: np.ndarray, cols: np.ndarray) -> tuple[np.n
     tp = t - k * T
     i = np.clip(np.searchsorted(world.knots, tp, side="right") - 1, 0, world.knots.size - 2)
     d = (world.knots[i + 1] - world.knots[i])[:, None]
-    s = ((tp - world.knots[i])[:, None] / d)[..., None] ** _POW       # (N, 1, 6): s^0..s^5
-    c = world.coef[i][:, cols]                                         # (N, n, 6)
-    x = (c * s).sum(-1)
-    xd = (c[..., 1:] * (_POW[1:] * s[..., :5])).sum(-1) / d
-    xdd = (c[..., 2:] * (_POW[2:] * _POW[1:5] * s[..., :4])).sum(-1) / (d * d)
+    x, xd, xdd = quintic_eval(world.coef[i][:, cols], (tp - world.knots[i])[:, None] / d, d)
     x[:, cols == 0] += (k * world.advance)[:, None]            # column 0 is the base x
     return x, xd, xdd
 
@@ -493,7 +465,7 @@ def joint_reference(world: ExoWorld, t: float) -> tuple[np.ndarray, np.ndarray]:
     s = (tp - world.knots[i]) / d
     sp = np.array([1.0, s, s * s, s ** 3, s ** 4, s ** 5])
     c = world.coef[i, world.actuated]
-    return c @ sp, (c[:, 1:] @ (_POW[1:] * sp[:5])) / d
+    return c @ sp, (c[:, 1:] @ (POWERS[1:] * sp[:5])) / d
 
 
 @dataclass(frozen=True)

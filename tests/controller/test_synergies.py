@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from controller.synergies import jansen
-from controller.synergies.format import SynergyError, load, save
+from controller.synergies.format import StoredTransition, SynergyError, load, save
 from controller.synergies.library import get, load_index
 from dynamics.synthesis.crank import load_walker
 
@@ -41,6 +41,47 @@ def test_round_trip_and_reference_matches_the_programme(tmp_path, nominal):
     q0 = back.reference(np.array([0.25, 0.25]))[0]
     q1 = back.reference(np.array([1.25, 1.25]))[0]
     np.testing.assert_allclose(q1 - q0, 2 * np.pi)
+
+
+def _stored_transition(f, M=40, T=1.2):
+    """A StoredTransition whose q, qd, qdd are the samples at u = k/M of the motion f(t) -> (q, qd, qdd) (A,)."""
+    t = np.arange(M + 1) / M * T
+    q, qd, qdd = (np.array([f(x)[i] for x in t]) for i in range(3))
+    meta = {"name": "a>b", "robot": "exoskeleton", "model": "m", "from": "a", "to": "b", "period": T,
+            "zmp_max_deviation": 0.0, "eps": 0.01, "accepted": True, "min_margin": 0.05}
+    z = np.zeros((M, 1))
+    return StoredTransition(meta, ("j1", "j2"), np.arange(M + 1) / M, q, qd, qdd, np.zeros_like(q), z, z, z,
+                            z[:, 0], z[:, 0], np.zeros((M, 2)), z[:, 0])
+
+
+def test_stored_transition_setpoint_is_c2_and_reproduces_quintics():
+    """Truths: a quintic motion in time is reproduced exactly between the samples (the interpolant is the
+    quintic Hermite of the stored q, qd, qdd); for a smooth non-polynomial motion the setpoint's rate and
+    acceleration are its own position's time derivatives (central differences), and its acceleration has
+    no step across a sample (the cubic Hermite it replaced had a C1 setpoint: a rate that was not the
+    derivative of its position, and an acceleration only linear between the samples)."""
+    c = np.array([[0.1, -0.3], [0.8, 0.2], [-1.1, 0.5], [0.6, -0.9], [0.3, 0.4], [-0.2, 0.1]])
+    poly = lambda t: (sum(c[k] * t ** k for k in range(6)),                                     # noqa: E731
+                      sum(k * c[k] * t ** (k - 1) for k in range(1, 6)),
+                      sum(k * (k - 1) * c[k] * t ** (k - 2) for k in range(2, 6)))
+    tr = _stored_transition(poly)
+    for x in np.random.default_rng(1).uniform(0.0, 1.0, 50):
+        for got, want in zip(tr.reference(x)[:3], poly(x * tr.period)):
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+    w = np.array([5.0, 7.0])
+    smooth = lambda t: (np.sin(w * t), w * np.cos(w * t), -w * w * np.sin(w * t))                   # noqa: E731
+    tr = _stored_transition(smooth)
+    e = 1e-5
+    for x in (np.arange(37) + 0.29) / 37:
+        q, qd, qdd = tr.reference(x)[:3]
+        qm, qdm, _, _ = tr.reference(x - e)
+        qp, qdp, _, _ = tr.reference(x + e)
+        np.testing.assert_allclose((qp - qm) / (2 * e * tr.period), qd, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose((qdp - qdm) / (2 * e * tr.period), qdd, rtol=1e-5, atol=1e-5)
+    for k in range(1, 40):
+        left, right = tr.reference(k / 40 - 1e-9)[2], tr.reference(k / 40 + 1e-9)[2]
+        np.testing.assert_allclose(left, right, atol=1e-6)
+        np.testing.assert_allclose(right, tr.qdd[k], atol=1e-6)
 
 
 def test_walking_speed_and_turn_from_the_shaft_periods(nominal):

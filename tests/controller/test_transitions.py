@@ -129,9 +129,11 @@ def test_the_loop_follows_the_stored_transition_without_a_setpoint_step(lib):
 
 def follows(tr, outs: list, p0: float) -> None:
     """Each setpoint of `outs` (phase p0 + x) is the stored stride `tr` at x, within linear interpolation's
-    error bound between its samples."""
+    error bound between its samples, h²/8 max|q̈|, with max|q̈| between the samples taken as the samples'
+    largest |q̈| plus the largest change of q̈ from one sample to the next (a smooth motion's acceleration
+    changes within an interval by about as much as between samples)."""
     h = tr.period / (tr.u.size - 1)
-    bound = np.abs(tr.qdd).max(axis=0) * h ** 2 / 8 + 1e-6
+    bound = (np.abs(tr.qdd).max(axis=0) + np.abs(np.diff(tr.qdd, axis=0)).max(axis=0)) * h ** 2 / 8 + 1e-6
     for o in outs:
         x = o.reference.phase[0] - p0
         lin = np.array([np.interp(x, tr.u, tr.q[:, j]) for j in range(tr.q.shape[1])])
