@@ -22,15 +22,18 @@ floor (early swing, the foot still plantarflexed 45°) and its heel 1.5 cm (late
 base height of `join_transfers` no longer follows the stance foot (the stance foot 0.3 to 1.8 cm below the
 floor). So, at each knot (`_grounded`; rates and accelerations by central differences):
 1. the base height puts the reference foot's roll-over circle on the floor, as the nominal does: the foot
-   that struck last, handed over to the next one (a quintic smooth step) over the HANDOVER·P before its
-   heel strike, where the two feet's circles disagree by the nominal's transfer jump;
+   that struck last, handed over to the next one (a quintic smooth step) over the time W before its
+   heel strike, where the two feet's circles disagree by the nominal's transfer jump: W = HANDOVER·P,
+   or with ZMP law 6 (the foot's contacts, `biped.zmp_law`) from the end of the stance foot's toe phase
+   (u1 = 0.55 P after the transfer), W = (1 − u1/P − p/200) P, 0.39 P at p = 12 %: its heel stays down
+   until the law has put the ZMP on its toe (`_handover`);
 2. each ankle turns its foot's pitch φ into [lo, hi], the pitches that keep the sole points above a floor
    (softly, PITCH_SOFTNESS): a point p of the foot (foot frame, p_y = 0) is at
    z = a_z + cos θ |p| cos(φ + β), β = atan2(p_x, p_z), a_z the ankle's height and θ the base's roll; in
    swing that floor is raised by a clearance bump up to CLEARANCE at mid-swing (at most the flat foot's
-   clearance a_z − h cos θ less 3 mm); from (1 − HANDOVER − TOE_RAMP) P = 0.35 P after its own heel
-   strike (ramped in over TOE_RAMP·P; that is 0.65 P before the other foot's heel strike, in single
-   support) to TOE_RAMP·P after its own toe-off the foot is pitched onto its toe (φ = hi: while its ankle
+   clearance a_z − h cos θ less 3 mm); from P − W − TOE_RAMP·P after its own heel strike (ramped in
+   over TOE_RAMP·P; 0.35 P with W = HANDOVER·P, in single support) to TOE_RAMP·P after its own toe-off
+   the foot is pitched onto its toe (φ = hi: while its ankle
    is at a flat foot's height this is the flat foot; as the base's handover raises the ankle the heel
    rises, and in double support the trailing toe meets the floor however far the nominal's legs disagree);
 3. where no pitch can keep a foot out (an ankle lower than the sole's height h), the body is lifted so
@@ -40,14 +43,20 @@ world's own bound: far below what a lab user sees (markers' noise, a shoe's sole
 strides (tests): no sole point below −1.5 mm, each loaded foot's lowest point within 0.1 mm above the floor,
 the swing foot's up to 2 cm above it. The ankles are not actuated: the motors' references (hips, knees)
 are the nominal's. The base's handover moves the ZMP off the law by up to 3.3 cm before heel strike.
-Known defect (review 6, `test_plates_cop_lies_within_the_feet_on_the_floor`, expected to fail): at the
-other foot's heel strike the nominal's legs put the stance ankle 2 cm (S = 0.6, T = 1.2 s) to 3.7 cm
-(S = 0.8, T = 1.4 s, law II) above a flat foot's height, so late in single support only the stance toe
-touches the floor while the ZMP (laws I, II: at the stance ankle) stays up to 0.2 m behind it: the plates'
-centre of pressure is more than 1 cm outside the feet's contacts for 12–19 % (S = 0.6) to 30 % (S = 0.8)
-of the stride. No pitch of the unactuated ankles can change that with the hips, knees and heel strike
-kept: the ZMP law (to the forefoot in terminal stance) or the legs must. The unloaded swing heel also
-stays within 1 mm of the floor over its last ~0.15 s before heel strike (x moving 0.2–0.35 m).
+
+**The ZMP law it walks.** At the other foot's heel strike the nominal's legs put the stance ankle 2 cm
+(S = 0.6, T = 1.2 s) to 3.7 cm (S = 0.8, T = 1.4 s) above a flat foot's height, so late in single
+support the rigid foot's toe is its only contact and the ZMP must be there. Law 6 puts it there (and in
+double support between the trailing toe and the leading heel); the shipped world walks it
+(configs/sim_exo.toml). Measured (`test_plates_cop_lies_within_the_feet_on_the_floor`, Pinocchio's
+soles): the plates' centre of pressure within 0.79 cm of the feet's contacts on the floor over the whole
+stride (sagittal, S = 0.6, T = 1.2 s); with the frontal roll 1.08 cm at worst, over 0.5 % of the stride
+(expected to fail at 1 cm): the handover's vertical acceleration moves the lateral ZMP off its law by
+up to 9 mm, which the nominal's closed double-support chain would remove. Surla's laws I–V keep the ZMP
+within 3.5 cm of the ankle: their worlds' COP is up to 20 cm behind the only contact, the toe, for
+12–30 % of the stride (expected to fail too). The unloaded swing heel also stays within 1 mm of the floor
+over its last ~0.15 s before heel strike (x moving 0.2–0.35 m).
+
 The base (pelvis) is upright (the sagittal nominal) or rolled by θ about the lab's x axis (the
 frontal nominal, `build_nominal(frontal=True)`; any other turn is refused): its position p, rates and
 roll θ are interpolated in the lab, and the free flyer's local velocity and acceleration rebuilt from
@@ -94,6 +103,7 @@ from ..hermite import POWERS, quintic_coefficients, quintic_eval
 from ..kinematics import forward_kinematics
 from ..model import Model
 from ..rnea import rnea
+from ..synthesis.biped import FOOT_LAW, TOE_PHASE
 from ..zmp import zmp_of_wrench
 
 #: Cuff stiffness (N m/rad) and damping (N m s/rad) between a motor's output and its joint (module doc):
@@ -151,6 +161,7 @@ class ExoWorld:
     step: float
     period: float
     jump: np.ndarray
+    handover: tuple[float, float] = (HANDOVER, HANDOVER)
 
     @property
     def mass(self) -> float:
@@ -257,9 +268,17 @@ def exo_world(nominal, actuators: Sequence[str], marker_set=None, *, stiffness: 
                       actuators=tuple(actuators), labels=tuple(labels), marker_segments=np.array(msegs, dtype=int),
                       marker_points=np.array(mpts, dtype=float).reshape(-1, 3), stiffness=float(stiffness),
                       damping=float(damping), name=name or m.name, S=float(nominal.S), speed=float(nominal.speed),
-                      step=float(nominal.step), period=T, jump=jump)
+                      step=float(nominal.step), period=T, jump=jump, handover=tuple(_handover(law) for law in nominal.laws))
     return dataclasses.replace(joined, coef=quintic_coefficients(knots, *on_the_floor(joined, nominal.tree.roll,
                                                                                        nominal.tree.sole)))
+
+
+def _handover(law) -> float:
+    """The base's handover before the other foot's heel strike, as a fraction of the half-step, for a
+    stance foot walking `law` (a `semi_inverse.GaitLaw`): HANDOVER, or with law 6 (the foot's contacts)
+    from the end of its toe phase u1 to the heel strike, (1 − u1) − p/200: the handover raises the
+    stance ankle, whose heel then leaves the floor, only once the law has put the ZMP on the toe."""
+    return (1.0 - TOE_PHASE[1]) - law.share / 200.0 if law.single == FOOT_LAW else HANDOVER
 
 
 def _soft_min(z: np.ndarray, eps: float) -> np.ndarray:
@@ -292,14 +311,14 @@ def _grounded(world: ExoWorld, t: np.ndarray, ankles: tuple[int, int], roll: flo
     q = motion(world, t)[0]
     P = 0.5 * world.period
     tau = P * world.share / 200.0
-    W, Wt = HANDOVER * P, TOE_RAMP * P
+    W, Wt = np.asarray(world.handover) * P, TOE_RAMP * P
     # 1. the base height from the reference foot's roll-over circle (radius R under the ankle, h the ankle's
     #    height over the sole, as the nominal rolls its stance foot): that circle on the floor. The reference
     #    is the foot that struck last, handed over to the other one over the time W before its heel strike
     #    (P − τ after a transfer), where the nominal's feet disagree by its transfer jump
     u = np.mod(t + tau, world.period)                  # since the left heel strike
     ref = (u >= P).astype(int)
-    sig = _smoothstep(1.0 - (P - np.mod(u, P)) / W)[0]
+    sig = _smoothstep(1.0 - (P - np.mod(u, P)) / W[ref])[0]
     rows = np.arange(t.size)
     pl = forward_kinematics(m, q)
     cth = np.cos(2.0 * np.arctan2(q[:, 3], q[:, 6]))
@@ -331,7 +350,7 @@ def _grounded(world: ExoWorld, t: np.ndarray, ankles: tuple[int, int], roll: flo
         alpha = np.arccos(np.clip((floor - az)[:, None] / (rho * cth[:, None]), -1.0, 1.0))   # (N, C)
         hi = np.min(np.where(pts[:, 0] >= 0, alpha - beta, np.inf), axis=1)
         lo = np.max(np.where(pts[:, 0] < 0, -alpha - beta, -np.inf), axis=1)
-        kap = _smoothstep((us - (P - W - Wt)) / Wt)[0] * _smoothstep((P + 2 * tau + Wt - us) / Wt)[0]
+        kap = _smoothstep((us - (P - W[side] - Wt)) / Wt)[0] * _smoothstep((P + 2 * tau + Wt - us) / Wt)[0]
         c = _soft_clamp(phi, lo, hi, PITCH_SOFTNESS)
         sign = (m.segments[f].joint.rotation @ m.segments[f].joint.axis)[1]
         q[:, ankles[side]] += (c + kap * (hi - c) - phi) / sign

@@ -43,32 +43,66 @@ from ..model import G
 #: TSW2 (fractions of the half-period), toe offset FRN1 and heel offset BHND (m).
 SINGLE_SUPPORT = {1: (0.0, 0.0, 0.0, 0.0), 2: (0.2, 0.3, 0.035, 0.0), 3: (0.4, 0.5, 0.035, 0.0),
                   4: (0.2, 1.0, 0.0, 0.020), 5: (0.2, 0.6, 0.035, 0.020)}
+#: Law 6, "the foot's contacts" (not Surla's; `zmp_law`): the single-support ZMP moves from the ankle to
+#: the toe contact in TOE_STEPS equal steps over TOE_PHASE (fractions of the half-period).
+FOOT_LAW = 6
+TOE_PHASE = (0.45, 0.55)
+TOE_STEPS = 10
 
 
 class BipedError(ValueError):
     """Bad gait parameters or a shooting that cannot converge (the message names which)."""
 
 
-def zmp_law(t, P: float, single: int = 1, double: int = 1, step: float = 0.26, share: float = 0.0) -> np.ndarray:
+def toe_breaks(P: float) -> list[float]:
+    """Times (s) in a half-step of length P (s) where law 6's single-support ZMP steps toward the toe."""
+    (u0, u1), n = TOE_PHASE, TOE_STEPS
+    return [P * (u0 + (u1 - u0) * i / n) for i in range(n)]
+
+
+def zmp_law(t, P: float, single: int = 1, double: int = 1, step: float = 0.26, share: float = 0.0,
+            foot: tuple[float, float] | None = None) -> np.ndarray:
     """Sagittal ZMP offset x (m, from the stance ankle, + forward) at times t (s) within a half-step
-    of length P (s): single-support law `single` (1..5 = I..V), double-support law `double` (1..3),
-    half-step length `step` = S_h (m), double support `share` p in % of the stride (module doc)."""
-    if single not in SINGLE_SUPPORT or double not in (1, 2, 3):
-        raise BipedError(f"zmp law: single-support law {single!r} (1..5) or double-support law {double!r} (1..3) unknown")
+    of length P (s): single-support law `single` (1..5 = I..V, or 6), double-support law `double` (1..3),
+    half-step length `step` = S_h (m), double support `share` p in % of the stride (module doc).
+
+    Law 6 (the foot's contacts; needs `foot` = (heel x, toe x), m, the stance foot's rearmost and
+    foremost contact points from its ankle) is for a rigid foot that rolls onto its toe: its heel
+    leaves the floor late in single support, when the ZMP must be at the toe, its only contact (laws
+    I-V keep it within 3.5 cm of the ankle, Surla's foot). Single support: at the ankle, then up to the
+    toe in n = TOE_STEPS equal steps over TOE_PHASE (u0, u1) of the half-step: x = toe * (the number of
+    the breaks P (u0 + (u1 - u0) i / n), i = 0..n-1, at or before t) / n. Double support: law k's
+    staircase between the trailing foot's toe and the leading foot's heel (not between the ankles): in
+    the i-th sub-interval a + ((i + 1/2)/k) (b - a) with a = toe - S_h, b = heel at the start of the
+    half-step and a = toe, b = S_h + heel at its end. Piecewise constant like I-V (Surla's form: the
+    integration restarts at each step)."""
+    if (single not in SINGLE_SUPPORT and single != FOOT_LAW) or double not in (1, 2, 3):
+        raise BipedError(f"zmp law: single-support law {single!r} (1..6) or double-support law {double!r} (1..3) unknown")
     if not (P > 0 and 0 <= share < 100 and math.isfinite(step)):
         raise BipedError(f"zmp law: expected P > 0 s, 0 <= share < 100 %, finite step, got {P}, {share}, {step}")
+    if single == FOOT_LAW and not (foot is not None and len(foot) == 2 and all(map(math.isfinite, foot))
+                                   and foot[0] < 0 <= foot[1]):
+        raise BipedError(f"zmp law 6 (the foot's contacts): expected foot = (heel x < 0, toe x >= 0) m from the "
+                         f"ankle, got {foot!r}")
     t = np.asarray(t, dtype=float)
     u = t / P
-    tsw1, tsw2, toe, heel = SINGLE_SUPPORT[single]
-    x = np.where(u < tsw1, -heel, 0.0)
-    x = np.where(u >= tsw2, toe, x) if tsw2 > 0 else x
+    heel_x, toe_x = foot if single == FOOT_LAW else (0.0, 0.0)
+    if single == FOOT_LAW:
+        # the step count from the break times themselves (`toe_breaks`), so that a time on a break is on
+        # the same side of it here as in the trunk's right-hand side
+        x = toe_x * np.searchsorted(toe_breaks(P), t, side="right") / TOE_STEPS
+    else:
+        tsw1, tsw2, toe, heel = SINGLE_SUPPORT[single]
+        x = np.where(u < tsw1, -heel, 0.0)
+        x = np.where(u >= tsw2, toe, x) if tsw2 > 0 else x
     tau = P * share / 200.0
     if tau > 0:
         k = double
         i = np.clip(np.floor(t / tau * k), 0, k - 1)             # 0-based sub-interval of [0, tau]
-        start = -((k - i - 0.5) / k) * step
+        a = toe_x - step
+        start = a + ((i + 0.5) / k) * (heel_x - a)               # laws I-V: -((k - i - 1/2)/k) S_h
         j = np.clip(np.floor((t - (P - tau)) / tau * k), 0, k - 1)
-        end = ((j + 0.5) / k) * step
+        end = toe_x + ((j + 0.5) / k) * (step + heel_x - toe_x)  # laws I-V: ((j + 1/2)/k) S_h
         x = np.where(t < tau, start, np.where(t >= P - tau, end, x))
     return x
 

@@ -90,7 +90,8 @@ from ..kinematics import forward_kinematics, tree_state
 from ..model import G, Model
 from ..rnea import Wrench, rnea
 from ..zmp import com_of_state, ground_wrench, zmp_model
-from .biped import BipedError, ShootingSettings, collocate, flow, shoot, zmp_law, SINGLE_SUPPORT
+from .biped import (FOOT_LAW, SINGLE_SUPPORT, BipedError, ShootingSettings, collocate, flow, shoot, toe_breaks,
+                    zmp_law)
 from .transition import blend
 
 ROLL = 0.3           # roll-over radius / leg length (Hansen et al. 2004)
@@ -404,13 +405,15 @@ def half_step(tree: PlanarTree, leg: LegSynergy, stance: int = 0, grid: int = 12
 
 @dataclass(frozen=True)
 class GaitLaw:
-    """ZMP law of a half-step: single-support law (1..5 = I..V), double-support law (1..3), double
-    support share p (% of the stride), step length S_h (m) from the kinematics."""
+    """ZMP law of a half-step: single-support law (1..5 = I..V, 6 the foot's contacts), double-support
+    law (1..3), double support share p (% of the stride), step length S_h (m) from the kinematics;
+    foot (heel x, toe x) m, the stance foot's contact extent from its ankle (law 6's, else None)."""
 
     single: int
     double: int
     share: float
     step: float
+    foot: tuple[float, float] | None = None
 
 
 def trunk_rhs(hs: HalfStep, law: GaitLaw):
@@ -423,7 +426,7 @@ def trunk_rhs(hs: HalfStep, law: GaitLaw):
     breaks = law_breaks(P, law)
     # the law on each piece between breaks, taken at the piece's middle (exact: piecewise constant)
     edges = (0.0, *breaks, P)
-    values = [float(zmp_law(0.5 * (u + w), P, law.single, law.double, law.step, law.share))
+    values = [float(zmp_law(0.5 * (u + w), P, law.single, law.double, law.step, law.share, law.foot))
               for u, w in zip(edges[:-1], edges[1:])]
     last = len(knots) - 2
 
@@ -447,8 +450,11 @@ def trunk_rhs(hs: HalfStep, law: GaitLaw):
 
 def law_breaks(P: float, law: GaitLaw) -> tuple[float, ...]:
     """Times (s) in (0, P) where the ZMP law of a half-step jumps."""
-    tsw1, tsw2, toe, heel = SINGLE_SUPPORT[law.single]
-    b = [tsw1 * P if heel else None, tsw2 * P if toe else None]
+    if law.single == FOOT_LAW:
+        b = toe_breaks(P)
+    else:
+        tsw1, tsw2, toe, heel = SINGLE_SUPPORT[law.single]
+        b = [tsw1 * P if heel else None, tsw2 * P if toe else None]
     tau = P * law.share / 200.0
     if tau > 0:
         b += [tau * i / law.double for i in range(1, law.double + 1)]
@@ -664,7 +670,7 @@ def frontal_rhs(fh: FrontalHalfStep, law: "GaitLaw"):
     breaks = law_breaks(P, law)
     edges = (0.0, *breaks, P)
     mids = [0.5 * (u + w) for u, w in zip(edges[:-1], edges[1:])]
-    px = np.array([float(zmp_law(x, P, law.single, law.double, law.step, law.share)) for x in mids])
+    px = np.array([float(zmp_law(x, P, law.single, law.double, law.step, law.share, law.foot)) for x in mids])
     py = np.array([float(lateral_law(x, P, law)) * (fh.y_ot - fh.y_st) for x in mids])   # from the stance foot's line
     coef = fh.channels.c
     kn = np.ascontiguousarray(fh.channels.x)
@@ -822,6 +828,16 @@ def stride_rhs(halves, laws):
     return rhs, (*b0, P, *(P + b for b in b1)), 2 * P
 
 
+def foot_extent(model: Model, foot: str) -> tuple[float, float]:
+    """(heel x, toe x) m: the rearmost and foremost of the foot segment's contact points along its x axis
+    (its frame's origin is the ankle; law 6's `foot`). BipedError if it has none on either side."""
+    px = [float(p[0]) for p in model.segments[model.index[foot]].contacts.values()]
+    if not (px and min(px) < 0 <= max(px)):
+        raise BipedError(f"ZMP law 6: foot {foot!r} needs contact points behind and ahead of its ankle (a heel and a "
+                         f"toe), got x = {px} m")
+    return min(px), max(px)
+
+
 def build_nominal(model: Model, joints: BipedJoints, cycle: LegCycle, S: float, T: float,
                   single: tuple[int, int] = (1, 1), double: tuple[int, int] = (1, 1),
                   share: float | None = None, samples: int = 200, check: bool = False,
@@ -837,7 +853,8 @@ def build_nominal(model: Model, joints: BipedJoints, cycle: LegCycle, S: float, 
     Sh, h, vtr = step_length(tree, leg)
     if not Sh > 0:
         raise BipedError(f"S = {S}: the prescribed legs give a step length {Sh:.3f} m <= 0")
-    laws = tuple(GaitLaw(single[k], double[k], p, Sh) for k in (0, 1))
+    laws = tuple(GaitLaw(single[k], double[k], p, Sh, foot_extent(model, joints.feet[k]) if single[k] == FOOT_LAW else None)
+                 for k in (0, 1))
     make = frontal_half_step if frontal else half_step
     halves = (make(tree, leg, 0), make(tree, leg, 1))
     sym = laws[0] == laws[1]
@@ -905,7 +922,7 @@ def _full_state(tree, leg, laws, P, t, psi, dpsi, ddpsi, Sh, roll=None):
             if tree.sign[i] != 0:
                 q[k, tree.iq[i]], v[k, tree.iv[i]], a[k, tree.iv[i]] = jq[:, i], jd[:, i], jdd[:, i]
         law = laws[side]
-        zx[k] = ankle_x[k] + zmp_law(tl, P, law.single, law.double, law.step, law.share)
+        zx[k] = ankle_x[k] + zmp_law(tl, P, law.single, law.double, law.step, law.share, law.foot)
         zy[k] = y_feet[side] + lateral_law(tl, P, law) * (y_feet[1 - side] - y_feet[side])
     jump = 0.0
     if roll is not None:       # the same roll about the other foot's pivot: the pelvis moves by (I - R) dK

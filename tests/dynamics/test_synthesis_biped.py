@@ -67,4 +67,31 @@ def test_zmp_laws_follow_the_tables():
         x = zmp_law(np.linspace(0, P, 301, endpoint=False), P, 1, k, S, 40)
         assert np.all(np.diff(x) >= 0) and x[0] > -S and x[-1] < S
     with pytest.raises(BipedError, match="law"):
-        zmp_law(0.1, P, 6)
+        zmp_law(0.1, P, 7)
+
+
+def test_zmp_law_6_goes_to_the_toe_and_steps_between_the_feet_contacts():
+    """Law 6 (the foot's contacts, biped.zmp_law) against its definition: at the ankle until 0.45 P, at the
+    toe contact from 0.55 P, rising in 10 equal steps between; in double support (p = 40 %: tau = 0.15 s at
+    P = 0.75 s) law k's staircase runs from the trailing foot's toe (S_h behind the stance ankle, plus the
+    toe's x) to the leading foot's heel, not from ankle to ankle."""
+    heel, toe, S = -0.06, 0.2, 0.26
+    u = np.array([0.2, 0.3, 0.4, 0.449, 0.451, 0.499, 0.501, 0.549, 0.551, 0.7, 0.79])
+    np.testing.assert_allclose(zmp_law(u * P, P, 6, 1, S, 0.0, (heel, toe)),
+                               toe * np.array([0, 0, 0, 0, 1, 5, 6, 10, 10, 10, 10]) / 10, atol=1e-12)
+    tau = 0.15
+    for k in (1, 2, 3):
+        mid = (np.arange(k) + 0.5) / k * tau
+        a, b = toe - S, heel                       # start of the half-step: trailing toe -> new stance heel
+        np.testing.assert_allclose(zmp_law(mid, P, 6, k, S, 40, (heel, toe)), a + (np.arange(k) + 0.5) / k * (b - a))
+        a, b = toe, S + heel                       # end: this foot's toe -> the next stance foot's heel
+        np.testing.assert_allclose(zmp_law(P - tau + mid, P, 6, k, S, 40, (heel, toe)),
+                                   a + (np.arange(k) + 0.5) / k * (b - a))
+        x = zmp_law(np.linspace(0, P, 301, endpoint=False), P, 6, k, S, 40, (heel, toe))
+        assert np.all(np.diff(x) >= 0)
+    # with a foot of no extent it is law I (ankle to ankle)
+    t = np.linspace(0, 0.45 * P, 301, endpoint=False)
+    np.testing.assert_allclose(zmp_law(t, P, 6, 2, S, 40, (-1e-300, 0.0)), zmp_law(t, P, 1, 2, S, 40), atol=1e-12)
+    for foot in (None, (0.05, 0.2), (-0.06, float("nan"))):
+        with pytest.raises(BipedError, match="law 6"):
+            zmp_law(0.1, P, 6, 1, S, 0.0, foot)

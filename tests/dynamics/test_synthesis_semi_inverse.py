@@ -33,7 +33,8 @@ def noms(model):
     for key, (S, T, single, double, check) in {"base": (0.8, 1.2, (2, 2), (2, 2), True),
                                                "small_S": (0.6, 1.2, (2, 2), (2, 2), False),
                                                "long_T": (0.8, 1.4, (2, 2), (2, 2), False),
-                                               "asym": (0.8, 1.2, (2, 1), (2, 1), False)}.items():
+                                               "asym": (0.8, 1.2, (2, 1), (2, 1), False),
+                                               "foot": (0.8, 1.2, (6, 6), (2, 2), False)}.items():
         out[key] = build_nominal(model, JOINTS, c, S, T, single=single, double=double, samples=200, check=check)
     return out
 
@@ -48,11 +49,11 @@ def _law_x(model, nom):
     for side in (0, 1):
         k = nom.stance == side
         law = nom.laws[side]
-        out[k] = ankle[k] + zmp_law(nom.t[k] - side * P, P, law.single, law.double, law.step, law.share)
+        out[k] = ankle[k] + zmp_law(nom.t[k] - side * P, P, law.single, law.double, law.step, law.share, law.foot)
     return out
 
 
-@pytest.mark.parametrize("key", ["base", "small_S", "long_T", "asym"])
+@pytest.mark.parametrize("key", ["base", "small_S", "long_T", "asym", "foot"])
 def test_zmp_recomputed_by_dynamics_follows_its_law(model, noms, key):
     nom = noms[key]
     z = zmp_model(model, nom.q, nom.v, nom.a)
