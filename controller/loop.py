@@ -80,7 +80,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -89,6 +89,7 @@ from controller.synergies.format import StoredTransition, Synergy
 from controller.synergies.robot import RobotConfig
 from controller.synergies.select import Request, select
 from controller.synergies.track import Reference, Tracker
+from daq.logthrottle import LogThrottle
 
 log = logging.getLogger("walklab.loop")
 
@@ -516,17 +517,17 @@ class ZmpWatch:
     from, so the dynamics service's lag counts in the age), ``t`` in shadow mode (the data clock). A
     sample with a non-finite margin (no ZMP: no support force, an input missing) carries no margin and
     does not refresh the stream. `take(now)` returns the least margin of the samples at or before now
-    not taken yet (None if none), and `newest` is the time of the newest sample taken."""
+    not taken yet (None if none), and `newest` is the time of the newest sample taken. `host_clock` (ns)
+    paces the log lines of rejected frames (`_feed_zmp`)."""
 
     KEEP = 100_000  # samples held ahead of the cycles at most (shadow mode: a replay as fast as it goes)
 
-    def __init__(self, clock: str) -> None:
+    def __init__(self, clock: str, host_clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.clock = clock
         self.t = np.empty(0, np.int64)
         self.m = np.empty(0)
         self.newest: int | None = None
-        self.unlogged = 0  # frames rejected since the last log line (`_feed_zmp`)
-        self.log_at = 0    # no rejection logged before this host time (ns)
+        self.rejected_log = LogThrottle(log, clock=host_clock)  # `_feed_zmp`'s lines, a second apart at least
 
     def feed(self, frame) -> None:
         """Take one ``dynamics/zmp`` frame (ValueError if it has no margin channel or sample times)."""
@@ -549,19 +550,16 @@ class ZmpWatch:
         return low
 
 
-def _feed_zmp(ctx, watch: ZmpWatch, frame, now_ns: int) -> None:
+def _feed_zmp(ctx, watch: ZmpWatch, frame) -> None:
     """Feed one frame to `watch`; a rejected one is counted (``zmp/rejected``) and logged, the first at
-    once and then at most one line a second with the count since the last line (host clock `now_ns`)."""
+    once and then at most one line a second with the count since the last line (`daq.logthrottle`)."""
     try:
         watch.feed(frame)
     except ValueError as exc:
         ctx.health.count("zmp/rejected")
-        watch.unlogged += 1
         # throttled: the loop's stderr is drained by the supervisor's relay thread at normal priority, so
         # a line per frame of a bad stream (500 a second) could fill the pipe and block a SCHED_FIFO loop
-        if now_ns >= watch.log_at:
-            log.warning("%s (%d frame(s) rejected since the last such line)", exc, watch.unlogged)
-            watch.unlogged, watch.log_at = 0, now_ns + 1_000_000_000
+        watch.rejected_log.log("%s", exc)
 
 
 def _connect(ctx, mcu, n_motors: int) -> McuIo | None:
@@ -691,7 +689,7 @@ def run(ctx, args: Sequence[str]) -> int:
             margin = None
             if zmp is not None:
                 while (f := zsub.recv(timeout_s=0)) is not None:
-                    _feed_zmp(ctx, zmp, f, now)
+                    _feed_zmp(ctx, zmp, f)
                 margin = zmp.take(now)
             out = ctl.update(now, meas, margin, zmp.newest if zmp else None)
             io.write(out.decision)
@@ -763,6 +761,7 @@ def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, r
     operator = subscriber_for(ctx.lab, [o.operator], [REQUEST_STREAM, ESTOP_STREAM], expect=())
     states = _States(ctx, cfg.actuators, o.block, rate)
     pending: list = []  # operator frames, applied at the first cycle at or after their t
+    rejected_log = LogThrottle(log)  # a bad encoder stream repeats it every frame: a line a second
     h = ctx.health
     try:
         while not ctx.stopping:
@@ -776,13 +775,13 @@ def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, r
                 pending.append(f)
                 continue
             if f.stream == ZMP_STREAM:
-                _feed_zmp(ctx, zmp, f, time.monotonic_ns())
+                _feed_zmp(ctx, zmp, f)
                 continue
             try:
                 state.feed(f)
             except ValueError as exc:
                 h.count("encoder/rejected")
-                log.warning("%s", exc)
+                rejected_log.log("%s", exc)
                 continue
             for t, meas in state.cycles():
                 h.count("loop/cycles")

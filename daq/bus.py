@@ -58,6 +58,7 @@ import zmq
 import zmq.utils.monitor
 
 from daq.frames import Frame, FrameError, decode, encode
+from daq.logthrottle import LogThrottle
 from daq.security import CurveClient, CurveServer
 
 log = logging.getLogger("walklab.bus")
@@ -578,7 +579,10 @@ class Subscriber:
         self._history = history
         self._trackers: dict[str, _Tracker] = {}
         self.malformed = 0
-        self.seq_faults = 0  # out_of_order over all streams (for the log's rate limit)
+        self.seq_faults = 0  # out_of_order over all streams
+        # a flood of garbage or of foreign seqs: one line a second each, with the count since the last
+        self._malformed_log = LogThrottle(log)
+        self._seq_fault_log = LogThrottle(log)
         self.last_error: str | None = None
         self._welcomed: set[str] = set()
         self._join_seq: dict[str, int] = {}
@@ -634,7 +638,8 @@ class Subscriber:
         """The next frame of a subscribed stream, or None after ``timeout_s`` seconds (None: wait forever).
 
         Malformed messages are counted (`malformed`, per-stream ``malformed``), logged with their
-        reason and skipped; control messages are handled internally. ``frame.t_recv`` is set.
+        reason (a line a second at most, `daq.logthrottle`) and skipped; control messages are handled
+        internally. ``frame.t_recv`` is set.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         sock = self._sock
@@ -736,8 +741,7 @@ class Subscriber:
             tr = self._trackers.get(topic) if topic is not None else None
             if tr is not None:  # no new tracker per garbage topic: a flood must not grow memory
                 tr.stats.malformed += 1
-            if self.malformed <= 10 or self.malformed % 1000 == 0:
-                log.warning("dropped malformed frame #%d: %s", self.malformed, exc)
+            self._malformed_log.log("dropped malformed frame #%d: %s", self.malformed, exc)
             return None
 
     def _first_frames(self, tr: _Tracker, frame: Frame) -> Frame | None:
@@ -910,9 +914,8 @@ class Subscriber:
 
     def _seq_fault(self, frame: Frame, why: str) -> None:
         self.seq_faults += 1
-        if self.seq_faults <= 10 or self.seq_faults % 1000 == 0:
-            log.warning("stream %r: %s: counted out of order, not as a loss (a second publisher on this "
-                        "name?)", frame.stream, why)
+        self._seq_fault_log.log("stream %r: %s: counted out of order, not as a loss (a second publisher on this "
+                                "name?)", frame.stream, why)
 
     def wait_connected(self, timeout_s: float) -> bool:
         """Block until every endpoint's publisher has welcomed this subscriber (see module docstring).

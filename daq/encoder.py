@@ -31,7 +31,9 @@ arrive before the session's CONFIG is acknowledged (at the boot rate) are counte
 Commands: frames of ``controller/command`` (kind ``"command"``) carry one column per motor they
 set (channel = motor name), the unit giving the mode: ``rad/s`` velocity, ``rad`` position,
 ``N*m`` torque, ``1`` idle (value ignored); the last row applies at once. A frame naming an
-unknown motor or unit is rejected whole (counted in ``command/rejected``, logged).
+unknown motor or unit is rejected whole (counted in ``command/rejected``, logged: the first at once,
+then at most a line a second with the count since the last, `daq.logthrottle`; so is a STATE whose
+device time goes back).
 
 Health (``health/NAME``, counters total and per second): ``link/<counter>`` from `LinkStats`
 (crc_failures, rejected, lost_frames, gap_events, disconnects, reconnects, timeouts, retries,
@@ -60,6 +62,7 @@ import numpy as np
 
 from daq.clock import ClockSync
 from daq.context import ProcessContext
+from daq.logthrottle import LogThrottle
 from firmware_bridge import protocol as P
 from firmware_bridge.link import Link, LinkError, NackError
 from firmware_bridge.telemetry import StateUnwrapper
@@ -138,6 +141,9 @@ class EncoderDaemon:
         self.next_command = 0
         self.next_report = 0
         self.next_reset = 0
+        # faults a bad link or a bad command publisher repeats on every frame: a line a second at most
+        self.time_log = LogThrottle(log)
+        self.command_log = LogThrottle(log)
 
     # ---------------------------------------------------------------- health
 
@@ -235,7 +241,7 @@ class EncoderDaemon:
                 for name in self.motors:
                     self.ctx.health.count(f"encoder/{name}/samples_lost", lost)
             else:
-                log.warning("STATE seq %d: device time %d ns, expected %d ns", frame.seq, s.t_ns, self.next_t)
+                self.time_log.log("STATE seq %d: device time %d ns, expected %d ns", frame.seq, s.t_ns, self.next_t)
         self.next_t = s.t_ns + self.period_ns
         self.clock.update(s.t_ns, t_host)
         for k, b in enumerate(self.blocks):
@@ -288,7 +294,7 @@ class EncoderDaemon:
             new = command_setpoints(frame, self.motors)
         except CommandError as exc:
             self.ctx.health.count("command/rejected")
-            log.warning("%s", exc)
+            self.command_log.log("%s", exc)
             return
         self.ctx.health.count("command/received")
         for k, (mode, value) in new.items():

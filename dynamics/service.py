@@ -70,6 +70,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from daq.context import ProcessContext
+from daq.logthrottle import LogThrottle
 from dynamics import forceplate as fp
 
 log = logging.getLogger("walklab.dynamics")
@@ -82,7 +83,6 @@ GRF_STREAM = "dynamics/grf"
 ZERO_STREAM = "dynamics/zero"
 EVENTS_STREAM = "events/contact"
 CLOCK_STREAM = "events/clock"
-_LOG_FIRST, _LOG_EVERY = 10, 1000
 #: Consecutive frames on a new time base (and none on the old one between) that make a clock reset.
 RESET_FRAMES = 5
 #: Most input frames computed together (what is waiting after a stall, up to this many).
@@ -272,6 +272,8 @@ class GrfService:
         self.k_emit = 0          # next slot of the combination to publish
         self.k_max = 0           # greatest slot received from any plate (exclusive)
         self.pz = float(np.mean([p.plate.centre[2] for p in self.plates]))
+        # faults a bad stream repeats on every block: a line a second at most per (plate, fault)
+        self.fault_log = LogThrottle(log)
         if settings.zero_s == 0:
             for p in self.plates:
                 p.zero = ZeroResult("off", None)
@@ -345,9 +347,8 @@ class GrfService:
     def _reject(self, p: _PlateStream, frame: Any, reason: str) -> None:
         p.rejected += 1
         self.count(f"{p.name}:rejected", 1)
-        if p.rejected <= _LOG_FIRST or p.rejected % _LOG_EVERY == 0:
-            log.warning("%s: rejected frame #%d of %s (seq %d): %s", p.name, p.rejected,
-                        frame.stream, frame.seq, reason)
+        self.fault_log.log("%s: rejected frame #%d of %s (seq %d): %s", p.name, p.rejected,
+                           frame.stream, frame.seq, reason, key=(p.name, "rejected"))
 
     def _take(self, p: _PlateStream, frame: Any, k0: int, lead: float) -> tuple[Any, int, np.ndarray]:
         """Accept `frame` at slot `k0` (its lead [ns]: host receipt − lab time of its last sample's
@@ -357,7 +358,8 @@ class GrfService:
             p.first_k = k0
         elif k0 > p.next_k:
             self.count(f"{p.name}:missing_samples", k0 - p.next_k)
-            log.warning("%s: %d sample(s) missing before t=%d ns", p.name, k0 - p.next_k, frame.t)
+            self.fault_log.log("%s: %d sample(s) missing before t=%d ns", p.name, k0 - p.next_k, frame.t,
+                               key=(p.name, "missing"))
         p.next_k = k0 + len(raw)
         if p.faulted and p.next_k - p.fault_k >= self.rate_hz:
             p.faulted = False   # 1 s on the time base since the last fault: the episode is over
@@ -398,7 +400,8 @@ class GrfService:
     def _drop_candidate(self, p: _PlateStream) -> None:
         if p.candidate:
             self.count(f"{p.name}:clock_faults", len(p.candidate))
-            log.warning("%s: %d block(s) with bad stamps rejected (clock faults)", p.name, len(p.candidate))
+            self.fault_log.log("%s: %d block(s) with bad stamps rejected (clock faults)", p.name, len(p.candidate),
+                               key=(p.name, "clock_faults"))
             p.candidate = []
 
     def _reset(self, p: _PlateStream) -> list[tuple[Any, int, np.ndarray]]:
@@ -497,8 +500,8 @@ class GrfService:
             overflow = int((invalid & ~nonfinite).sum())
             if overflow:
                 self.count(f"{p.name}:overflow_samples", overflow)
-                log.warning("%s: %d sample(s) with finite raw values beyond float64 arithmetic (e.g. "
-                            "1e308 N): invalid", p.name, overflow)
+                self.fault_log.log("%s: %d sample(s) with finite raw values beyond float64 arithmetic (e.g. "
+                                   "1e308 N): invalid", p.name, overflow, key=(p.name, "overflow"))
         self.publish(f"{GRF_STREAM}/{p.name}", out, kind="grf", rate_hz=frame.rate_hz,
                      channels=PLATE_CHANNELS, units=PLATE_UNITS, t_device=frame.t_device,
                      t_host=frame.t_host, t=frame.t, meta=p.meta)

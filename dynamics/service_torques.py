@@ -73,6 +73,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from daq.context import ProcessContext
+from daq.logthrottle import LogThrottle
 from dynamics import forceplate as fp
 from dynamics import kernels
 from dynamics.contact import Friction, NormalLaw
@@ -92,7 +93,6 @@ CHASSIS = ("chassis_FL", "chassis_FR", "chassis_BL", "chassis_BR")
 #: exceeds the plate service's start-up zeroing record (2 s), so a replay as fast as it goes waits for it.
 KEEP_S = 4.0
 MAX_BATCH = 64
-_LOG_FIRST = 10
 #: Longest revolution reported in dynamics/energy [s]: a shaft that stops mid-revolution starts again.
 MAX_CYCLE_S = 60.0
 #: How far [ns] a frame's stamps may run ahead of its receipt, against the stream's least lead, before
@@ -474,7 +474,7 @@ class WalkerService:
         self.pending: list[int] = []                              # pending ref sample times (ns)
         self.first_recv: int | None = None                         # receipt of the first ref sample (ns)
         self.latencies: list[float] = []
-        self.rejected = 0
+        self.fault_log = LogThrottle(log, clock=clock)   # a bad stream repeats it every frame: a line a second
         self.arrivals = Arrivals(count, publish)
 
     # -- input ------------------------------------------------------------------------------
@@ -489,17 +489,14 @@ class WalkerService:
             why = self._check(inp, f)
             if why is not None:
                 self.count(f"{f.stream}:rejected", 1)
-                if self.rejected < _LOG_FIRST:
-                    log.warning("%s: frame seq %d rejected: %s", f.stream, f.seq, why)
-                self.rejected += 1
+                self.fault_log.log("%s: frame seq %d rejected: %s", f.stream, f.seq, why, key=(f.stream, "rejected"))
                 continue
             step = 1e9 / f.rate_hz
             t, recv, skip, why = self.arrivals.admit(f, inp.newest)
             if skip == "clock_faults":
                 self.count(f"{f.stream}:clock_faults", 1)
-                if self.rejected < _LOG_FIRST:
-                    log.warning("%s: frame seq %d %s: clock fault, rejected", f.stream, f.seq, why)
-                self.rejected += 1
+                self.fault_log.log("%s: frame seq %d %s: clock fault, rejected", f.stream, f.seq, why,
+                                   key=(f.stream, "clock_faults"))
                 continue
             if skip == "reanchored":
                 self._forget(inp, int(t[0]))

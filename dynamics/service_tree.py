@@ -79,6 +79,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from daq.context import ProcessContext
+from daq.logthrottle import LogThrottle
 from dynamics import forceplate as fp
 from dynamics import human15_markers as h15
 from dynamics.kinematics import contact_positions
@@ -97,7 +98,6 @@ log = logging.getLogger("walklab.dynamics.tree")
 LOOKAHEAD = 2
 PLATE_CHANNELS = ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "valid")
 RESIDUAL = ("res:Fx", "res:Fy", "res:Fz", "res:Mx", "res:My", "res:Mz")
-_LOG_FIRST = 10
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ class TreeService:
         self.pending: list[tuple] = []
         self.first_recv: int | None = None
         self.latencies: list[float] = []
-        self.rejected = 0
+        self.fault_log = LogThrottle(log, clock=clock)   # a bad stream repeats it every frame: a line a second
         self.arrivals = Arrivals(count, publish)    # the walker's frame acceptance (clock faults, repeats)
         # a root the coordinates cannot come from (not a free flyer at the origin, not in the set): MarkerError now
         h15.joint_coordinates(model, mset, h15.fit_segments(model, mset, {m: np.full((1, 3), np.nan) for m in mset.labels}))
@@ -247,9 +247,7 @@ class TreeService:
 
     def _reject(self, f: Any, counter: str, why: str) -> None:
         self.count(f"{f.stream}:{counter}", 1)
-        if self.rejected < _LOG_FIRST:
-            log.warning("%s: frame seq %d %s: %s", f.stream, f.seq, counter, why)
-        self.rejected += 1
+        self.fault_log.log("%s: frame seq %d %s: %s", f.stream, f.seq, counter, why, key=(f.stream, counter))
 
     def _check(self, inp: _Input | None, f: Any) -> str | None:
         """Why frame `f` cannot be a block of input `inp` (None: the markers), or None."""

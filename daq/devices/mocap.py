@@ -34,6 +34,7 @@ import numpy as np
 import zmq
 
 from daq.context import Block, DeviceLost, serve
+from daq.logthrottle import LogThrottle
 
 if TYPE_CHECKING:
     from daq.context import ProcessContext
@@ -130,6 +131,7 @@ class MocapSource:
         self.rate = float(device.rate_hz)
         self.next_frame: int | None = None
         self.last_msg: int | None = None
+        self.malformed_log = LogThrottle(log, clock=ctx.clock)  # a bad sender repeats it every message
 
     def open(self) -> None:
         from daq.bus import check_endpoint, is_local_endpoint
@@ -219,7 +221,7 @@ class MocapSource:
                         out.append(b)
             except (MocapError, ValueError, msgpack.UnpackException) as exc:  # a bad message: counted, dropped
                 self.ctx.health.count(f"{self.device.name}/malformed")
-                log.warning("dropped a mocap message: %s", exc)
+                self.malformed_log.log("dropped a mocap message: %s", exc)
         return out
 
     def close(self) -> None:

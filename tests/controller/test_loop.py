@@ -713,16 +713,21 @@ def test_a_flood_of_rejected_zmp_frames_is_counted_whole_and_logged_once_a_secon
     ctx = types.SimpleNamespace(health=types.SimpleNamespace(
         count=lambda subject, n=1: counts.__setitem__(subject, counts.get(subject, 0) + n)))
     bad = Frame("dynamics/zmp", "zmp", 0, None, 0, 0, 500.0, ("ZMPx",), ("m",), np.zeros((1, 1)))
-    w = ZmpWatch("t_host")
+    now = [0]
+    w = ZmpWatch("t_host", host_clock=lambda: now[0])
     caplog.set_level("WARNING", logger="walklab.loop")
     for k in range(1500):  # 3 s of frames every 2 ms, from host time 5 s
-        _feed_zmp(ctx, w, bad, 5_000_000_000 + k * 2_000_000)
+        now[0] = 5_000_000_000 + k * 2_000_000
+        _feed_zmp(ctx, w, bad)
     lines = [r.getMessage() for r in caplog.records if r.name == "walklab.loop"]
     assert counts == {"zmp/rejected": 1500}
-    # at 5 s (the first), 6 s (the 500 since), 7 s (500); the last 499 wait for the next line
-    assert len(lines) == 3 and all("expected 'margin'" in m for m in lines)
-    assert [int(re.search(r"\((\d+) frame", m).group(1)) for m in lines] == [1, 500, 500]
-    assert w.unlogged == 499 and w.newest is None and w.t.size == 0   # nothing fed the guard
+    # at 5 s (the first, as the fault reads), 6 s (the 499 between and itself), 7 s (499 and itself)
+    assert len(lines) == 3 and all(m.startswith("dynamics/zmp: channels ['ZMPx']: expected 'margin'") for m in lines)
+    assert "more like it" not in lines[0]
+    more = [int(re.search(r"\((\d+) more like it since the last such line\)$", m).group(1)) for m in lines[1:]]
+    assert more == [499, 499] and w.rejected_log.pending() == 499   # the last 499 wait for the next line
+    assert len(lines) + sum(more) + w.rejected_log.pending() == counts["zmp/rejected"]   # none lost
+    assert w.newest is None and w.t.size == 0   # nothing fed the guard
 
 
 def test_shadow_loop_guards_the_zmp_margin_on_the_data_clock(lab, tmp_path):

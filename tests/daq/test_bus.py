@@ -1,6 +1,8 @@
 """The bus over real ZeroMQ sockets: round trips, counting of every lost frame, slow joiners, shutdown."""
 import logging
+import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -303,8 +305,47 @@ def test_malformed_messages_are_counted_and_skipped(caplog):
     assert frame is not None and frame.seq == 0
     np.testing.assert_array_equal(frame.data, np.ones((5, 1)))
     assert sub.malformed == 3 and st.malformed == 3 and st.received == 1
-    assert "dropped malformed frame" in caplog.text and "buffer 'data' has 5 bytes" in caplog.text
+    # the first logged with its reason; the two after it, within the second, counted (`last_error`: the newest)
+    lines = [r.getMessage() for r in caplog.records if r.name == "walklab.bus" and "malformed" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("dropped malformed frame #1: ")
     assert "1 parts" in sub.last_error
+
+
+def test_a_flood_of_malformed_frames_is_counted_whole_and_logged_a_line_a_second(caplog):
+    """2000 garbage messages on a real ZeroMQ socket as fast as it takes them (a corrupted or misconfigured
+    publisher): every one counted, but the log gets the first at once and then a line a second at most,
+    with the count since the last (a line per frame floods the terminal and the supervisor's stderr pipe).
+    Truths: the 2000 this test sent, and the wall time it measured around their receipt."""
+    ctx = zmq.Context.instance()
+    raw = ctx.socket(zmq.XPUB)
+    raw.linger = 0
+    raw.sndhwm = 0   # queue all 2000 for the subscriber: none dropped at the sender
+    port = raw.bind_to_random_port("tcp://127.0.0.1")
+    good = encode(Frame("fp/1", "force", 0, None, 0, 0, 1000.0, ("fx",), ("N",), np.ones((5, 1))))
+    with Subscriber(f"tcp://127.0.0.1:{port}", ["fp/1"], rcvhwm=0) as sub, \
+            caplog.at_level(logging.WARNING, "walklab.bus"):
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            if raw.poll(100) and raw.recv().startswith(b"\x01\x00walklab/sub/"):
+                break
+        t0 = time.monotonic()
+        for k in range(2000):
+            raw.send_multipart([b"fp/1", b"\xc1garbage %d" % k, b"123"])
+        raw.send_multipart(good)   # the end: one connection keeps the order
+        frame = sub.recv(TIMEOUT * 3)
+        elapsed = time.monotonic() - t0
+        st = sub.stats()["fp/1"]
+    raw.close()
+    assert frame is not None and frame.seq == 0
+    assert sub.malformed == 2000 and st.malformed == 2000 and st.received == 1
+    lines = [r.getMessage() for r in caplog.records if r.name == "walklab.bus" and "malformed" in r.getMessage()]
+    assert lines and lines[0].startswith("dropped malformed frame #1: ")
+    assert len(lines) <= 1 + math.ceil(elapsed), (len(lines), elapsed)   # one a second after the first
+    # each later line: its frame's number, and the count since the previous line's frame
+    nums = [int(re.match(r"dropped malformed frame #(\d+): ", m).group(1)) for m in lines]
+    counts = [int(m.group(1)) if (m := re.search(r"\((\d+) more like it since the last such line\)$", s)) else 0
+              for s in lines]
+    assert counts[0] == 0 and all(c == n - p - 1 for p, n, c in zip(nums, nums[1:], counts[1:]))
 
 
 def handshake_interleaved(pub, sub):

@@ -308,6 +308,37 @@ def test_unusable_frames_are_rejected_counted_and_skipped():
     np.testing.assert_allclose(box.rows(f"{GRF_STREAM}/FP1")[:, 0:3], truth(0, n)[0], atol=1e-9)
 
 
+def test_a_flood_of_rejected_frames_is_counted_whole_and_logged_a_line_a_second_per_plate(caplog):
+    """A misconfigured FP1 publisher (mm·N moments) sends 2000 frames, then FP2 one bad frame: every one
+    counted, FP1 logged at once and then a line a second at most with the count since the last, and FP2's
+    fault logged at once all the same (one plate's flood hides no other). Truths: the frames this test
+    made, and the wall time it measured around the feed."""
+    import math
+    import re
+    import time
+
+    n = 100
+    raws = [raw_of(0, n), raw_of(1, n)]
+    bad = [frame(0, raws[0], 0, seq=k, units=("N", "N", "N", "N*mm", "N*mm", "N*mm")) for k in range(2000)]
+    other = frame(1, raws[1], 0, rate_hz=500.0)
+    with caplog.at_level("WARNING", "walklab.dynamics"):
+        t0 = time.monotonic()
+        box, _ = serve(bad + [other] + lockstep(raws, n // 5), batch=64)
+        elapsed = time.monotonic() - t0
+    assert box.counts["FP1:rejected"] == 2000 and box.counts["FP2:rejected"] == 1
+    np.testing.assert_allclose(box.rows(f"{GRF_STREAM}/FP1")[:, 0:3], truth(0, n)[0], atol=1e-9)   # served on
+    lines = [r.getMessage() for r in caplog.records if "rejected frame" in r.getMessage()]
+    fp1 = [m for m in lines if m.startswith("FP1:")]
+    assert fp1[0].startswith("FP1: rejected frame #1 of forceplate/FP1 (seq 0): units ")
+    assert len(fp1) <= 1 + math.ceil(elapsed), (len(fp1), elapsed)
+    nums = [int(re.search(r"frame #(\d+) ", m).group(1)) for m in fp1]
+    counts = [int(c.group(1)) if (c := re.search(r"\((\d+) more like it since the last such line\)$", m)) else 0
+              for m in fp1]
+    assert counts[0] == 0 and all(c == b - a - 1 for a, b, c in zip(nums, nums[1:], counts[1:]))
+    assert [m for m in lines if m.startswith("FP2:")] == [
+        "FP2: rejected frame #1 of forceplate/FP2 (seq 0): rate 500.0 Hz, the lab config says 1000.0 Hz"]
+
+
 def test_non_finite_raw_samples_give_nan_rows_without_warnings():
     n = 50
     raw = raw_of(0, n)
