@@ -20,7 +20,7 @@ ROBOT_CONFIGS = {"jansen": "jansen", "biped": "biped", "exo": "exoskeleton"}
 LIST_FIELDS = ("name", "robot", "speed", "turn", "period", "profile", "zmp_max_deviation", "min_margin",
                "peak_torque", "peak_contact_force", "energy_abs_per_cycle")
 TRANSITION_FIELDS = ("name", "robot", "from", "to", "S_from", "S_to", "period", "zmp_max_deviation", "eps", "accepted",
-                     "min_margin", "peak_torque")
+                     "min_margin", "peak_torque", "repair")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -90,8 +90,9 @@ def build_with_progress(cfg, jobs: int = 1) -> None:
           (f"; {len(skipped)} {why}: " + ", ".join(skipped) if skipped else ""))
     if cfg.robot != "jansen":
         trs = library.transition_index(cfg.library)
+        fixed = sum(bool((e.get("repair") or {}).get("repaired")) for e in trs)
         print(f"{len(trs)} transitions between neighbours stored, {sum(bool(e['accepted']) for e in trs)} accepted "
-              f"(d_max < eps)")
+              f"(d_max < eps; {fixed} of them repaired)")
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -116,8 +117,11 @@ def _list_transitions(entries: list[dict], as_json: bool) -> int:
         return 0
     print(f"{'from':30} {'to':30} {'d_max':>8} {'eps':>6} {'margin':>7}  accepted")
     for e in entries:
+        fix = e.get("repair") or {}
+        how = (f" (repaired from {fix['d_before']:.4f})" if fix.get("repaired") else
+               f" (repair failed: {fix['d_after']:.4f})" if fix.get("tried") else "")
         print(f"{e['from']:30} {e['to']:30} {e['zmp_max_deviation']:8.4f} {e['eps']:6.3f} {e['min_margin']:7.3f}  "
-              f"{'yes' if e['accepted'] else 'no'}")
+              f"{'yes' if e['accepted'] else 'no'}{how}")
     return 0
 
 

@@ -7,6 +7,10 @@ blend is not symmetric, so both directions are computed and judged). The stride 
 `dynamics.synthesis.semi_inverse.transition` (legs and trunk blended with the quintic weight from
 nominal a at its phase 0 to nominal b at its phase 1, C2 at both ends; the ZMP recomputed by
 `dynamics.zmp` against the blended law path; accepted when its largest deviation d_max < `EPS`).
+A pair whose plain blend is rejected is repaired when it can be (`dynamics.synthesis.transition_repair`:
+the compensating coordinates moved by a spline of defect 3 with C2 ends, methods.md j.6); the meta's
+``repair`` says whether it was tried and repaired, d̄ before (the blend's) and after, the iterations
+and evaluations; an unrepaired pair is stored as its plain blend, rejected.
 Its joint torques, ZMP, margin and foot forces are the `semi_inverse.figures` of the blended motion
 (rnea with the ground wrench at the ZMP), packed for the loop's actuators by `biped.synergy_of`.
 
@@ -24,6 +28,7 @@ import types
 import numpy as np
 
 from dynamics.synthesis.semi_inverse import figures, transition
+from dynamics.synthesis.transition_repair import repair
 
 from .biped import build_with_nominal, synergy_of
 from .format import StoredTransition, Synergy, SynergyError
@@ -72,7 +77,12 @@ def build(spec: dict) -> StoredTransition:
     if sa.meta["model_hash"] != sb.meta["model_hash"] or ja["joints"] != jb["joints"] or ja["roll"] != jb["roll"]:
         raise SynergyError(f"{spec['name']}: the two nominals are not of one model and joint set")
     # one model object for both (each nominal was built, and pickled, on its own)
-    tr = transition(na, dataclasses.replace(nb, tree=na.tree), spec["eps"])
+    nb = dataclasses.replace(nb, tree=na.tree)
+    tr = transition(na, nb, spec["eps"])
+    fixed = {"tried": False}
+    if not tr.accepted:   # the plain blend is rejected: Surla's iterations on the compensating coordinates
+        rep = repair(na, nb, spec["eps"])
+        tr, fixed = rep.transition, rep.meta()
     moved = dataclasses.replace(na, q=tr.q, v=tr.v, a=tr.a, zmp_law_x=tr.zmp_law_x, zmp_law_y=tr.zmp_law_y)
     fg = figures(moved)
     syn: Synergy = synergy_of(moved, fg, {**ja, "name": spec["name"]}, sa.meta["model_hash"])
@@ -82,7 +92,7 @@ def build(spec: dict) -> StoredTransition:
             "S_from": sa.meta["S"], "S_to": sb.meta["S"], "period": float(na.T), "zmp_law": sa.meta["zmp_law"],
             "zmp_max_deviation": tr.d_max, "eps": float(spec["eps"]), "accepted": bool(tr.accepted),
             "min_margin": float(fg.margin.min()), "peak_torque": float(np.abs(syn.tau).max()),
-            "peak_contact_force": float(fg.foot_force.max()),
+            "peak_contact_force": float(fg.foot_force.max()), "repair": fixed,
             "rule": "accepted when the largest distance of the ZMP from the blended law point (x, and y where "
                     "zmp_law_y is finite) < eps (ZMP by dynamics.zmp of model_q, model_v, model_a)"}
     end = lambda x, y: np.vstack([x, y[:1]])  # noqa: E731 - the stride ends on nominal b at its phase 0

@@ -92,7 +92,7 @@ from ..rnea import Wrench, rnea
 from ..zmp import com_of_state, ground_wrench, zmp_model
 from .biped import (FOOT_LAW, SINGLE_SUPPORT, BipedError, ShootingSettings, collocate, flow, shoot, toe_breaks,
                     zmp_law)
-from .transition import blend
+from .transition import blend, blend_weight
 
 ROLL = 0.3           # roll-over radius / leg length (Hansen et al. 2004)
 SAMPLES_SPLINE = 400  # phases per cycle of the joint-channel splines
@@ -859,18 +859,26 @@ def build_nominal(model: Model, joints: BipedJoints, cycle: LegCycle, S: float, 
     halves = (make(tree, leg, 0), make(tree, leg, 1))
     sym = laws[0] == laws[1]
     trunk = solve_trunk(halves, laws, symmetric=sym, settings=settings, check=check)
-    rhs, br, Tt = stride_rhs(halves, laws)
-    t = np.arange(samples) * Tt / samples
-    fl = flow(rhs, trunk.y0, Tt, settings or SETTINGS, t_eval=t, breaks=br)
-    n = fl.y.shape[0] // 2
-    acc = np.array([rhs(ti, yi)[n:] for ti, yi in zip(t, fl.y.T)]).T
-    psi, dpsi, ddpsi = fl.y[n - 1], fl.y[-1], acc[-1]
-    roll = (fl.y[0], fl.y[n], acc[0]) if frontal else None
+    t = np.arange(samples) * 2 * halves[0].P / samples
+    (psi, dpsi, ddpsi), roll = stride_trunk(halves, laws, trunk.y0, t, settings)
     q, v, a, ankle_x, stance, zx, zy, jump = _full_state(tree, leg, laws, halves[0].P, t, psi, dpsi, ddpsi, Sh, roll)
     extra = ({"theta": roll[0], "dtheta": roll[1], "ddtheta": roll[2], "zmp_law_y": zy, "transfer_jump": jump}
              if frontal else {})
     return BipedNominal(tree, float(S), float(T), laws, t, psi, dpsi, ddpsi, q, v, a, zx, stance, ankle_x, Sh,
                         Sh / halves[0].P, trunk, h, vtr, cycle.source, halves, **extra)
+
+
+def stride_trunk(halves, laws, y0, t, settings: ShootingSettings | None = None):
+    """The compensating coordinates along the stride at times t (M,) s in [0, T), integrated from the
+    periodic start y0 (`TrunkSolution.y0`): ((psi, psi', psi'') (M,) each, (theta, theta', theta'') or
+    None without the frontal compensation), rad, rad/s, rad/s^2; the accelerations from the right-hand
+    side (they jump at the ZMP law's switches)."""
+    rhs, br, Tt = stride_rhs(halves, laws)
+    fl = flow(rhs, y0, Tt, settings or SETTINGS, t_eval=t, breaks=br)
+    n = fl.y.shape[0] // 2
+    acc = np.array([rhs(ti, yi)[n:] for ti, yi in zip(t, fl.y.T)]).T
+    roll = (fl.y[0], fl.y[n], acc[0]) if n == 2 else None
+    return (fl.y[n - 1], fl.y[-1], acc[-1]), roll
 
 
 def _full_state(tree, leg, laws, P, t, psi, dpsi, ddpsi, Sh, roll=None):
@@ -884,7 +892,6 @@ def _full_state(tree, leg, laws, P, t, psi, dpsi, ddpsi, Sh, roll=None):
     v, a = np.zeros((M, m.nv)), np.zeros((M, m.nv))
     stance = (t >= P).astype(int)
     ankle_x = np.empty(M)
-    zx, zy = np.empty(M), np.empty(M)
     _, yo, _ = _lateral(tree)
     y_feet = [yo[_stance_ankle(tree, s)] for s in (0, 1)]
     for side in (0, 1):
@@ -921,15 +928,29 @@ def _full_state(tree, leg, laws, P, t, psi, dpsi, ddpsi, Sh, roll=None):
         for i in range(1, len(m.segments)):
             if tree.sign[i] != 0:
                 q[k, tree.iq[i]], v[k, tree.iv[i]], a[k, tree.iv[i]] = jq[:, i], jd[:, i], jdd[:, i]
-        law = laws[side]
-        zx[k] = ankle_x[k] + zmp_law(tl, P, law.single, law.double, law.step, law.share, law.foot)
-        zy[k] = y_feet[side] + lateral_law(tl, P, law) * (y_feet[1 - side] - y_feet[side])
+    zx, zy = law_path(tree, laws, P, t, ankle_x)
     jump = 0.0
     if roll is not None:       # the same roll about the other foot's pivot: the pelvis moves by (I - R) dK
         th = roll[0][np.flatnonzero(stance == 1)[0]]
         dy = y_feet[0] - y_feet[1]
         jump = float(np.hypot(dy * (1 - math.cos(th)), dy * math.sin(th)))
     return q, v, a, ankle_x, stance, zx, zy, jump
+
+
+def law_path(tree: PlanarTree, laws, P: float, t: np.ndarray, ankle_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The law's ZMP point (x, y) (M,) m in the lab at times t (M,) s of the stride (left stance on
+    [0, P), right on [P, T)): x the stance ankle's x `ankle_x` (M,) m plus the law's offset (j.5), y the
+    stance foot's line plus the lateral law's share of the way to the other foot's (`lateral_law`)."""
+    _, yo, _ = _lateral(tree)
+    y_feet = [yo[_stance_ankle(tree, s)] for s in (0, 1)]
+    stance = (t >= P).astype(int)
+    zx, zy = np.empty(len(t)), np.empty(len(t))
+    for side in (0, 1):
+        k = stance == side
+        tl, law = t[k] - side * P, laws[side]
+        zx[k] = ankle_x[k] + zmp_law(tl, P, law.single, law.double, law.step, law.share, law.foot)
+        zy[k] = y_feet[side] + lateral_law(tl, P, law) * (y_feet[1 - side] - y_feet[side])
+    return zx, zy
 
 
 # ------------------------------------------------------------------------------ figures by dynamics
@@ -1027,12 +1048,13 @@ class BlendedLeg:
 
 @dataclass(frozen=True)
 class Transition:
-    """A stride from nominal a to nominal b (same T and double support): q, v, a (M, nq / nv) of the
-    3-D model, the nominal ZMP path x (M,) m and, for frontal nominals, y (M,) m (None without a lateral
-    law) — the blends of the two nominals' law paths — and the ZMP by `dynamics.zmp.zmp_model`:
-    deviation (M,) m from the law point (|ZMP_x − law_x|, or the 2-D distance with a lateral law, as
-    the nominals themselves are judged), its maximum d_max (methods.md d.4, j.6) and accepted
-    (d_max < eps)."""
+    """A stride from nominal a to nominal b (same T and double support) at times t (M,) s in [0, T):
+    q, v, a (M, nq / nv) of the 3-D model, the nominal ZMP path x (M,) m and, for frontal nominals, y
+    (M,) m (None without a lateral law) — the stance ankle's x in the transition plus the blend of the
+    two nominals' law offsets from it, and the blend of their lateral laws — and the ZMP by
+    `dynamics.zmp.zmp_model`: deviation (M,) m from the law point (|ZMP_x − law_x|, or the 2-D distance
+    with a lateral law, as the nominals themselves are judged), its maximum d_max (methods.md d.4, j.6)
+    and accepted (d_max < eps)."""
 
     q: np.ndarray
     v: np.ndarray
@@ -1042,32 +1064,59 @@ class Transition:
     d_max: float
     accepted: bool
     zmp_law_y: np.ndarray | None = None
+    t: np.ndarray | None = None
+    zmp: np.ndarray | None = None
 
 
-def transition(a: BipedNominal, b: BipedNominal, eps: float = 0.01) -> Transition:
-    """The transition stride from a to b (module doc; methods.md j.6): legs and trunk blended over one
-    stride with the quintic weight (C2 joins at both ends, so no setpoint step), the feet placed by the
-    blended motion (the right foot's flat place the blend of the two step lengths at mid-stride), the
-    ZMP recomputed by dynamics from the blended motion and compared with the blended law path.
-    Accepted when d_max < eps (m). Surla's iterations A/B that move interior spline nodes to lower
-    d_max are not applied: a rejected transition is reported, not repaired."""
+def nominal_trunk(nom: BipedNominal, t: np.ndarray):
+    """A nominal's compensating coordinates at times t (M,) s in [0, T) (`stride_trunk`'s form): its
+    stored samples when t is its own grid, else integrated again from its periodic start (with the
+    default `SETTINGS`, as the library builds it)."""
+    t = np.asarray(t, dtype=float)
+    if t.shape == nom.t.shape and np.array_equal(t, nom.t):
+        roll = None if nom.theta is None else (nom.theta, nom.dtheta, nom.ddtheta)
+        return (nom.psi, nom.dpsi, nom.ddpsi), roll
+    return stride_trunk(nom.halves, nom.laws, nom.trunk.y0, t)
+
+
+def blended_trunk(a: BipedNominal, b: BipedNominal, t: np.ndarray):
+    """The quintic setpoint blend (`transition.blend`, over one stride T) of the two nominals'
+    compensating coordinates at times t: (psi, psi', psi''), and (theta, theta', theta'') or None."""
+    (pa, ra), (pb, rb) = nominal_trunk(a, t), nominal_trunk(b, t)
+    return blend(t, a.T, pa, pb), None if ra is None else blend(t, a.T, ra, rb)
+
+
+def transition(a: BipedNominal, b: BipedNominal, eps: float = 0.01, t: np.ndarray | None = None,
+               trunk=None) -> Transition:
+    """The transition stride from a to b (module doc; methods.md j.6) at times t (M,) s in [0, T)
+    (default a's samples): legs blended over one stride with the quintic weight (C2 joins at both
+    ends, so no setpoint step), the compensating coordinates `trunk` ((psi, psi', psi''), (theta,
+    theta', theta'') or None; default `blended_trunk`), the feet placed by the blended motion (the right
+    foot's flat place the blend of the two step lengths at mid-stride), the ZMP recomputed by dynamics
+    from the motion and compared with the law path: the stance ankle's x plus the blend of the two
+    nominals' law offsets from their stance ankles (the law is a place on the stance foot, j.5: in the
+    second half-step the two nominals' lab paths are a.step and b.step from the start, the transition's
+    foot is at their mean), y the blend of their lateral laws. Accepted when d_max < eps (m). A
+    rejected blend is repaired by moving the compensating coordinates (`transition_repair`, Surla's
+    iterations of j.6)."""
     if not (a.T == b.T and len(a.t) == len(b.t) and a.laws[0].share == b.laws[0].share and a.tree.model is b.tree.model):
         raise BipedError("transition: the two nominals need the same model, period T, samples and double support")
-    T, P = a.T, a.T / 2
-    legs = tuple(BlendedLeg(a.halves[0].leg, b.halves[0].leg, side * P, T) for side in (0, 1))
-    psi, dpsi, ddpsi = blend(a.t, T, (a.psi, a.dpsi, a.ddpsi), (b.psi, b.dpsi, b.ddpsi))
-    Sh = 0.5 * (a.step + b.step)
     if (a.theta is None) != (b.theta is None):
         raise BipedError("transition: both nominals need the frontal compensation, or neither")
-    roll = None if a.theta is None else blend(a.t, T, (a.theta, a.dtheta, a.ddtheta), (b.theta, b.dtheta, b.ddtheta))
-    q, v, acc, _, _, _, _, _ = _full_state(a.tree, legs, a.laws, P, a.t, psi, dpsi, ddpsi, Sh, roll)
-    w = blend(a.t, T, (np.zeros_like(a.t),) * 3, (np.ones_like(a.t),) * 3)[0]
-    law_x = (1 - w) * a.zmp_law_x + w * b.zmp_law_x
+    T, P = a.T, a.T / 2
+    t = a.t if t is None else np.asarray(t, dtype=float)
+    legs = tuple(BlendedLeg(a.halves[0].leg, b.halves[0].leg, side * P, T) for side in (0, 1))
+    (psi, dpsi, ddpsi), roll = blended_trunk(a, b, t) if trunk is None else trunk
+    Sh = 0.5 * (a.step + b.step)
+    q, v, acc, ankle_x, _, _, _, _ = _full_state(a.tree, legs, a.laws, P, t, psi, dpsi, ddpsi, Sh, roll)
+    w = blend_weight(t / T)[0]
+    (xa, ya), (xb, yb) = (law_path(a.tree, n.laws, P, t, ankle_x) for n in (a, b))
+    law_x = (1 - w) * xa + w * xb
     p = zmp_model(a.tree.model, q, v, acc).point
     dev = np.abs(p[:, 0] - law_x)
     law_y = None
     if a.zmp_law_y is not None:
-        law_y = (1 - w) * a.zmp_law_y + w * b.zmp_law_y
+        law_y = (1 - w) * ya + w * yb
         dev = np.hypot(dev, p[:, 1] - law_y)
     d = float(dev.max())
-    return Transition(q, v, acc, law_x, dev, d, d < eps, law_y)
+    return Transition(q, v, acc, law_x, dev, d, d < eps, law_y, t, p[:, :2])

@@ -1,8 +1,8 @@
 """Transitions between neighbouring biped nominals stored in the library, and the loop following them
 (controller.synergies.transitions, library, track; methods.md j.6).
 
-A tiny grid of the shipped biped config (surla_bidyn, T = 1.2 s, ZMP law II/2, S = 0.8, 0.81, 0.82, 0.85, 64
-phases) is built once by `walklab synergies build` in a subprocess. Truths: the ZMP that `dynamics.zmp.zmp_model` computes again from the stored
+A tiny grid of the shipped biped config (surla_bidyn, T = 1.2 s, ZMP law II/2, S = 0.8, 0.81, 0.82, 0.85, 0.9,
+64 phases) is built once by `walklab synergies build` in a subprocess. Truths: the ZMP that `dynamics.zmp.zmp_model` computes again from the stored
 transition's own 3-D motion (the recorded d_max must be its deviation from the stored law path); the
 nominals' own tables at the transition's two ends; the configured slew and torque limits; the real CLI in
 a subprocess.
@@ -28,7 +28,7 @@ from dynamics.loader import load_model
 from dynamics.zmp import zmp_model
 
 REPO = Path(__file__).resolve().parents[2]
-GRID = ('[synergies]\nlibrary = "LIB"\nscales = [0.8, 0.81, 0.82, 0.85]\nperiods = [1.2]\nzmp_laws = [[2, 2]]\n'
+GRID = ('[synergies]\nlibrary = "LIB"\nscales = [0.8, 0.81, 0.82, 0.85, 0.9]\nperiods = [1.2]\nzmp_laws = [[2, 2]]\n'
         'samples = 64\n\n')
 NAME = "biped_S{:.2f}_T1.20_z22"
 
@@ -47,7 +47,8 @@ def lib(tmp_path_factory):
     cfg = load_robot(tmp / "biped.toml")
     r = walklab("synergies", "build", "--robot", "biped", "--config", str(tmp / "biped.toml"), "--jobs", "2")
     assert r.returncode == 0, r.stderr
-    assert "4 nominals written" in r.stdout and "6 transitions between neighbours stored, 4 accepted" in r.stdout
+    assert "5 nominals written" in r.stdout
+    assert "8 transitions between neighbours stored, 6 accepted (d_max < eps; 2 of them repaired)" in r.stdout
     return {"cfg": cfg, "path": tmp / "biped.toml", "nominals": {s.meta["S"]: s for s in library.load_all(cfg.library)},
             "transitions": library.load_transitions(cfg.library)}
 
@@ -59,14 +60,23 @@ def pair(lib, a: float, b: float):
 def test_build_stores_the_transitions_between_neighbouring_step_scales(lib):
     trs = lib["transitions"]
     assert sorted((t.meta["S_from"], t.meta["S_to"]) for t in trs) == [(0.8, 0.81), (0.81, 0.8), (0.81, 0.82),
-                                                                        (0.82, 0.81), (0.82, 0.85), (0.85, 0.82)]
+                                                                        (0.82, 0.81), (0.82, 0.85), (0.85, 0.82),
+                                                                        (0.85, 0.9), (0.9, 0.85)]
     for t in trs:
         assert t.meta["accepted"] == (t.meta["zmp_max_deviation"] < t.meta["eps"]) and t.meta["eps"] == 0.01
-    # methods.md j.6 as measured on this model (docs/controller.md): a 1 % step in S passes eps = 1 cm,
-    # a 4 % step does not
+    # methods.md j.6 as measured on this model (docs/controller.md): a 1 % step in S passes eps = 1 cm as
+    # blended, a 3.5 % step only once repaired (the blend's d̄ was above eps), a 6 % step not even then
     for a, b in ((0.8, 0.81), (0.81, 0.82)):
-        assert pair(lib, a, b).meta["accepted"] and pair(lib, b, a).meta["accepted"]
-    assert not pair(lib, 0.82, 0.85).meta["accepted"] and not pair(lib, 0.85, 0.82).meta["accepted"]
+        for t in (pair(lib, a, b), pair(lib, b, a)):
+            assert t.meta["accepted"] and t.meta["repair"] == {"tried": False}
+    for t in (pair(lib, 0.82, 0.85), pair(lib, 0.85, 0.82)):
+        fix = t.meta["repair"]
+        assert t.meta["accepted"] and fix["repaired"] and fix["d_before"] >= 0.01 > fix["d_after"]
+        assert t.meta["zmp_max_deviation"] <= fix["d_after"]   # the samples are among the repair's instants
+    for t in (pair(lib, 0.85, 0.9), pair(lib, 0.9, 0.85)):
+        fix = t.meta["repair"]
+        assert not t.meta["accepted"] and fix["tried"] and not fix["repaired"]
+        assert fix["d_after"] >= 0.01 and t.meta["zmp_max_deviation"] == fix["d_before"]   # stored as blended
     # the CLI lists them, with the recorded d_max
     r = walklab("synergies", "list", "--config", str(lib["path"]), "--transitions", "--json")
     assert r.returncode == 0, r.stderr
@@ -204,14 +214,14 @@ def test_a_switch_without_an_accepted_transition_is_refused(lib):
     cfg = lib["cfg"]
     n = lib["nominals"]
     ctl = Controller(cfg, list(n.values()), transitions=lib["transitions"])
-    ctl.command(Request(n[0.82].meta["speed"]))
+    ctl.command(Request(n[0.85].meta["speed"]))
     with pytest.raises(SelectionError, match=r"transition was rejected \(ZMP deviation 0\.0\d+ m >= eps 0\.0100 m\)"):
-        ctl.command(Request(n[0.85].meta["speed"]))
-    assert ctl.tracker.pending is None and ctl.request.speed == n[0.82].meta["speed"]
+        ctl.command(Request(n[0.9].meta["speed"]))
+    assert ctl.tracker.pending is None and ctl.request.speed == n[0.85].meta["speed"]
     ctl = Controller(cfg, list(n.values()), transitions=lib["transitions"])
     ctl.command(Request(n[0.8].meta["speed"]))
-    with pytest.raises(SelectionError, match="no chain of usable precomputed transitions"):  # 0.82 -> 0.85 rejected
-        ctl.command(Request(n[0.85].meta["speed"]))
+    with pytest.raises(SelectionError, match="no chain of usable precomputed transitions"):  # 0.85 -> 0.9 rejected
+        ctl.command(Request(n[0.9].meta["speed"]))
     ctl.command(Request(n[0.81].meta["speed"]))   # a neighbour: queued
     assert ctl.tracker.pending is n[0.81]
 
