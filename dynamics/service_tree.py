@@ -52,8 +52,9 @@ alignment wait):
   frame; NaN unless every coordinate and foot load is known), ``stale`` (1: a plate held past its
   newest sample);
 - ``dynamics/zmp``: ``ZMPx ZMPy`` (m) of the plates' total wrench on the plane of their surfaces,
-  ``margin`` (m, > 0 inside) to the support polygon of the stance feet's markers (a foot carrying
-  more than ``--contact-n`` vertical force; its markers placed by its fitted segment), ``support``
+  ``margin`` (m, > 0 inside) to the support polygon of the stance feet (a foot carrying more than
+  ``--contact-n`` vertical force): its markers and the model's contact points (heel, toe: the sole's
+  extent), placed by its fitted segment, ``support``
   (vertices), ``valid`` (total F_z > ``--min-fz-n``); where a foot's load is unknown (near the floor
   on no plate) the real ZMP is unknown: ``margin`` NaN, ``valid`` 0 — a foot in swing (step 4) is known
   unloaded, so single support on a plate has its margin;
@@ -193,8 +194,8 @@ class TreeService:
         h15.marker_inverse_dynamics(self.model, q, z, z, loads, self.feet, None, self.settings.height_tol_m,
                                     self.settings.edge_tol_m)
         zmp_of_wrench(np.zeros((1, 3)), np.zeros((1, 3)))
-        support_margin(np.zeros((1, self.point_foot.size, 3)), np.zeros((1, self.point_foot.size), bool),
-                       np.zeros((1, 2)))
+        k = self.point_foot.size + self.contact_foot.size
+        support_margin(np.zeros((1, k, 3)), np.zeros((1, k), bool), np.zeros((1, 2)))
 
     # -- input ------------------------------------------------------------------------------
 
@@ -328,19 +329,23 @@ class TreeService:
         """Receipt [ns] of the look-ahead marker samples ``pending[a:b]`` wait for (their rates need it)."""
         return np.array([p[6] for p in self.pending[a:b]], dtype=np.int64)
 
-    def _swing(self, q: np.ndarray, pts: np.ndarray) -> np.ndarray:
-        """(n, F) bool: foot f is in swing at configurations q (n, nq) with its markers pts (n, K, 3) m (lab,
-        NaN occluded): each of its contact points (at q; known) and each visible marker more than
-        ``--height-tol-m`` above the plates' surface — no point of it is near the floor, so it carries
-        nothing (what `plate_id.assign_plates` counts as off every plate at that tolerance)."""
-        above = self.ground_z + self.settings.height_tol_m
+    def _contacts(self, q: np.ndarray) -> np.ndarray:
+        """(n, C, 3) m: the feet's contact points (the model's, in `contact_names` order; lab) at the
+        configurations q (n, nq); NaN where q is not all known."""
+        out = np.full((q.shape[0], len(self.contact_names), 3), np.nan)
         fin = np.isfinite(q).all(axis=1)
-        cz = np.full((q.shape[0], len(self.contact_names)), np.nan)
         if fin.any():
-            cz[fin] = contact_positions(self.model, q[fin], self.contact_names).reshape(-1, len(self.contact_names),
-                                                                                     3)[..., 2]
+            out[fin] = contact_positions(self.model, q[fin], self.contact_names).reshape(-1, len(self.contact_names), 3)
+        return out
+
+    def _swing(self, cpos: np.ndarray, pts: np.ndarray) -> np.ndarray:
+        """(n, F) bool: foot f is in swing with its contact points cpos (n, C, 3) m (`_contacts`) and its
+        markers pts (n, K, 3) m (lab, NaN occluded): each of its contact points (known) and each visible
+        marker more than ``--height-tol-m`` above the plates' surface — no point of it is near the floor,
+        so it carries nothing (what `plate_id.assign_plates` counts as off every plate at that tolerance)."""
+        above = self.ground_z + self.settings.height_tol_m
         with np.errstate(invalid="ignore"):
-            high_c, high_m = cz > above, ~(pts[..., 2] <= above)      # an occluded marker says nothing
+            high_c, high_m = cpos[..., 2] > above, ~(pts[..., 2] <= above)      # an occluded marker says nothing
         return np.stack([high_c[:, self.contact_foot == k].all(axis=1) & high_m[:, self.point_foot == k].all(axis=1)
                          for k in range(len(self.feet))], axis=1)
 
@@ -358,18 +363,23 @@ class TreeService:
             have &= np.isfinite(w).all(axis=1)
             loads.append(PlateLoad(w[:, :3], cross(centre, w[:, :3]) + w[:, 3:6], corners, w[:, 6] >= 0.5, name))
         pts = np.array([s[4] for s in samples])                             # (n, K, 3)
-        kin = h15.marker_inverse_dynamics(m, q, v, a, loads, self.feet, self._swing(q, pts),
+        cpos = self._contacts(q)
+        kin = h15.marker_inverse_dynamics(m, q, v, a, loads, self.feet, self._swing(cpos, pts),
                                           self.settings.height_tol_m, self.settings.edge_tol_m)
         tau = kin.tau_bottom_up[:, 6:]
         torques = np.concatenate([tau, tau * v[:, 6:], kin.residual_force, kin.residual_moment,
                                   (~known)[:, None].astype(float)], axis=1)
-        # ZMP of the plates' total wrench, margin to the stance feet's markers
+        # ZMP of the plates' total wrench, margin to the stance feet's support: their markers and the model's
+        # contact points (heel, toe: the sole's extent, which a foot's markers do not reach — the toe marker is
+        # on the metatarsal head), both placed by the fitted segments
         f_tot = sum(ld.force for ld in loads)
         n_tot = sum(ld.moment for ld in loads)
         z = zmp_of_wrench(f_tot, n_tot, self.ground_z, self.settings.min_fz_n)
         stance = kin.foot_wrench[:, :, 2] > self.settings.contact_n         # (n, F)
-        on = stance[:, self.point_foot] & np.isfinite(pts).all(axis=2)
-        margin, nvert = support_margin(np.nan_to_num(pts), on, z.point)
+        sup = np.concatenate([pts, cpos], axis=1)
+        on = (np.concatenate([stance[:, self.point_foot], stance[:, self.contact_foot]], axis=1)
+              & np.isfinite(sup).all(axis=2))
+        margin, nvert = support_margin(np.nan_to_num(sup), on, z.point)
         # a foot whose ground load is unknown (on no plate: the bare floor) may carry weight the plates do
         # not see: the real ZMP and support are unknown, so no margin (NaN) and not valid — never a finite
         # margin of the plates' share alone (the control loop's ZMP guard reads it)

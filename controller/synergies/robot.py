@@ -196,9 +196,9 @@ def _biped(c: _Ctx, data: dict, syn: dict) -> BipedGrid:
     laws = syn.get("zmp_laws", [[1, 1]])
     ok = isinstance(laws, list) and laws and all(
         isinstance(x, list) and len(x) in (2, 4) and all(isinstance(k, int) and not isinstance(k, bool) for k in x)
-        and all(1 <= k <= 5 for k in x[0::2]) and all(1 <= k <= 3 for k in x[1::2]) for x in laws)
+        and all(1 <= k <= 6 for k in x[0::2]) and all(1 <= k <= 3 for k in x[1::2]) for x in laws)
     if not ok:
-        raise c.err("synergies.zmp_laws", laws, "expected a list of [single 1..5, double 1..3] or "
+        raise c.err("synergies.zmp_laws", laws, "expected a list of [single 1..6, double 1..3] or "
                     "[single_l, double_l, single_r, double_r]")
     p = syn.get("double_support")
     if p is not None:

@@ -2,7 +2,8 @@
 
 ``run(ctx, args)`` (``module = "daq.devices.exo_world_sim"``) runs `dynamics.plants.exo_world`: the
 wearer and exoskeleton walk one semi-inverse nominal of the robot config ``--robot`` (configs/exoskeleton.toml:
-model, joints, gait cycle; grid point ``--scale`` S, ``--period`` T s, ``--zmp-law`` single double),
+model, joints, gait cycle; grid point ``--scale`` S, ``--period`` T s, ``--zmp-law`` single double: 6 1
+by default, the law whose centre of pressure stays on the rigid feet, `dynamics.plants.exo_world`),
 built when the process starts (`semi_inverse.build_nominal`, a few seconds; with the frontal roll when
 the config's ``biped.frontal`` is true, as configs/exoskeleton.toml's); the body's motion is
 prescribed, its ground reaction computed by `dynamics.rnea`. The exoskeleton's joint motors are the
@@ -62,7 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--robot", default="exoskeleton", help="robot config (a file, or a shipped name)")
     p.add_argument("--scale", type=float, default=0.6, help="step scale S of the nominal")
     p.add_argument("--period", type=float, default=1.2, help="stride period T of the nominal, s")
-    p.add_argument("--zmp-law", type=int, nargs=2, default=[1, 1], metavar=("SINGLE", "DOUBLE"))
+    p.add_argument("--zmp-law", type=int, nargs=2, default=[6, 1], metavar=("SINGLE", "DOUBLE"),
+                   help="single-support law I..V as 1..5 or 6 (the foot's contacts: the one whose plates' COP stays on "
+                        "the rigid feet, docs/sim.md) and double-support law 1..3")
     p.add_argument("--samples", type=int, default=200, help="nominal samples per stride")
     p.add_argument("--cuff-stiffness", type=float, default=CUFF_STIFFNESS)
     p.add_argument("--cuff-damping", type=float, default=CUFF_DAMPING)
@@ -73,8 +76,8 @@ def _parser() -> argparse.ArgumentParser:
 def parse_args(name: str, args: Sequence[str]) -> argparse.Namespace:
     o = _parser().parse_args(list(args))
     bad = []
-    if not (1 <= o.zmp_law[0] <= 5 and 1 <= o.zmp_law[1] <= 3):
-        bad.append(f"--zmp-law {o.zmp_law[0]} {o.zmp_law[1]}: expected a single-support law 1..5 and a double 1..3")
+    if not (1 <= o.zmp_law[0] <= 6 and 1 <= o.zmp_law[1] <= 3):
+        bad.append(f"--zmp-law {o.zmp_law[0]} {o.zmp_law[1]}: expected a single-support law 1..6 and a double 1..3")
     if o.samples < 64 or o.samples % 2:
         bad.append(f"--samples {o.samples}: expected an even number >= 64")
     return check_args(name, o, positive=("scale", "period", "cuff_stiffness"), nonnegative=("cuff_damping",), bad=bad)
