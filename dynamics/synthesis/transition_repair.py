@@ -12,19 +12,20 @@ coordinates c (psi; psi and theta for a frontal nominal):
 so c equals nominal a's value, rate and acceleration at t = 0 and b's at t = T (the joins stay C2,
 the setpoint never steps). The spline carries the correction, not the whole coordinate: the
 nominals' accelerations jump at the ZMP law's switches (j.5), which the blend keeps and a C2 spline
-of the whole coordinate cannot follow (measured on surla_bidyn, S 0.82 -> 0.85, T = 1.2 s, 16
-intervals: d̄ 260 mm from the blend's node values).
+of the whole coordinate cannot follow (measured on surla_bidyn with the frontal compensation, S 0.82
+-> 0.85, T = 1.2 s, 24 intervals: d̄ 268 mm through the blend's node values, the blend's own 14.6 mm).
 
 **Objective.** The moments about the law path at chosen instants tau_i, as the ZMP's distances d(tau_i)
 from the law point (d = M / F_z, d.4): the stride's own samples refined `oversample` times (the
 nominals' coordinates integrated again there), so that the spline cannot hide a deviation between the
-stored samples (measured: optimised on the samples alone, 16 intervals, d̄ 9.5 mm at the samples was
-11.1 mm between them). Surla's Iteration A minimises J = sum_i |M(tau_i)| by gradient steps, his
+stored samples (measured, same pair: optimised on the samples alone, d̄ 6.2 mm there was 9.8 mm on a
+grid 16 times finer; optimised on 4 times the samples, 6.8 mm there and 7.0 mm on the 16-times grid). Surla's Iteration A minimises J = sum_i |M(tau_i)| by gradient steps, his
 Iteration B takes Newton steps on the accelerations once d̄ < delta; both stop at d̄ < eps. The
 acceptance is on d̄ = max_i |d(tau_i)|, and sums are the wrong target for it: least squares on the
-same residuals (scipy.optimize.least_squares, same nodes and instants) lowered the sum of squares and
-raised d̄ (14.6 -> 16.4 mm, S 0.82 -> 0.85; an endpoint-fixed unstable trunk cannot cancel the
-deviation everywhere, and a sum lets it grow where it is already largest). So each iteration here is
+same residuals (scipy.optimize.least_squares, same nodes and instants, same pair) lowered the sum of
+squares 2.7 times but d̄ only from 14.6 to 12.2 mm, the min-max step below to 6.8 mm: a trunk whose
+ends are fixed (an inverted pendulum) cannot cancel the deviation everywhere, and a sum leaves it
+where it is largest. So each iteration here is
 Iteration B's Newton linearisation d(z + dz) ~ d(z) + J dz (J by forward differences over all interior
 node values, not one equal acceleration increment per plane) with the step that minimises d̄ of the
 linearisation: the linear programme min s subject to e_k . (d_i + J_i dz) <= s for 8 directions e_k
