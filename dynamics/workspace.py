@@ -4,13 +4,14 @@ A `Data` holds what the algorithms derive once from a model: the packed tables t
 kernels read (dynamics/kernels/tree.py: itab, ftab, gravity), the numpy path's generated
 functions (codegen.py), the unit-norm blocks of q and the plate inverse-dynamics workspaces
 (plate_id.py). The caller may build one with `Data(model)` and pass it (``data=``) to every call;
-the live processes hold one per model. Without it, `data(model)` gives the one kept for the model
-in a weak map here (not on the frozen model; it goes with the model). A Data only grows caches
+the live processes hold one per model. Without it, `data(model)` gives the one kept on the model
+(an entry of its instance dictionary, outside its dataclass fields: the model stays constant): the
+model and its workspace refer to each other and are collected together (a weak map keyed by the model
+here kept every model alive, since its value referred to its key). A Data only grows caches
 keyed by what was asked (dictionary inserts), so threads may share it.
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,7 +97,7 @@ class Data:
         self.rnea_work[:3] = self.gravity
 
 
-_DEFAULT: "weakref.WeakKeyDictionary[Model, Data]" = weakref.WeakKeyDictionary()
+_KEY = "_workspace_data"     # the default workspace's entry in a model's instance dictionary
 
 
 def data(model: Model, given: Data | None = None) -> Data:
@@ -105,7 +106,7 @@ def data(model: Model, given: Data | None = None) -> Data:
         if given.model is not model:
             raise ValueError(f"data: workspace of model {given.model.name!r} given for model {model.name!r}")
         return given
-    d = _DEFAULT.get(model)
+    d = model.__dict__.get(_KEY)
     if d is None:
-        d = _DEFAULT[model] = Data(model)
+        d = model.__dict__[_KEY] = Data(model)   # the frozen dataclass refuses setattr, not its dict
     return d

@@ -230,6 +230,29 @@ def test_one_sample_fast_path_equals_converted_inputs():
         dynamics.rnea(model, q[0], v[0], a[0], data=workspace.Data(other))
 
 
+def test_a_model_no_longer_used_is_freed_with_its_default_workspace():
+    """Truth: the garbage collector. A model run through rnea (batch and one sample) and crba gets its
+    default workspace (workspace.data); once nothing else refers to it and another model is the last run,
+    a weak reference to it dies (the weak map that held the workspaces before kept every model alive:
+    its values referred to their keys)."""
+    import gc
+    import weakref
+
+    model, rng = _model(3)
+    q = random_configuration(model, rng, 2)
+    v, a = rng.normal(size=(2, 2, model.nv))
+    dynamics.rnea(model, q, v, a)
+    dynamics.rnea(model, q[0], v[0], a[0])
+    dynamics.crba(model, q[0])
+    assert workspace.data(model) is workspace.data(model)
+    other, _ = _model(4)
+    dynamics.rnea(other, other.neutral(), np.zeros(other.nv), np.zeros(other.nv))   # the last model now
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None
+
+
 def test_bad_external_wrench_raises():
     model, _ = _model(0)
     q, z = model.neutral(), np.zeros(model.nv)
