@@ -131,7 +131,7 @@ def _stages(svc: TreeService, marker_frames: list) -> dict[str, np.ndarray]:
         c0 = time.thread_time_ns()
         fits = h15.fit_positions(svc.plan, pos)
         c1 = time.thread_time_ns()
-        q = h15.joint_coordinates(svc.model, svc.mset, fits, q_prev, svc.links)
+        q = h15.joint_coordinates(svc.model, svc.mset, fits, q_prev, svc.links, svc.plan)
         c2 = time.thread_time_ns()
         h15.joint_rates(svc.model, np.concatenate([q, q, q]), f.rate_hz)
         c3 = time.thread_time_ns()

@@ -42,7 +42,7 @@ from .plate_id import PlateLoad, _outline, plate_inverse_dynamics
 from .support import within
 from .rnea import Wrench, rnea
 from .zmp import com_of_state
-from .smoothing import differentiate
+from .smoothing import _series, differentiate
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,12 @@ class FitPlan:
     ref (S, P + 1, 3) m their positions in the segment frame (scaled to the model), the last slot the
     proximal joint centre (the segment origin); parent (S,) index of the segment's fitted parent (-1:
     none, the root); centre (S, 3) m the joint centre in the parent frame; levels: segment indices by
-    depth below the root (level k's parents are in level k − 1)."""
+    depth below the root (level k's parents are in level k − 1). For the compiled `joint_coordinates`
+    (kernels.markers.joint_coordinates), the chains: chain (C, 9) int64 the parent and child index in
+    segments, the number of joints (3 or 1), their q indices (−1: none) and, for 3, the index triple
+    (i, j, k) of scipy's Euler angles of the chain's intrinsic sequence (its lab axes reversed);
+    chain_sign (C, 3) each joint's axis sign along its lab axis (0: none); chain_axis (C, 3) the first
+    joint's axis; angles (A,) int64 every chain's q indices."""
 
     segments: tuple[str, ...]
     labels: tuple[str, ...]
@@ -173,6 +178,10 @@ class FitPlan:
     parent: np.ndarray
     centre: np.ndarray
     levels: tuple[np.ndarray, ...]
+    chain: np.ndarray
+    chain_sign: np.ndarray
+    chain_axis: np.ndarray
+    angles: np.ndarray
 
 
 def fit_plan(model: Model, mset: MarkerSet, links: list[Chain] | None = None) -> FitPlan:
@@ -196,7 +205,17 @@ def fit_plan(model: Model, mset: MarkerSet, links: list[Chain] | None = None) ->
             parent[k], centre[k] = segs.index(c.parent), c.centre
             depth[k] = depth[parent[k]] + 1
     levels = tuple(np.flatnonzero(depth == d) for d in range(1, int(depth.max(initial=0)) + 1))
-    return FitPlan(segs, labels, marker, ref, parent, centre, levels)
+    fitted = [by_child[g] for g in segs if g in by_child]
+    chain = np.full((len(fitted), 9), -1, dtype=np.int64)
+    sign, axis = np.zeros((len(fitted), 3)), np.zeros((len(fitted), 3))
+    for k, c in enumerate(fitted):
+        chain[k, :3] = segs.index(c.parent), segs.index(c.segment), len(c.q_index)
+        chain[k, 3:3 + len(c.q_index)] = c.q_index
+        if len(c.q_index) == 3:     # scipy's as_euler of an intrinsic sequence works on it reversed
+            chain[k, 6:] = ["XYZ".index(x) for x in reversed(c.seq)]
+        sign[k, :len(c.sign)], axis[k] = c.sign, c.axes[0]
+    angles = np.array([i for c in fitted for i in c.q_index], dtype=np.int64)
+    return FitPlan(segs, labels, marker, ref, parent, centre, levels, chain, sign, axis, angles)
 
 
 def fit_positions(plan: FitPlan, positions: np.ndarray) -> SegmentFits:
@@ -312,14 +331,18 @@ def _vee(m: np.ndarray) -> np.ndarray:
 
 
 def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits, previous=None,
-                      links: list[Chain] | None = None) -> np.ndarray:
+                      links: list[Chain] | None = None, plan: FitPlan | None = None) -> np.ndarray:
     """q (N, nq) from the fitted frames (module doc step 2), angles unwrapped over time; NaN for the
     coordinates of segments not in the set or not fitted in a frame. The root must be a free flyer.
 
     previous (nq,) or None: each coordinate's last finite value before these frames (a live stream's
     earlier blocks; NaN where none): the angles continue unwrapped from it and the root quaternion
     stays in its hemisphere, so block by block gives the q of the whole record at once. links: as in
-    `fit_segments`."""
+    `fit_segments`; plan: their `fit_plan` (a live stream builds it once; default: built here).
+
+    Compiled (`kernels.enabled()`): kernels.markers.joint_coordinates, scipy's conversions written out
+    (Markley's quaternion, Bernardes & Viollet's Euler angles) and np.unwrap's rule: equal to this
+    numpy path to rounding (tests: 1e-12 rad)."""
     root = model.segments[0]
     if root.joint.type != "free_flyer" or root.name not in mset.segments or np.any(root.joint.translation) \
             or not np.allclose(root.joint.rotation, np.eye(3)):
@@ -327,6 +350,14 @@ def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits, previous
                           "in the marker set")
     R0 = fits.rotation[root.name]
     n = len(R0)
+    if kernels.enabled():
+        plan = fit_plan(model, mset, links) if plan is None else plan
+        q = np.empty((n, model.nq))
+        last = np.full(model.nq, np.nan) if previous is None else np.ascontiguousarray(previous, dtype=float)
+        kernels.kernel("markers.joint_coordinates")(
+            np.stack([fits.rotation[g] for g in plan.segments]), np.stack([fits.translation[g] for g in plan.segments]),
+            plan.segments.index(root.name), plan.chain, plan.chain_sign, plan.chain_axis, plan.angles, last, q)
+        return q
     q = np.full((n, model.nq), np.nan)
     ok = np.flatnonzero(np.all(np.isfinite(R0), axis=(1, 2)))
     q[:, :3] = fits.translation[root.name]
@@ -381,8 +412,20 @@ def joint_rates(model: Model, q: np.ndarray, fs: float) -> tuple[np.ndarray, np.
     neighbours of a NaN sample."""
     q = np.asarray(q, float)
     n = len(q)
-    v = np.full((n, model.nv), np.nan)
     rev = [(iq, iv) for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v) if seg.joint.type == "revolute"]
+    if kernels.enabled():       # kernels.markers.joint_rates: the same differences, loops instead of numpy calls
+        root = np.array([-1, -1], dtype=np.int64)
+        for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
+            if seg.joint.type == "free_flyer" and root[0] < 0:
+                root[:] = iq, iv
+            elif seg.joint.type not in ("revolute", "fixed", "free_flyer"):
+                raise MarkerError(f"joint_rates: joint type {seg.joint.type!r} of segment {seg.name!r} is not supported")
+        _series(q, "x", 3)
+        v, a = np.empty((n, model.nv)), np.empty((n, model.nv))
+        kernels.kernel("markers.joint_rates")(np.ascontiguousarray(q), 1.0 / fs, np.array(rev, dtype=np.int64).reshape(-1, 2),
+                                              root, v, a)
+        return v, a
+    v = np.full((n, model.nv), np.nan)
     if rev:             # every revolute coordinate at once (the columns are independent)
         v[:, [iv for _, iv in rev]] = differentiate(q[:, [iq for iq, _ in rev]], fs)
     for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v):

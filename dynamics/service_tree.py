@@ -277,7 +277,7 @@ class TreeService:
         data = np.concatenate([data, np.full((data.shape[0], 1), np.nan)], axis=1)
         pos = data[:, self.cols]                                            # (n, M, 3)
         fits = h15.fit_positions(self.plan, pos)
-        q = h15.joint_coordinates(self.model, self.mset, fits, self.previous, self.links)
+        q = h15.joint_coordinates(self.model, self.mset, fits, self.previous, self.links, self.plan)
         seen = np.isfinite(q)
         last = np.where(seen.any(axis=0), q[::-1][np.argmax(seen[::-1], axis=0), np.arange(q.shape[1])], np.nan)
         self.previous = np.where(np.isfinite(last), last, self.previous)

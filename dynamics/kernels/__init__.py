@@ -70,6 +70,8 @@ def _signatures() -> dict:
         "walker.interp": i64(_array(1, dtype="int64"), F2, _array(1, dtype="int64"), O2, _array(1, True, "boolean")),
         "markers.segment_fits": types.none(F3, _array(2, dtype="int64"), F3, _array(1, dtype="int64"), F2, O4, O3,
                                            O2),
+        "markers.joint_coordinates": types.none(_array(4), F3, i64, I2, F2, F2, _array(1, dtype="int64"), F1, O2),
+        "markers.joint_rates": types.none(F2, types.float64, I2, _array(1, dtype="int64"), O2, O2),
     }
 
 

@@ -120,3 +120,217 @@ def segment_fits(pos, marker, ref, parent, centre, rot, tr, res):
                         + rot[s, i, a, 2] * r[j, 2] - x[j, a]
                     e += f * f
             res[s, i] = math.sqrt(e / k)
+
+
+# ---- joint coordinates and rates (behind human15_markers.joint_coordinates / joint_rates) ----------------
+
+@njit(cache=True, inline="always")
+def _mod(x, m):
+    """x mod m with the sign of m, as numpy's remainder (fmod, then shifted into m's sign)."""
+    r = np.fmod(x, m)
+    if r != 0.0:
+        if (m < 0) != (r < 0):
+            r += m
+    else:
+        r = math.copysign(0.0, m)
+    return r
+
+
+@njit(cache=True, inline="always")
+def _quat(m, out):
+    """Unit quaternion (x, y, z, w) of the rotation matrix m (3, 3) into out (4,): scipy's
+    `Rotation.from_matrix` of an orthonormal matrix (Markley 2008: the largest of m₀₀, m₁₁, m₂₂ and
+    tr m picks the formula, then normalised)."""
+    tr = m[0, 0] + m[1, 1] + m[2, 2]
+    c, best = 3, tr
+    for i in range(3):
+        if m[i, i] > best:
+            c, best = i, m[i, i]
+    if c == 3:
+        out[0] = m[2, 1] - m[1, 2]
+        out[1] = m[0, 2] - m[2, 0]
+        out[2] = m[1, 0] - m[0, 1]
+        out[3] = 1.0 + tr
+    else:
+        i = c
+        j = (i + 1) % 3
+        k = (j + 1) % 3
+        out[i] = 1.0 - tr + 2.0 * m[i, i]
+        out[j] = m[j, i] + m[i, j]
+        out[k] = m[k, i] + m[i, k]
+        out[3] = m[k, j] - m[j, k]
+    s = math.sqrt(out[0] * out[0] + out[1] * out[1] + out[2] * out[2] + out[3] * out[3])
+    for a in range(4):
+        out[a] /= s
+
+
+@njit(cache=True)
+def joint_coordinates(rot, tr, root, chain, sign, axis, angles, previous, q):
+    """Joint coordinates of fitted segment frames (human15_markers.joint_coordinates, module doc step
+    2). rot (S, N, 3, 3), tr (S, N, 3): the fits of the plan's segments (lab, m; NaN: not fitted); root:
+    the root's index in them (free flyer, q[:, 0:7] = t, quaternion x y z w); chain (C, 9) int64 per
+    chain: parent and child segment index, number of joints (3 or 1), their q indices (unused -1), and
+    for 3 the index triple (i, j, k) of scipy's Euler-from-quaternion for its intrinsic sequence (the
+    sequence reversed); sign (C, 3): each joint's axis sign along its lab axis; axis (C, 3): the one
+    joint's axis; angles (A,) int64: every chain's q indices; previous (nq,): the last finite value of
+    each coordinate before these frames (NaN: none). Out q (N, nq), every column written (NaN where not
+    known).
+
+    Per frame: R_rel = R_parentᵀ R_child; three joints: scipy's quaternion of R_rel, then its intrinsic
+    Euler angles (Bernardes & Viollet 2022, as `Rotation.as_euler`: half sum and difference of atan2's,
+    the middle angle 2 atan2(|(c, d)|, |(a, b)|) − π/2, gimbal lock within 1e-7 rad: the third angle 0)
+    times the signs; one joint about a: atan2(a · vee(R_rel), (tr R_rel − aᵀ R_rel a)/2). Root: the
+    quaternion of its R, its sign flipped wherever its dot product with the frame before's (or with
+    previous's) is < 0. Then every angle unwrapped along time over its finite samples from previous (as
+    np.unwrap: steps of |Δ| ≥ π wrapped into [−π, π), the corrections summed)."""
+    n = rot.shape[1]
+    nq = q.shape[1]
+    rel = np.empty((3, 3))
+    quat = np.empty(4)
+    last = np.empty(4)
+    have = True
+    for a in range(4):
+        last[a] = previous[3 + a]
+        have = have and math.isfinite(last[a])
+    flip = False
+    for i in range(n):
+        for col in range(nq):
+            q[i, col] = np.nan
+        for a in range(3):
+            q[i, a] = tr[root, i, a]
+        ok = True
+        for a in range(3):
+            for b in range(3):
+                ok = ok and math.isfinite(rot[root, i, a, b])
+        if ok:
+            _quat(rot[root, i], quat)
+            if have and quat[0] * last[0] + quat[1] * last[1] + quat[2] * last[2] + quat[3] * last[3] < 0:
+                flip = not flip
+            have = True
+            for a in range(4):
+                last[a] = quat[a]
+                q[i, 3 + a] = -quat[a] if flip else quat[a]
+        for c in range(chain.shape[0]):
+            p, s = chain[c, 0], chain[c, 1]
+            ok = True
+            for a in range(3):
+                for b in range(3):
+                    ok = ok and math.isfinite(rot[p, i, a, b]) and math.isfinite(rot[s, i, a, b])
+            if not ok:
+                continue
+            for a in range(3):
+                for b in range(3):
+                    rel[a, b] = rot[p, i, 0, a] * rot[s, i, 0, b] + rot[p, i, 1, a] * rot[s, i, 1, b] \
+                        + rot[p, i, 2, a] * rot[s, i, 2, b]
+            if chain[c, 2] == 3:
+                _quat(rel, quat)
+                ii, jj, kk = chain[c, 6], chain[c, 7], chain[c, 8]
+                e = float((ii - jj) * (jj - kk) * (kk - ii) // 2)
+                qa = quat[3] - quat[jj]
+                qb = quat[ii] + quat[kk] * e
+                qc = quat[jj] + quat[3]
+                qd = quat[kk] * e - quat[ii]
+                half_sum = math.atan2(qb, qa)
+                half_diff = math.atan2(qd, qc)
+                mid = 2.0 * math.atan2(math.hypot(qc, qd), math.hypot(qa, qb))
+                lock0 = abs(mid) <= 1e-7
+                lock = lock0 or abs(mid - math.pi) <= 1e-7
+                if lock:
+                    first = (2.0 * half_sum if lock0 else 2.0 * half_diff) * e
+                    third = 0.0
+                else:
+                    first = (half_sum + half_diff) * e
+                    third = half_sum - half_diff
+                ang = (first, mid - 0.5 * math.pi, third)
+                for m in range(3):
+                    q[i, chain[c, 3 + m]] = (_mod(ang[m] + math.pi, 2.0 * math.pi) - math.pi) * sign[c, m]
+            else:
+                w0 = 0.5 * (rel[2, 1] - rel[1, 2])
+                w1 = 0.5 * (rel[0, 2] - rel[2, 0])
+                w2 = 0.5 * (rel[1, 0] - rel[0, 1])
+                ara = 0.0
+                for a in range(3):
+                    for b in range(3):
+                        ara += axis[c, a] * rel[a, b] * axis[c, b]
+                cos = 0.5 * (rel[0, 0] + rel[1, 1] + rel[2, 2] - ara)
+                q[i, chain[c, 3]] = math.atan2(w0 * axis[c, 0] + w1 * axis[c, 1] + w2 * axis[c, 2], cos)
+    for col in angles:
+        before = previous[col]
+        shift = 0.0
+        for i in range(n):
+            x = q[i, col]
+            if not math.isfinite(x):
+                continue
+            if math.isfinite(before):
+                dd = x - before
+                dm = _mod(dd + math.pi, 2.0 * math.pi) - math.pi
+                if dm == -math.pi and dd > 0:
+                    dm = math.pi
+                if abs(dd) >= math.pi:
+                    shift += dm - dd
+            before = x
+            q[i, col] = x + shift
+
+
+@njit(cache=True, inline="always")
+def _gradient(x, col, dx, out, ocol):
+    """np.gradient(x[:, col], dx, edge_order=2) into out[:, ocol] (at least 3 rows): central differences
+    inside, one-sided second order at the ends, written as numpy evaluates them."""
+    n = x.shape[0]
+    for i in range(1, n - 1):
+        out[i, ocol] = (x[i + 1, col] - x[i - 1, col]) / (2.0 * dx)
+    out[0, ocol] = -1.5 / dx * x[0, col] + 2.0 / dx * x[1, col] + -0.5 / dx * x[2, col]
+    out[n - 1, ocol] = 0.5 / dx * x[n - 3, col] + -2.0 / dx * x[n - 2, col] + 1.5 / dx * x[n - 1, col]
+
+
+@njit(cache=True)
+def joint_rates(q, dx, rev, root, v, a):
+    """Rates of joint coordinates (human15_markers.joint_rates, module doc step 3). q (N, nq), N ≥ 3,
+    sampled every dx s; rev (R, 2) int64: each revolute joint's q and v index; root (2,) int64: the
+    free flyer's q and v index (q index −1: none). Out v, a (N, nv): revolute v = q̇; free flyer
+    v = (Rᵀ ṫ, vee(Rᵀ Ṙ)) with R the matrix of its unit quaternion (NaN where any of the 4 is not
+    finite); a = v̇; every derivative np.gradient's (`_gradient`), NaN spreading to the neighbours.
+    Columns of v that are neither stay NaN (a too)."""
+    n = q.shape[0]
+    for i in range(n):
+        for c in range(v.shape[1]):
+            v[i, c] = np.nan
+    for r in range(rev.shape[0]):
+        _gradient(q, rev[r, 0], dx, v, rev[r, 1])
+    iq, iv = root[0], root[1]
+    if iq >= 0:
+        R = np.empty((n, 9))
+        dR = np.empty((n, 9))
+        dt = np.empty((n, 3))
+        for i in range(n):
+            x, y, z, w = q[i, iq + 3], q[i, iq + 4], q[i, iq + 5], q[i, iq + 6]
+            if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z) and math.isfinite(w)):
+                for k in range(9):
+                    R[i, k] = np.nan
+                continue
+            s = math.sqrt(x * x + y * y + z * z + w * w)
+            x, y, z, w = x / s, y / s, z / s, w / s
+            x2, y2, z2, w2 = x * x, y * y, z * z, w * w
+            xy, zw, xz, yw, yz, xw = x * y, z * w, x * z, y * w, y * z, x * w
+            R[i, 0], R[i, 1], R[i, 2] = x2 - y2 - z2 + w2, 2 * (xy - zw), 2 * (xz + yw)
+            R[i, 3], R[i, 4], R[i, 5] = 2 * (xy + zw), -x2 + y2 - z2 + w2, 2 * (yz - xw)
+            R[i, 6], R[i, 7], R[i, 8] = 2 * (xz - yw), 2 * (yz + xw), -x2 - y2 + z2 + w2
+        for k in range(9):
+            _gradient(R, k, dx, dR, k)
+        for k in range(3):
+            _gradient(q, iq + k, dx, dt, k)
+        for i in range(n):
+            for k in range(3):          # Rᵀ ṫ, the velocity in the base frame
+                v[i, iv + k] = R[i, k] * dt[i, 0] + R[i, 3 + k] * dt[i, 1] + R[i, 6 + k] * dt[i, 2]
+            # W = Rᵀ Ṙ = [ω]×: ω = vee(W) = ((W₂₁ − W₁₂)/2, (W₀₂ − W₂₀)/2, (W₁₀ − W₀₁)/2)
+            w21 = R[i, 2] * dR[i, 1] + R[i, 5] * dR[i, 4] + R[i, 8] * dR[i, 7]
+            w12 = R[i, 1] * dR[i, 2] + R[i, 4] * dR[i, 5] + R[i, 7] * dR[i, 8]
+            w02 = R[i, 0] * dR[i, 2] + R[i, 3] * dR[i, 5] + R[i, 6] * dR[i, 8]
+            w20 = R[i, 2] * dR[i, 0] + R[i, 5] * dR[i, 3] + R[i, 8] * dR[i, 6]
+            w10 = R[i, 1] * dR[i, 0] + R[i, 4] * dR[i, 3] + R[i, 7] * dR[i, 6]
+            w01 = R[i, 0] * dR[i, 1] + R[i, 3] * dR[i, 4] + R[i, 6] * dR[i, 7]
+            v[i, iv + 3] = 0.5 * (w21 - w12)
+            v[i, iv + 4] = 0.5 * (w02 - w20)
+            v[i, iv + 5] = 0.5 * (w10 - w01)
+    for c in range(v.shape[1]):
+        _gradient(v, c, dx, a, c)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import configs
-from dynamics import load_model
+from dynamics import kernels, load_model
 from dynamics.human15_markers import (fit_segments, joint_coordinates, joint_rates, marker_inverse_dynamics,
                                       marker_set_from_dict, missing_markers)
 from dynamics.kinematics import contact_positions, forward_kinematics
@@ -93,10 +93,12 @@ def test_marker_set_is_consistent_with_the_model(model, mset):
             where[label] = x
 
 
-def test_exact_markers_return_the_joint_trajectories(model, mset):
+@pytest.mark.parametrize("jit", [True, False])
+def test_exact_markers_return_the_joint_trajectories(model, mset, jit):
     q, _, _ = trajectory(model)
-    fits = fit_segments(model, mset, synthetic_markers(model, mset, q))
-    qh = joint_coordinates(model, mset, fits)
+    with kernels.use_jit(jit):      # compiled: kernels.markers.segment_fits and joint_coordinates
+        fits = fit_segments(model, mset, synthetic_markers(model, mset, q))
+        qh = joint_coordinates(model, mset, fits)
     np.testing.assert_allclose(qh[:, :3], q[:, :3], atol=1e-10)
     np.testing.assert_allclose(np.abs(np.einsum("ij,ij->i", qh[:, 3:7], q[:, 3:7])), 1.0, atol=1e-10)
     np.testing.assert_allclose(qh[:, 7:], q[:, 7:], atol=1e-9)
@@ -116,10 +118,12 @@ def test_noisy_markers_return_the_joint_angles_within_the_noise(model, mset):
     assert np.abs(qh[:, :3] - q[:, :3]).max() < 5 * sigma
 
 
-def test_rates_converge_to_the_analytic_ones(model, mset):
+@pytest.mark.parametrize("jit", [True, False])
+def test_rates_converge_to_the_analytic_ones(model, mset, jit):
     q, v, a = trajectory(model)
-    qh = joint_coordinates(model, mset, fit_segments(model, mset, synthetic_markers(model, mset, q)))
-    vh, ah = joint_rates(model, qh, FS)
+    with kernels.use_jit(jit):      # compiled: kernels.markers.joint_rates
+        qh = joint_coordinates(model, mset, fit_segments(model, mset, synthetic_markers(model, mset, q)))
+        vh, ah = joint_rates(model, qh, FS)
     inner = slice(2, -2)  # central differences inside, one-sided at the ends
     # O(h²) at 200 Hz: measured 2e-4 and 5e-4 of the largest rate
     assert np.abs(vh - v)[inner].max() < 1e-3 * np.abs(v).max()
@@ -448,3 +452,94 @@ def test_batched_segment_fits_equal_scipys_fit_of_each_segment_in_turn(model, ms
             np.testing.assert_allclose(fits.rotation[seg][i], R, atol=1e-9, err_msg=f"{seg} frame {i}")
             np.testing.assert_allclose(fits.translation[seg][i], oracle_t[seg][i], atol=1e-9)
     assert min(counts.values()) > 0 and counts["fitted"] > 100 and counts["with the joint centre"] > 100, counts
+
+
+def _turning_trajectory(model, n):
+    """trajectory(model, n) with the base turning from −2.5 to +2.5 rad about a tilted axis (scipy's
+    quaternion of it changes hemisphere) and the left elbow swinging through ±π (its angle wraps)."""
+    from scipy.spatial.transform import Rotation
+
+    q, _, _ = trajectory(model, n)
+    t = np.arange(n) / FS
+    u = np.array([0.1, 0.2, 1.0]) / np.linalg.norm([0.1, 0.2, 1.0])
+    q[:, 3:7] = Rotation.from_rotvec((-2.5 + 5.0 * t / t[-1])[:, None] * u).as_quat()
+    q[:, model.idx_q[model.index["forearm_l"]]] = 1.6 + 2.0 * np.sin(2 * np.pi * 0.8 * t)
+    return q
+
+
+def _rows(fits, a, b):
+    """The SegmentFits of frames a:b."""
+    from dynamics.human15_markers import SegmentFits
+
+    return SegmentFits(*({g: x[a:b] for g, x in d.items()} for d in (fits.rotation, fits.translation, fits.residual)))
+
+
+@pytest.mark.parametrize("hidden", [0.0, 0.3])
+def test_compiled_joint_coordinates_equal_the_numpy_path_in_any_blocks(model, mset, hidden):
+    """kernels.markers.joint_coordinates (scipy's matrix → quaternion → Euler conversions and np.unwrap
+    written out) against the numpy path (scipy's Rotation, np.unwrap) on the whole record, fed the
+    record at once, sample by sample and 2 samples at a time (carrying `previous`): the same NaN and
+    every number to 1e-12 (rad, m). The motion turns the base's quaternion through a hemisphere change
+    and the elbow through ±π; markers 2 mm noisy, none or 30 % of them hidden at random. The truth
+    behind both: the trajectory itself (exact markers, `test_exact_markers_return_the_joint_trajectories`)."""
+    from dynamics.human15_markers import chains, fit_plan
+
+    q = _turning_trajectory(model, 160)
+    mk = synthetic_markers(model, mset, q, 0.002, 4)
+    rng = np.random.default_rng(12)
+    for label in mk:
+        mk[label][rng.random(len(q)) < hidden] = np.nan
+    fits = fit_segments(model, mset, mk)
+    with kernels.use_jit(False):
+        truth = joint_coordinates(model, mset, fits)
+    from scipy.spatial.transform import Rotation
+
+    elbow = model.idx_q[model.index["forearm_l"]]
+    R0 = fits.rotation[model.segments[0].name]
+    raw = Rotation.from_matrix(R0[np.isfinite(R0).all(axis=(1, 2))]).as_quat()
+    assert (np.einsum("ij,ij->i", raw[1:], raw[:-1]) < 0).any()        # scipy's quaternion changes hemisphere
+    assert np.nanmax(np.abs(truth[:, elbow])) > np.pi
+    assert (np.isnan(truth).mean() > 0.2) == (hidden > 0)
+    links = chains(model, mset)
+    plan = fit_plan(model, mset, links)
+    with kernels.use_jit(True):
+        whole = joint_coordinates(model, mset, fits)
+        for step in (1, 2):
+            parts, previous = [], np.full(model.nq, np.nan)
+            for a in range(0, len(q), step):
+                part = joint_coordinates(model, mset, _rows(fits, a, a + step), previous, links, plan)
+                seen = np.isfinite(part)
+                last = part[::-1][np.argmax(seen[::-1], axis=0), np.arange(model.nq)]
+                previous = np.where(seen.any(axis=0), last, previous)
+                parts.append(part)
+            np.testing.assert_allclose(np.concatenate(parts), truth, rtol=0, atol=1e-12, err_msg=f"{step}-sample blocks")
+    np.testing.assert_allclose(whole, truth, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("hidden", [0.0, 0.3])
+def test_compiled_joint_rates_equal_the_numpy_path_in_any_windows(model, mset, hidden):
+    """kernels.markers.joint_rates (np.gradient's differences and the free flyer's Rᵀ ṫ, vee(Rᵀ Ṙ) as
+    loops) against the numpy path (np.gradient, scipy's quaternion → matrix) on the same q: the whole
+    record, and 5-sample windows (the live service's: a sample and its 2 neighbours each side), whose
+    middle rows are the record's interior values. NaN where the numpy path has it, numbers to 1e-12
+    relative. The truth behind both: the analytic rates (`test_rates_converge_to_the_analytic_ones`)."""
+    q = _turning_trajectory(model, 80)
+    mk = synthetic_markers(model, mset, q, 0.002, 6)
+    rng = np.random.default_rng(13)
+    for label in mk:
+        mk[label][rng.random(len(q)) < hidden] = np.nan
+    with kernels.use_jit(False):
+        qh = joint_coordinates(model, mset, fit_segments(model, mset, mk))
+        v, a = joint_rates(model, qh, FS)
+    assert (np.isnan(a).mean() > 0.3) == (hidden > 0)
+    scale_v, scale_a = np.nanmax(np.abs(v)), np.nanmax(np.abs(a))
+    with kernels.use_jit(True):
+        vc, ac = joint_rates(model, qh, FS)
+        np.testing.assert_allclose(vc, v, rtol=0, atol=1e-12 * scale_v)
+        np.testing.assert_allclose(ac, a, rtol=0, atol=1e-12 * scale_a)
+        for i in range(2, len(q) - 2):
+            vw, aw = joint_rates(model, qh[i - 2:i + 3], FS)
+            np.testing.assert_allclose(vw[2], v[i], rtol=0, atol=1e-12 * scale_v)
+            np.testing.assert_allclose(aw[2], a[i], rtol=0, atol=1e-12 * scale_a)
+        with pytest.raises(ValueError, match="at least 3 samples"):
+            joint_rates(model, qh[:2], FS)
