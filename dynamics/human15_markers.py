@@ -34,7 +34,7 @@ from typing import Mapping
 import numpy as np
 from scipy.spatial.transform import Rotation
 
-from . import kernels
+from . import kernels, workspace
 from .markers import MarkerError, masked_rigid_fit, unwrap_finite
 from .model import Model
 from .kinematics import contact_positions, tree_state
@@ -139,11 +139,14 @@ def chains(model: Model, mset: MarkerSet) -> list[Chain]:
 @dataclass(frozen=True)
 class SegmentFits:
     """Fitted segment frames, N frames: rotation (N, 3, 3), translation (N, 3) m (x_lab = R x + t)
-    and residual (N,) m (RMS marker distance) per segment name; NaN where not fitted."""
+    and residual (N,) m (RMS marker distance) per segment name; NaN where not fitted. stacked: the
+    same rotations (S, N, 3, 3) and translations (S, N, 3) in the `FitPlan`'s segment order, or None
+    (`fit_positions` fills it; the compiled `joint_coordinates` reads it)."""
 
     rotation: dict[str, np.ndarray]
     translation: dict[str, np.ndarray]
     residual: dict[str, np.ndarray]
+    stacked: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def missing_markers(mset: MarkerSet, markers: Mapping[str, np.ndarray]) -> dict[str, list[str]]:
@@ -271,7 +274,7 @@ def _fits(plan: FitPlan, rot: np.ndarray, tr: np.ndarray, res: np.ndarray) -> Se
     """SegmentFits of the stacked (S, N, ...) fits of the plan's segments."""
     return SegmentFits({g: rot[k] for k, g in enumerate(plan.segments)},
                        {g: tr[k] for k, g in enumerate(plan.segments)},
-                       {g: res[k] for k, g in enumerate(plan.segments)})
+                       {g: res[k] for k, g in enumerate(plan.segments)}, (rot, tr))
 
 
 def fit_segments(model: Model, mset: MarkerSet, markers: Mapping[str, np.ndarray],
@@ -354,9 +357,10 @@ def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits, previous
         plan = fit_plan(model, mset, links) if plan is None else plan
         q = np.empty((n, model.nq))
         last = np.full(model.nq, np.nan) if previous is None else np.ascontiguousarray(previous, dtype=float)
-        kernels.kernel("markers.joint_coordinates")(
-            np.stack([fits.rotation[g] for g in plan.segments]), np.stack([fits.translation[g] for g in plan.segments]),
-            plan.segments.index(root.name), plan.chain, plan.chain_sign, plan.chain_axis, plan.angles, last, q)
+        rot, tr = fits.stacked if fits.stacked is not None and len(fits.stacked[0]) == len(plan.segments) else (
+            np.stack([fits.rotation[g] for g in plan.segments]), np.stack([fits.translation[g] for g in plan.segments]))
+        kernels.kernel("markers.joint_coordinates")(rot, tr, plan.segments.index(root.name), plan.chain,
+                                                    plan.chain_sign, plan.chain_axis, plan.angles, last, q)
         return q
     q = np.full((n, model.nq), np.nan)
     ok = np.flatnonzero(np.all(np.isfinite(R0), axis=(1, 2)))
@@ -475,6 +479,37 @@ def _columns(model: Model) -> tuple[np.ndarray, np.ndarray]:
     return cq, cv
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """What the inverse dynamics below derive once per model and feet (`_layout`): columns (`_columns`);
+    neutral (nq,) the neutral posture; need (nv, nv) bool: τ_k needs coordinate j (it moves a segment
+    below joint k); below (nv, F) bool: foot f is below coordinate k; contacts (C,) the feet's contact
+    point names, contact_foot (C,) the foot of each."""
+
+    columns: tuple[np.ndarray, np.ndarray]
+    neutral: np.ndarray
+    need: np.ndarray
+    below: np.ndarray
+    contacts: tuple[str, ...]
+    contact_foot: np.ndarray
+
+
+def _layout(model: Model, feet: tuple[str, ...]) -> _Layout:
+    """The `_Layout` of model and feet, kept in the model's workspace (a live stream asks it every
+    frame: ~80 µs of numpy calls)."""
+    cache = workspace.data(model).plate_id
+    key = ("markers", tuple(feet))
+    lay = cache.get(key)
+    if lay is None:
+        sup = model.supports[:, model.dof_segment] > 0                    # (nseg, nv): coordinate j moves segment i
+        lay = cache[key] = _Layout(
+            _columns(model), model.neutral(), (sup.T.astype(float) @ sup.astype(float)) > 0,
+            model.supports[[model.index[f] for f in feet]][:, model.dof_segment].T > 0,
+            tuple(c for f in feet for c in model.segment(f).contacts),
+            np.repeat(np.arange(len(feet)), [len(model.segment(f).contacts) for f in feet]))
+    return lay
+
+
 def _coordinate_finite(model: Model, q: np.ndarray, v: np.ndarray, a: np.ndarray,
                        columns: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """(N, nv) bool: the coordinate and its rates are finite (a free flyer: all its 7 q)."""
@@ -488,8 +523,8 @@ def _on_floor(model: Model, q: np.ndarray, plates: list[PlateLoad], feet: tuple[
     """(N, F) bool: foot f has a contact point (at q (N, nq), lab frame) within height_tol m above the
     plates' surface and outside every plate's outline grown by edge_tol m — on the bare floor, where a
     load on it is not measured (plate_id.assign_plates' geometry)."""
-    names = [c for f in feet for c in model.segment(f).contacts]
-    foot = np.repeat(np.arange(len(feet)), [len(model.segment(f).contacts) for f in feet])
+    lay = _layout(model, feet)
+    names, foot = lay.contacts, lay.contact_foot
     pts = contact_positions(model, q, names).reshape(-1, len(names), 3)        # (N, K, 3)
     flat = pts.reshape(-1, 3)
     on_any = np.zeros(flat.shape[0], bool)
@@ -510,10 +545,11 @@ def _filled(model: Model, q, v, a) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     """(fin (N, nv) bool, q, v, a) with the coordinates that are not finite set to the neutral
     posture and zero rates (the dynamics kernels take finite input; the result is masked after)."""
     q, v, a = (np.asarray(x, float) for x in (q, v, a))
-    cq, cv = _columns(model)
+    lay = _layout(model, ())
+    cq, cv = lay.columns
     fin = _coordinate_finite(model, q, v, a, (cq, cv))
     bad = (~fin) @ cv > 0                             # (N, S): a joint with a coordinate not finite
-    qf = np.where(bad @ cq.T > 0, model.neutral(), q)
+    qf = np.where(bad @ cq.T > 0, lay.neutral, q)
     return fin, qf, np.where(fin, v, 0.0), np.where(fin, a, 0.0)
 
 
@@ -522,9 +558,8 @@ def _masked(model: Model, fin: np.ndarray, known: np.ndarray, feet: tuple[str, .
     """MarkerKinetics with each torque kept where computable (module doc step 4): bottom-up τ_k
     where the coordinates moving the segments below joint k are finite and every foot below it has
     a known load; top-down and the residual where everything is."""
-    sup = model.supports[:, model.dof_segment] > 0                        # (nseg, nv): coordinate j moves segment i
-    need = (sup.T.astype(float) @ sup.astype(float)) > 0                   # (nv, nv): τ_k needs coordinate j
-    below = model.supports[[model.index[f] for f in feet]][:, model.dof_segment].T > 0   # (nv, F)
+    lay = _layout(model, feet)
+    need, below = lay.need, lay.below
     ok_bu = ~(need[None] & ~fin[:, None, :]).any(axis=2) & ~(below[None] & ~known[:, None, :]).any(axis=2)
     ok_all = (fin.all(axis=1) & known.all(axis=1))[:, None]
     nan = np.nan
