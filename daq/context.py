@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Se
 import numpy as np
 
 from daq.clock import ClockSync
+from daq.logthrottle import LogThrottle
 
 if TYPE_CHECKING:  # typing only: daq never imports controller at run time (architecture.md)
     from controller.config import Device, Lab, Process
@@ -258,6 +259,9 @@ def serve(ctx: ProcessContext, source: Source, *, retry_s: float = 0.5, read_tim
     """
     connected = False
     stamper = _Stamper(clock_bin_s)
+    # a device whose clock keeps jumping re-anchors on every block: a line a second per stream (each
+    # reset is still counted and published as an event)
+    reset_log = LogThrottle(log, clock=ctx.clock)
     open_logged = False
     ctx.health.state = "connecting"  # "disconnected" after a loss, until the device is back
     try:
@@ -289,8 +293,8 @@ def serve(ctx: ProcessContext, source: Source, *, retry_s: float = 0.5, read_tim
                 t_host, t, lab_rate, reset = stamper.stamp(b)
                 if reset is not None:
                     ctx.health.count(f"{b.stream}/clock_resets")
-                    log.warning("%s: %s (block at t_device %d ns): clock fit re-anchored", b.stream, reset,
-                                b.t_device)
+                    reset_log.log("%s: %s (block at t_device %d ns): clock fit re-anchored", b.stream, reset,
+                                  b.t_device, key=b.stream)
                     ctx.event("clock_reset", "warning", stream=b.stream, reason=reset, t_device=int(b.t_device),
                               t_host=t_host)
                 meta = b.meta

@@ -337,6 +337,38 @@ def test_a_device_clock_reset_restarts_the_fit_and_t_stays_on_the_host_clock(tmp
     assert counts["test/clock/clock_resets"] == 3  # the reboot, the jump ahead, the jump back (each logged)
 
 
+def test_a_device_clock_jumping_on_every_block_logs_a_line_a_second(tmp_path, caplog):
+    """A device whose stamps jump 10 s ahead and back on alternate blocks re-anchors its fit on every
+    block: each reset is counted and published as an event (truth: the script's jumps), while the log
+    gets the first at once and then at most a line a second (`daq.logthrottle`; it was a line a block)."""
+    import logging
+    import math
+    import re
+
+    from daq.context import serve
+
+    ms = 1_000_000
+    stamps = [10 * ms * j + (10_000 * ms if j % 2 else 0) for j in range(200)]
+    ctx = context(tmp_path)
+    sub = Subscriber([ctx.publisher.endpoint], ["events/*"])
+    try:
+        assert ctx.publisher.wait_for_subscribers(1, timeout_s=20.0) and sub.wait_connected(timeout_s=20.0)
+        t0 = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="walklab"):
+            assert serve(ctx, Scripted(ctx, stamps)) == 0
+        elapsed = time.monotonic() - t0
+        events = [f for f in iter(lambda: sub.recv(timeout_s=2.0), None) if f.meta.get("event") == "clock_reset"]
+        resets = dict(ctx.health._counts)["test/clock/clock_resets"]
+    finally:
+        sub.close()
+        ctx.close()
+    assert resets == 199 and len(events) == 199          # every block after the first jumps
+    lines = [r.getMessage() for r in caplog.records if "clock fit re-anchored" in r.getMessage()]
+    assert 1 <= len(lines) <= 1 + math.ceil(elapsed)
+    held = sum(int(m.group(1)) for m in (re.search(r"\((\d+) more like it", x) for x in lines) if m)
+    assert len(lines) + held <= resets      # written or counted in a next line, never more than happened
+
+
 class Drifting:
     """A Source whose device clock runs ``drift`` fast against the host: 1 s blocks of a 1 kHz device,
     sample k (device time k ms) taken at host time ``H0 + k ms * (1 + drift)`` and its block
