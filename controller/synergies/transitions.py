@@ -7,10 +7,11 @@ blend is not symmetric, so both directions are computed and judged). The stride 
 `dynamics.synthesis.semi_inverse.transition` (legs and trunk blended with the quintic weight from
 nominal a at its phase 0 to nominal b at its phase 1, C2 at both ends; the ZMP recomputed by
 `dynamics.zmp` against the blended law path; accepted when its largest deviation d_max < `EPS`).
-A pair whose plain blend is rejected is repaired when it can be (`dynamics.synthesis.transition_repair`:
-the compensating coordinates moved by a spline of defect 3 with C2 ends, methods.md j.6); the meta's
-``repair`` says whether it was tried and repaired, d̄ before (the blend's) and after, the iterations
-and evaluations; an unrepaired pair is stored as its plain blend, rejected.
+A pair whose plain blend is rejected with d_max < `REACH` eps is repaired when it can be
+(`dynamics.synthesis.transition_repair`: the compensating coordinates moved by a spline of defect 3
+with C2 ends, methods.md j.6); the meta's ``repair`` says whether it was tried (else why not) and
+repaired, d̄ before (the blend's) and after, the iterations and evaluations; an unrepaired pair is
+stored as its plain blend, rejected.
 Its joint torques, ZMP, margin and foot forces are the `semi_inverse.figures` of the blended motion
 (rnea with the ground wrench at the ZMP), packed for the loop's actuators by `biped.synergy_of`.
 
@@ -35,6 +36,10 @@ from .format import StoredTransition, Synergy, SynergyError
 
 #: Acceptance threshold of a transition's largest ZMP deviation from its blended law path (m), methods.md j.6.
 EPS = 0.01
+#: A rejected blend is repaired only when its d̄ < REACH * eps: the repair cuts d̄ to 0.46-0.49 of the
+#: blend's in every pair measured (surla_bidyn, T = 1.2 s, law II/2: 14.6, 24.3, 24.8, 92.9 and 94.9 mm), so a
+#: blend beyond ~2.2 eps is not repairable, and a hopeless try costs up to ~30 s at 200 phases.
+REACH = 3.0
 
 
 def _mappingproxy(d: dict) -> types.MappingProxyType:
@@ -80,9 +85,11 @@ def build(spec: dict) -> StoredTransition:
     nb = dataclasses.replace(nb, tree=na.tree)
     tr = transition(na, nb, spec["eps"])
     fixed = {"tried": False}
-    if not tr.accepted:   # the plain blend is rejected: Surla's iterations on the compensating coordinates
+    if not tr.accepted and tr.d_max < REACH * spec["eps"]:   # Surla's iterations on the compensating coordinates
         rep = repair(na, nb, spec["eps"])
         tr, fixed = rep.transition, rep.meta()
+    elif not tr.accepted:
+        fixed["why"] = f"d_max >= {REACH:g} eps: beyond the repair's reach (it cuts d_max to about half)"
     moved = dataclasses.replace(na, q=tr.q, v=tr.v, a=tr.a, zmp_law_x=tr.zmp_law_x, zmp_law_y=tr.zmp_law_y)
     fg = figures(moved)
     syn: Synergy = synergy_of(moved, fg, {**ja, "name": spec["name"]}, sa.meta["model_hash"])

@@ -251,3 +251,22 @@ def test_a_biped_walk_is_guarded_by_the_zmp_margin_by_default(lib):
     out = ctl.update(0, Measured(0, a.q[0], a.qd[0]))
     assert [e.cause for e in out.decision.events] == ["fresh", "zmp_stale"] and out.decision.stop_requested
     assert ctl.tracker is None and ctl.safety.latched.cause == "zmp_stale"
+
+
+def test_a_blend_beyond_the_repairs_reach_is_not_tried(lib, monkeypatch):
+    """S 0.80 -> 0.90 (not neighbours in the test grid, built here): the blend's d̄ is above REACH eps, so
+    the build stores it rejected without trying (the repair halves d̄ at best); with the reach widened it
+    is tried, and still comes back rejected, its d̄ at least halved but not below eps."""
+    from controller.synergies import biped, transitions
+
+    jobs = {j["S"]: j for j in biped.jobs(lib["cfg"])}
+    made = [(jobs[S], *biped.build_with_nominal(jobs[S], check=False)) for S in (0.8, 0.9)]
+    spec = {"name": "far", "eps": transitions.EPS, "from": made[0], "to": made[1]}
+    tr = transitions.build(spec)
+    assert not tr.meta["accepted"] and tr.meta["zmp_max_deviation"] >= transitions.REACH * transitions.EPS
+    assert tr.meta["repair"]["tried"] is False and "beyond the repair's reach" in tr.meta["repair"]["why"]
+    monkeypatch.setattr(transitions, "REACH", 10.0)
+    tried = transitions.build(spec)
+    fix = tried.meta["repair"]
+    assert fix["tried"] and not fix["repaired"] and not tried.meta["accepted"]
+    assert fix["d_before"] == tr.meta["zmp_max_deviation"] and transitions.EPS <= fix["d_after"] < 0.6 * fix["d_before"]
