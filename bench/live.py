@@ -306,8 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "default) or configs/sim_exo.toml (the exoskeleton, tree dynamics)")
     p.add_argument("--minutes", type=float, default=10.0, help="length of the run with the lab up (default 10)")
     p.add_argument("--record", metavar="FILE", help="keep the recording here (default: a temporary file)")
-    p.add_argument("--realtime", type=int, metavar="P", help="SCHED_FIFO priority of the lab's loop and dynamics "
-                   "services (sim.toml: loop, torques, dynamics; sim_exo.toml: torques, dynamics); 0 = normal "
+    p.add_argument("--realtime", type=int, metavar="P", help="SCHED_FIFO priority of the lab's world, loop and "
+                   "dynamics services (sim.toml: world, loop, torques, dynamics; sim_exo.toml: world, torques, "
+                   "dynamics); 0 = normal "
                    "(default: as the config says)")
     o = p.parse_args(list(argv) if argv is not None else None)
     spec = lab_of(o.config)

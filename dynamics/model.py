@@ -161,6 +161,11 @@ class Model:
     gravity: np.ndarray = field(default_factory=lambda: np.array(GRAVITY))
     source: str = ""
 
+    def __getstate__(self) -> dict:
+        # pickled (a worker process's nominal sent back) without its default workspace: its caches hold
+        # generated functions, which do not pickle; the copy builds its own when first used
+        return {k: v for k, v in self.__dict__.items() if k != "_workspace_data"}
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "segments", tuple(self.segments))
         object.__setattr__(self, "actuators", tuple(self.actuators))

@@ -23,8 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     live.add_argument("--minutes", type=float, default=10.0, help="length with the lab up (default 10)")
     live.add_argument("--record", metavar="FILE", help="keep the recording (default: a temporary file)")
     live.add_argument("--realtime", type=int, metavar="P",
-                      help="SCHED_FIFO priority of the lab's loop and dynamics services; 0 = normal (default: as the "
-                           "config says)")
+                      help="SCHED_FIFO priority of the lab's simulated world, loop and dynamics services; 0 = normal "
+                           "(default: as the config says)")
     live.set_defaults(func=live_handler)
 
 

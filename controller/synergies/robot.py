@@ -200,6 +200,9 @@ def _biped(c: _Ctx, data: dict, syn: dict) -> BipedGrid:
     if not ok:
         raise c.err("synergies.zmp_laws", laws, "expected a list of [single 1..6, double 1..3] or "
                     "[single_l, double_l, single_r, double_r]")
+    if any(len(x) == 4 and 6 in x[0::2] and x[0] != x[2] for x in laws):
+        raise c.err("synergies.zmp_laws", laws, "single-support law 6 (the foot's contacts) goes on both sides or "
+                    "neither")
     p = syn.get("double_support")
     if p is not None:
         p = c.num(syn, "synergies", "double_support", ge=0)

@@ -25,7 +25,7 @@ floor). So, at each knot (`_grounded`; rates and accelerations by central differ
    that struck last, handed over to the next one (a quintic smooth step) over the time W before its
    heel strike, where the two feet's circles disagree by the nominal's transfer jump: W = HANDOVER·P,
    or with ZMP law 6 (the foot's contacts, `biped.zmp_law`) from the end of the stance foot's toe phase
-   (u1 = 0.55 P after the transfer), W = (1 − u1/P − p/200) P, 0.39 P at p = 12 %: its heel stays down
+   (u1 = 0.55 P after the transfer; on the toe from 0.54 P), W = (1 − u1/P − p/200) P, 0.39 P at p = 12 %: its heel stays down
    until the law has put the ZMP on its toe (`_handover`);
 2. each ankle turns its foot's pitch φ into [lo, hi], the pitches that keep the sole points above a floor
    (softly, PITCH_SOFTNESS): a point p of the foot (foot frame, p_y = 0) is at
@@ -278,7 +278,11 @@ def _handover(law) -> float:
     stance foot walking `law` (a `semi_inverse.GaitLaw`): HANDOVER, or with law 6 (the foot's contacts)
     from the end of its toe phase u1 to the heel strike, (1 − u1) − p/200: the handover raises the
     stance ankle, whose heel then leaves the floor, only once the law has put the ZMP on the toe."""
-    return (1.0 - TOE_PHASE[1]) - law.share / 200.0 if law.single == FOOT_LAW else HANDOVER
+    w = (1.0 - TOE_PHASE[1]) - law.share / 200.0 if law.single == FOOT_LAW else HANDOVER
+    if not w > 0.05:
+        raise ExoWorldError(f"ZMP law 6 with {law.share:.1f} % double support leaves {w:.3f} of the half-step for the "
+                            "base's handover before heel strike: expected more than 0.05")
+    return w
 
 
 def _soft_min(z: np.ndarray, eps: float) -> np.ndarray:

@@ -44,7 +44,8 @@ from ..model import G
 SINGLE_SUPPORT = {1: (0.0, 0.0, 0.0, 0.0), 2: (0.2, 0.3, 0.035, 0.0), 3: (0.4, 0.5, 0.035, 0.0),
                   4: (0.2, 1.0, 0.0, 0.020), 5: (0.2, 0.6, 0.035, 0.020)}
 #: Law 6, "the foot's contacts" (not Surla's; `zmp_law`): the single-support ZMP moves from the ankle to
-#: the toe contact in TOE_STEPS equal steps over TOE_PHASE (fractions of the half-period).
+#: the toe contact in TOE_STEPS equal steps at u0 + (u1 − u0) i / n, i = 0..n−1, TOE_PHASE = (u0, u1)
+#: (fractions of the half-period): on the toe from 0.54.
 FOOT_LAW = 6
 TOE_PHASE = (0.45, 0.55)
 TOE_STEPS = 10

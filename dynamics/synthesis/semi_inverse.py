@@ -853,8 +853,17 @@ def build_nominal(model: Model, joints: BipedJoints, cycle: LegCycle, S: float, 
     Sh, h, vtr = step_length(tree, leg)
     if not Sh > 0:
         raise BipedError(f"S = {S}: the prescribed legs give a step length {Sh:.3f} m <= 0")
-    laws = tuple(GaitLaw(single[k], double[k], p, Sh, foot_extent(model, joints.feet[k]) if single[k] == FOOT_LAW else None)
-                 for k in (0, 1))
+    feet = [foot_extent(model, joints.feet[k]) if single[k] == FOOT_LAW else None for k in (0, 1)]
+    if FOOT_LAW in single:
+        # law 6's double-support staircase runs from the trailing foot's toe to the leading foot's heel,
+        # both taken from the stance foot's extent: both sides on law 6, with mirror-image feet
+        if single[0] != single[1]:
+            raise BipedError(f"ZMP law 6 (the foot's contacts) on one side only ({single[0]} left, {single[1]} "
+                             "right): its double support runs between both feet's contacts; use it on both sides")
+        if not np.allclose(feet[0], feet[1], atol=1e-3):
+            raise BipedError(f"ZMP law 6: the feet's contact extents differ (left {feet[0]}, right {feet[1]} m): "
+                             "it needs mirror-image feet")
+    laws = tuple(GaitLaw(single[k], double[k], p, Sh, feet[k]) for k in (0, 1))
     make = frontal_half_step if frontal else half_step
     halves = (make(tree, leg, 0), make(tree, leg, 1))
     sym = laws[0] == laws[1]

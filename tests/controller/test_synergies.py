@@ -180,6 +180,7 @@ def test_robot_configs_of_biped_and_exoskeleton_load_as_written():
         assert cfg.limits.torque == tuple(raw["limits"]["torque"])
     src = open("configs/exoskeleton.toml").read()
     for bad, key in ((src.replace("zmp_laws = [[1, 1], [2, 2]]", "zmp_laws = [[7, 1]]"), "synergies.zmp_laws"),
+                     (src.replace("zmp_laws = [[1, 1], [2, 2]]", "zmp_laws = [[6, 1, 1, 1]]"), "synergies.zmp_laws"),
                      (src.replace('hips = ["hip_flexion_l", "hip_flexion_r"]', 'hips = ["hip_flexion_l"]'), "biped.hips")):
         import tempfile
 

@@ -8,7 +8,7 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import dynamics
-from dynamics import workspace
+from dynamics import kernels, workspace
 from dynamics.codegen import SCALAR_MAX_N
 from dynamics.kinematics import lab_inertias, tree_state
 from dynamics.model import Model
@@ -251,6 +251,40 @@ def test_a_model_no_longer_used_is_freed_with_its_default_workspace():
     del model
     gc.collect()
     assert gone() is None
+
+
+def _mappingproxy(d: dict):
+    import types
+
+    return types.MappingProxyType(d)
+
+
+def test_a_used_model_pickles_without_its_workspace():
+    """A model whose default workspace holds generated code (the numpy path's forward kinematics of a
+    large batch, >= NUMPY_BATCH_FROM samples) pickles (as the library build sends a worker's nominal back,
+    its mappingproxy index pickled as controller.synergies.transitions registers it) and the copy computes
+    the same torques with a workspace of its own."""
+    import copyreg
+    import io
+    import pickle
+    import types
+
+    from dynamics.kinematics import forward_kinematics
+
+    model, rng = _model(3)
+    q = random_configuration(model, rng, 600)
+    with kernels.use_jit(False):
+        forward_kinematics(model, q)
+    assert workspace.data(model).generated          # generated functions: these do not pickle
+    buf = io.BytesIO()
+    pk = pickle.Pickler(buf)
+    pk.dispatch_table = copyreg.dispatch_table.copy()
+    pk.dispatch_table[types.MappingProxyType] = lambda m: (_mappingproxy, (dict(m),))
+    pk.dump(model)
+    copy = pickle.loads(buf.getvalue())
+    v, a = rng.normal(size=(2, 3, model.nv))
+    np.testing.assert_array_equal(dynamics.rnea(copy, q[:3], v, a), dynamics.rnea(model, q[:3], v, a))
+    assert workspace.data(copy) is not workspace.data(model) and workspace.data(copy).model is copy
 
 
 def test_bad_external_wrench_raises():

@@ -71,8 +71,8 @@ def test_zmp_laws_follow_the_tables():
 
 
 def test_zmp_law_6_goes_to_the_toe_and_steps_between_the_feet_contacts():
-    """Law 6 (the foot's contacts, biped.zmp_law) against its definition: at the ankle until 0.45 P, at the
-    toe contact from 0.55 P, rising in 10 equal steps between; in double support (p = 40 %: tau = 0.15 s at
+    """Law 6 (the foot's contacts, biped.zmp_law) against its definition: at the ankle until 0.45 P, then
+    rising in 10 equal steps at 0.45, 0.46, ... 0.54 P to the toe contact; in double support (p = 40 %: tau = 0.15 s at
     P = 0.75 s) law k's staircase runs from the trailing foot's toe (S_h behind the stance ankle, plus the
     toe's x) to the leading foot's heel, not from ankle to ankle."""
     heel, toe, S = -0.06, 0.2, 0.26

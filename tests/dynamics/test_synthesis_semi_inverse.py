@@ -13,7 +13,7 @@ import pytest
 from controller.synergies.gait_cycle import cycle_from_trial, read_cycle
 from dynamics.kinematics import forward_kinematics
 from dynamics.loader import load_model
-from dynamics.synthesis.biped import ShootingSettings, flow, zmp_law
+from dynamics.synthesis.biped import BipedError, ShootingSettings, flow, zmp_law
 from dynamics.synthesis.semi_inverse import BipedJoints, build_nominal, figures, stride_rhs
 from dynamics.zmp import zmp_model
 
@@ -185,3 +185,10 @@ def test_transition_between_neighbours_is_accepted_by_its_zmp_deviation(model, n
         np.testing.assert_allclose(arr_t[0, iv], arr_a[0, iv], atol=1e-9)      # starts on nominal a
     # ends on nominal b: the last sample against b's last sample, within one sample's blend weight
     np.testing.assert_allclose(tn.q[-1, 7:], near.q[-1, 7:], atol=1e-4)
+
+
+def test_law_6_on_one_side_only_is_refused(model):
+    """Law 6's double support runs from the trailing toe to the leading heel: with law I on the other side
+    the staircase would jump back by (toe + heel)/2 at the transfer (review 7). One line, before any solve."""
+    with pytest.raises(BipedError, match="law 6 .* on one side only"):
+        build_nominal(model, JOINTS, read_cycle(), 0.8, 1.2, single=(6, 1), samples=64)
