@@ -54,7 +54,9 @@ class LogThrottle:
             k[0] += 1
             return
         if k[0]:
-            msg, args = f"{msg} (%d more like it since the last such line)", (*args, k[0])
+            # a message logged without args is not %-formatted by logging: escape its % before adding one
+            text = msg if args else msg.replace("%", "%%")
+            msg, args = f"{text} (%d more like it since the last such line)", (*args, k[0])
         # stacklevel 2: the record names the caller's file and line, not this one
         self.logger.log(self.level, msg, *args, stacklevel=2)
         k[0], k[1] = 0, now + self.interval_ns
