@@ -337,7 +337,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sched: dict[str, str] = {}
         cpu = cpu_watch(psutil.Process(child.pid), lambda: child.poll() is None and time.monotonic() < deadline,
                         sched=sched)
-        status = child.wait(timeout=60)
+        try:
+            status = child.wait(timeout=60)
+        except subprocess.TimeoutExpired:      # past its duration and the 10-minute grace: stopped, reported
+            child.kill()
+            status = child.wait()
+            print(f"walklab run did not end {seconds + 600:.0f} s after its start: killed", file=sys.stderr)
         wall = time.monotonic() - t0
         log = (Path(tmp) / "run.log").read_text()
         print(f"walklab run exit {status} after {wall:.0f} s wall ({seconds:.0f} s with the lab up)")

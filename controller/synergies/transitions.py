@@ -100,8 +100,9 @@ def build(spec: dict) -> StoredTransition:
             "zmp_max_deviation": tr.d_max, "eps": float(spec["eps"]), "accepted": bool(tr.accepted),
             "min_margin": float(fg.margin.min()), "peak_torque": float(np.abs(syn.tau).max()),
             "peak_contact_force": float(fg.foot_force.max()), "repair": fixed,
-            "rule": "accepted when the largest distance of the ZMP from the blended law point (x, and y where "
-                    "zmp_law_y is finite) < eps (ZMP by dynamics.zmp of model_q, model_v, model_a)"}
+            "rule": "accepted when the largest distance of the ZMP from the law point (x: the transition's stance "
+                    "ankle plus the blend of the two nominals' law offsets; y where zmp_law_y is finite) < eps (ZMP "
+                    "by dynamics.zmp of model_q, model_v, model_a)"}
     end = lambda x, y: np.vstack([x, y[:1]])  # noqa: E731 - the stride ends on nominal b at its phase 0
     return StoredTransition(meta=meta, actuators=syn.actuators, u=np.arange(M + 1) / M, q=end(syn.q, sb.q),
                             qd=end(syn.qd, sb.qd), qdd=end(syn.qdd, sb.qdd), tau=end(syn.tau, sb.tau),
