@@ -361,6 +361,8 @@ def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits, previous
         plan = fit_plan(model, mset, links) if plan is None else plan
         q = np.empty((n, model.nq))
         last = np.full(model.nq, np.nan) if previous is None else np.ascontiguousarray(previous, dtype=float)
+        if last.shape != (model.nq,):       # the kernel does not check its indices
+            raise MarkerError(f"previous must be ({model.nq},) for model {model.name!r}, got {last.shape}")
         rot, tr = fits.stacked if fits.stacked is not None and len(fits.stacked[0]) == len(plan.segments) else (
             np.stack([fits.rotation[g] for g in plan.segments]), np.stack([fits.translation[g] for g in plan.segments]))
         kernels.kernel("markers.joint_coordinates")(rot, tr, plan.segments.index(root.name), plan.chain,
@@ -429,6 +431,8 @@ def joint_rates(model: Model, q: np.ndarray, fs: float) -> tuple[np.ndarray, np.
             elif seg.joint.type not in ("revolute", "fixed", "free_flyer"):
                 raise MarkerError(f"joint_rates: joint type {seg.joint.type!r} of segment {seg.name!r} is not supported")
         _series(q, "x", 3)
+        if q.ndim != 2 or q.shape[1] != model.nq:       # the kernel does not check its indices
+            raise MarkerError(f"q must be (N, {model.nq}) for model {model.name!r}, got {q.shape}")
         v, a = np.empty((n, model.nv)), np.empty((n, model.nv))
         kernels.kernel("markers.joint_rates")(np.ascontiguousarray(q), 1.0 / fs, np.array(rev, dtype=np.int64).reshape(-1, 2),
                                               root, v, a)

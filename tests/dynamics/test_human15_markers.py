@@ -514,6 +514,8 @@ def test_compiled_joint_coordinates_equal_the_numpy_path_in_any_blocks(model, ms
                 parts.append(part)
             np.testing.assert_allclose(np.concatenate(parts), truth, rtol=0, atol=1e-12, err_msg=f"{step}-sample blocks")
     np.testing.assert_allclose(whole, truth, rtol=0, atol=1e-12)
+    with kernels.use_jit(True), pytest.raises(MarkerError, match=r"previous must be \(33,\)"):
+        joint_coordinates(model, mset, fits, np.zeros(7), links, plan)
 
 
 @pytest.mark.parametrize("hidden", [0.0, 0.3])
@@ -543,3 +545,5 @@ def test_compiled_joint_rates_equal_the_numpy_path_in_any_windows(model, mset, h
             np.testing.assert_allclose(aw[2], a[i], rtol=0, atol=1e-12 * scale_a)
         with pytest.raises(ValueError, match="at least 3 samples"):
             joint_rates(model, qh[:2], FS)
+        with pytest.raises(MarkerError, match=r"q must be \(N, 33\)"):
+            joint_rates(model, qh[:, :-1], FS)
