@@ -64,8 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=0.6, help="step scale S of the nominal")
     p.add_argument("--period", type=float, default=1.2, help="stride period T of the nominal, s")
     p.add_argument("--zmp-law", type=int, nargs=2, default=[6, 1], metavar=("SINGLE", "DOUBLE"),
-                   help="single-support law I..V as 1..5 or 6 (the foot's contacts: the one whose plates' COP stays on "
-                        "the rigid feet, docs/sim.md) and double-support law 1..3")
+                   help="single-support law 6 (the foot's contacts: the one whose plates' COP stays on the rigid "
+                        "feet, docs/sim.md; Surla's 1..5 refused) and double-support law 1..3")
     p.add_argument("--samples", type=int, default=200, help="nominal samples per stride")
     p.add_argument("--cuff-stiffness", type=float, default=CUFF_STIFFNESS)
     p.add_argument("--cuff-damping", type=float, default=CUFF_DAMPING)
@@ -78,6 +78,11 @@ def parse_args(name: str, args: Sequence[str]) -> argparse.Namespace:
     bad = []
     if not (1 <= o.zmp_law[0] <= 6 and 1 <= o.zmp_law[1] <= 3):
         bad.append(f"--zmp-law {o.zmp_law[0]} {o.zmp_law[1]}: expected a single-support law 1..6 and a double 1..3")
+    elif o.zmp_law[0] != 6:
+        # laws I-V keep the ZMP by the ankle while the rigid foot is on its toe: plates' COP up to 20 cm off the
+        # feet (dynamics.plants.exo_world, "The ZMP law it walks"): refused rather than simulated wrong
+        bad.append(f"--zmp-law {o.zmp_law[0]} {o.zmp_law[1]}: the exoskeleton world walks single-support law 6 (the "
+                   "foot's contacts); Surla's laws I-V put its plates' centre of pressure off the feet")
     if o.samples < 64 or o.samples % 2:
         bad.append(f"--samples {o.samples}: expected an even number >= 64")
     return check_args(name, o, positive=("scale", "period", "cuff_stiffness"), nonnegative=("cuff_damping",), bad=bad)

@@ -9,6 +9,7 @@ from daq.devices.exo_world_sim import build_world, parse_args
 @pytest.mark.parametrize("args, words", [
     (["--control-hz", "300"], "--control-hz 300: expected a divisor of 1000000"),
     (["--zmp-law", "7", "1"], "--zmp-law 7 1: expected a single-support law 1..6 and a double 1..3"),
+    (["--zmp-law", "1", "1"], "--zmp-law 1 1: the exoskeleton world walks single-support law 6"),
     (["--samples", "101"], "--samples 101: expected an even number >= 64"),
     (["--period", "0"], "--period 0.0: expected > 0"),
     (["--cuff-stiffness", "nan"], "--cuff-stiffness nan: expected > 0"),
