@@ -89,6 +89,7 @@ from dynamics.model import Model
 from dynamics.plate_id import PlateLoad, plate_id_workspace
 from dynamics.service_torques import (CONTACT, MAX_BATCH, TORQUES, ZMP, ZMP_CHANNELS, ZMP_UNITS, Arrivals, _Input,
                                       due)
+from dynamics.smoothing import centred_filter, centred_lowpass
 from dynamics.spatial import cross
 from dynamics.support import support_margin
 from dynamics.zmp import zmp_of_wrench
@@ -97,6 +98,8 @@ log = logging.getLogger("walklab.dynamics.tree")
 
 #: Marker samples after a sample that its rates need (central differences of central differences).
 LOOKAHEAD = 2
+#: Default cutoff [Hz] of the markers' centred low-pass (module doc step 1; 0 disables it).
+FILTER_HZ = 6.0
 PLATE_CHANNELS = ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "valid")
 RESIDUAL = ("res:Fx", "res:Fy", "res:Fz", "res:Mx", "res:My", "res:Mz")
 
@@ -106,19 +109,22 @@ class TreeSettings:
     """Service parameters (SI): longest a marker sample waits for a lagging plate [s]; least vertical
     force on a foot for it to stand [N]; least total vertical force for a ZMP [N]; how far above a
     plate [m] and outside its outline [m] a foot point still counts as on it (`plate_id.assign_plates`;
-    marker-driven feet need generous values)."""
+    marker-driven feet need generous values); the markers' centred low-pass cutoff [Hz] (0: none;
+    module doc step 1)."""
     max_wait_s: float = 0.1
     contact_n: float = 20.0
     min_fz_n: float = 20.0
     height_tol_m: float = 0.15
     edge_tol_m: float = 0.03
+    filter_hz: float = FILTER_HZ
 
     def __post_init__(self) -> None:
         if not (self.max_wait_s > 0 and math.isfinite(self.max_wait_s)) or not all(
                 math.isfinite(x) for x in (self.contact_n, self.min_fz_n)) or not (
-                0 <= self.height_tol_m < 10 and 0 <= self.edge_tol_m < 10):
-            raise ValueError(f"dynamics tree: need --max-wait-s > 0, finite forces and tolerances in [0, 10) m, "
-                             f"got {self}")
+                0 <= self.height_tol_m < 10 and 0 <= self.edge_tol_m < 10) or not (
+                0 <= self.filter_hz < 1e4):
+            raise ValueError(f"dynamics tree: need --max-wait-s > 0, finite forces, tolerances in [0, 10) m and "
+                             f"--filter-hz >= 0, got {self}")
 
 
 Publish = Callable[..., Any]
@@ -172,6 +178,9 @@ class TreeService:
         self.cols = np.empty(0, dtype=np.intp)
         self.previous = np.full(model.nq, np.nan)    # last finite value of each coordinate (unwrapping)
         self.rate = 0.0
+        self.taps = np.ones(1)                      # the markers' centred low-pass at self.rate (1 tap: none)
+        self.raw = np.full((0, len(mset.labels), 3), np.nan)   # its last 2L raw marker rows (start: NaN rows)
+        self.raw_meta: list[tuple | None] = []      # per raw row: (t, (t_host, t_device), receipt), or None
         self.hist_q = np.full((LOOKAHEAD, model.nq), np.nan)   # the last 2 LOOKAHEAD samples (start: NaN rows)
         self.hist: list[tuple | None] = [None] * LOOKAHEAD     # per history row: its sample, or None (virtual)
         self.last_t: int | None = None
@@ -244,6 +253,7 @@ class TreeService:
         self.last_t = None
         self.hist_q = np.full((LOOKAHEAD, self.model.nq), np.nan)
         self.hist = [None] * LOOKAHEAD
+        self._restart_filter(self.rate)
         self.pending = [s for s in self.pending if s[0] < t0]
 
     def _reject(self, f: Any, counter: str, why: str) -> None:
@@ -257,6 +267,9 @@ class TreeService:
             return f"data of shape {data.shape} and dtype {data.dtype}: expected (samples >= 1, channels), numbers"
         if not (f.rate_hz > 0 and math.isfinite(f.rate_hz)):
             return f"rate {f.rate_hz} Hz: expected a sample rate > 0"
+        if inp is None and not f.rate_hz > 2 * self.settings.filter_hz:
+            return f"rate {f.rate_hz} Hz: the markers' --filter-hz {self.settings.filter_hz:g} needs a rate above " \
+                   f"{2 * self.settings.filter_hz:g} Hz"
         if inp is not None and not set(PLATE_CHANNELS) <= set(f.channels):
             return f"channels {list(f.channels)} lack {sorted(set(PLATE_CHANNELS) - set(f.channels))}"
         if inp is None and f.channels != self.layout:
@@ -270,12 +283,45 @@ class TreeService:
             self.layout = tuple(f.channels)
         return None
 
+    def _restart_filter(self, rate: float) -> None:
+        """The markers' centred low-pass designed for `rate` Hz, its window history NaN (a new stream)."""
+        fc = self.settings.filter_hz
+        self.taps = centred_lowpass(fc, rate) if fc > 0 and rate > 2 * fc else np.ones(1)
+        self.raw = np.full((self.taps.size - 1, len(self.mset.labels), 3), np.nan)
+        self.raw_meta = [None] * (self.taps.size - 1)
+
     def _markers(self, data: np.ndarray, t: np.ndarray, th: np.ndarray, td: np.ndarray | None, recv: int,
                  rate: float) -> None:
         """Joint coordinates of a marker frame's samples (steps 1-2): data (n, channels) m at lab times
-        t (n,) ns (host and device stamps th, td), received at recv ns; rates of those now LOOKAHEAD behind."""
+        t (n,) ns (host and device stamps th, td), received at recv ns; the samples L behind filtered,
+        the rates of those LOOKAHEAD behind them."""
         data = np.concatenate([data, np.full((data.shape[0], 1), np.nan)], axis=1)
         pos = data[:, self.cols]                                            # (n, M, 3)
+        meta: list[tuple | None] = [(int(t[i]), (int(th[i]), None if td is None else int(td[i])), recv)
+                                    for i in range(t.size)]
+        half = (self.taps.size - 1) // 2
+        gap = 0
+        if self.last_t is not None and self.rate == rate:
+            missing = round((t[0] - self.last_t) * rate * 1e-9) - 1
+            # a gap: NaN rows in the missing slots (enough to cut every window and stencil across it)
+            gap = min(max(missing, 0), 2 * half + 2 * LOOKAHEAD)
+        elif self.rate != rate:         # another rate (or the first frame): a new stream, start again
+            self._restart_filter(rate)
+            half = (self.taps.size - 1) // 2
+            gap = 2 * LOOKAHEAD if self.last_t is not None else 0
+        self.rate, self.last_t = rate, int(t[-1])
+        X = np.concatenate([self.raw, np.full((gap, *pos.shape[1:]), np.nan), pos])
+        slots = self.raw_meta + [None] * gap + meta
+        if half:        # the centred low-pass: the value at slot c from slots c - L .. c + L
+            pos = centred_filter(X, self.taps)
+            # each filtered sample: its own stamps and receipt, and the receipt of the newest sample in its window
+            meta = [None if slots[c] is None else (*slots[c], max(m[2] for m in slots[c:c + half + 1] if m is not None))
+                    for c in range(half, len(slots) - half)]
+            self.raw, self.raw_meta = X[len(X) - 2 * half:], slots[len(slots) - 2 * half:]
+        else:
+            pos, meta = X, [None if m is None else (*m, m[2]) for m in slots]
+        if not meta:
+            return
         fits = h15.fit_positions(self.plan, pos)
         q = h15.joint_coordinates(self.model, self.mset, fits, self.previous, self.links, self.plan)
         seen = np.isfinite(q)
@@ -283,24 +329,13 @@ class TreeService:
         self.previous = np.where(np.isfinite(last), last, self.previous)
         feet = np.concatenate([np.einsum("nij,kj->nki", fits.rotation[s], p) + fits.translation[s][:, None]
                                for s, p in self.foot_points], axis=1)     # (n, K, 3)
-        rows_q, rows = [self.hist_q], list(self.hist)
-        if self.last_t is not None and self.rate == rate:
-            missing = round((t[0] - self.last_t) * rate * 1e-9) - 1
-            if missing > 0:     # a gap: NaN rows in the missing slots (enough to cut every stencil)
-                k = min(missing, 2 * LOOKAHEAD)
-                rows_q.append(np.full((k, self.model.nq), np.nan))
-                rows += [None] * k
-        elif self.last_t is not None:       # another rate: a new stream, start again
-            rows_q.append(np.full((2 * LOOKAHEAD, self.model.nq), np.nan))
-            rows += [None] * (2 * LOOKAHEAD)
-        self.rate, self.last_t = rate, int(t[-1])
-        rows_q.append(q)
-        rows += [(int(t[i]), feet[i], (int(th[i]), None if td is None else int(td[i])), recv) for i in range(t.size)]
-        Q = np.concatenate(rows_q)
+        Q = np.concatenate([self.hist_q, q])
+        # per row: (t, foot points, (t_host, t_device), receipt of the newest raw sample used, its own receipt)
+        rows = self.hist + [None if m is None else (m[0], feet[i], m[1], m[3], m[2]) for i, m in enumerate(meta)]
         v, a = h15.joint_rates(self.model, Q, rate)
         for i in range(LOOKAHEAD, Q.shape[0] - LOOKAHEAD):
             if rows[i] is not None:
-                ti, pts, stamps, own = rows[i]
+                ti, pts, stamps, _, own = rows[i]
                 newest = max(r[3] for r in rows[i:i + LOOKAHEAD + 1] if r is not None)
                 self.pending.append((ti, Q[i], v[i], a[i], pts, stamps, newest, own))
         self.hist_q, self.hist = Q[-2 * LOOKAHEAD:], rows[-2 * LOOKAHEAD:]
@@ -419,6 +454,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-fz-n", type=float, default=d.min_fz_n, help="least total vertical force for a ZMP [N]")
     p.add_argument("--height-tol-m", type=float, default=d.height_tol_m, help="foot point above a plate still on it [m]")
     p.add_argument("--edge-tol-m", type=float, default=d.edge_tol_m, help="plate outline grown by [m]")
+    p.add_argument("--filter-hz", type=float, default=d.filter_hz,
+                   help="cutoff of the markers' centred low-pass [Hz] (adds 0.3/cutoff s to the wait; 0: none)")
     return p
 
 
@@ -469,7 +506,7 @@ def service_from(ctx: ProcessContext, args: Sequence[str], publish: Publish | No
     plates = [(n, fp.Plate(type=d.type, corners=d.corners, origin=d.origin, cal_matrix=d.cal_matrix, name=n))
               for n, d in ctx.devices.items() if d.kind == "forceplate"]
     service = TreeService(model, mset, [f for f in o.feet.split(",") if f], plates, o.markers,
-                          TreeSettings(o.max_wait_s, o.contact_n, o.min_fz_n, o.height_tol_m, o.edge_tol_m),
+                          TreeSettings(o.max_wait_s, o.contact_n, o.min_fz_n, o.height_tol_m, o.edge_tol_m, o.filter_hz),
                           publish or ctx.publisher.publish, ctx.health.count, ctx.clock)
     service.warm()
     log.info("tree model %s (%.1f kg), marker set %s, feet %s", model.name, model.total_mass, mset.name, o.feet)

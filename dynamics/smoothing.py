@@ -15,6 +15,9 @@ k-th derivative is in those units per s^k.
   (a least-squares line, i.e. Savitzky–Golay of degree 1, evaluated at the window centre), whose
   declared latency (N − 1)/2 samples is exact at every frequency (the kernel is antisymmetric:
   linear phase).
+* ``centred_lowpass`` / ``centred_filter`` — a linear-phase FIR low-pass (scipy's ``firwin``) applied
+  as a centred window of 2L + 1 samples: zero phase, so a live stream gets it by waiting L samples
+  (its look-ahead) rather than by a lag in its values (g.4); a NaN in a window gives NaN.
 * ``regular_times`` / ``resample`` — multi-rate streams onto one timeline: device timestamps are
   replaced by the least-squares line through them against the sample count, so that clock jitter
   is not read as motion (g.5).
@@ -200,6 +203,38 @@ class CausalDifferentiator:
         if len(self._buf) < self.window:
             return np.full(self._buf[-1].shape, np.nan)
         return sum(self._w[j] * self._buf[-1 - j] for j in range(self.window))
+
+
+# --- g.4 centred (look-ahead) low-pass ----------------------------------------------------------
+
+#: Half-window of `centred_lowpass` in periods of its cutoff: L = round(CENTRED_HALF_WINDOW fs / fc) samples
+#: (50 ms at 6 Hz: 21 taps at 200 Hz, 101 at 1 kHz).
+CENTRED_HALF_WINDOW = 0.3
+
+
+def centred_lowpass(fc: float, fs: float) -> np.ndarray:
+    """Taps h (2L + 1,) of a linear-phase FIR low-pass at fs Hz with its −6 dB point at fc Hz
+    (``scipy.signal.firwin``, Hamming window; gain 1 at DC), L = max(1, round(0.3 fs/fc)) samples
+    (`CENTRED_HALF_WINDOW`). Symmetric taps: applied centred (`centred_filter`) its phase is zero at
+    every frequency and its gain is scipy's ``freqz`` magnitude. SmoothingError unless 0 < fc < fs/2."""
+    if not (fs > 0 and 0 < fc < fs / 2):
+        raise SmoothingError(f"cutoff {fc} Hz must lie in (0, {fs / 2}) Hz (Nyquist of {fs} Hz)")
+    half = max(1, round(CENTRED_HALF_WINDOW * fs / fc))
+    return signal.firwin(2 * half + 1, fc, fs=fs)
+
+
+def centred_filter(x, taps: np.ndarray) -> np.ndarray:
+    """The centred FIR of x (N, ...) (any unit, time first): y_i = Σ_k h_k x_{i+k}, k = 0..2L, one
+    output per full window, (N − 2L, ...), the value at the time of input sample i + L. A NaN in a
+    window gives NaN there (an occlusion or gap widens by L samples each side; nothing is carried)."""
+    x = _series(x, "x")
+    h = np.asarray(taps, dtype=float)
+    if h.ndim != 1 or h.size % 2 == 0:
+        raise SmoothingError(f"centred filter needs an odd number of taps, got shape {h.shape}")
+    if x.shape[0] < h.size:
+        return np.empty((0,) + x.shape[1:])
+    windows = np.lib.stride_tricks.sliding_window_view(x, h.size, axis=0)     # (N − 2L, ..., 2L + 1)
+    return windows @ h[::-1]        # convolution (symmetric taps: the same as correlation)
 
 
 # --- g.5 multi-rate streams --------------------------------------------------------------------

@@ -42,7 +42,7 @@ T0 = 10 ** 12          # lab time of the first sample [ns]
 FS, FS_PLATE = 200.0, 1000.0
 SECONDS = 1.5
 FEET = ("foot_r",)
-SETTINGS = TreeSettings(max_wait_s=1.0, height_tol_m=2.0)
+SETTINGS = TreeSettings(max_wait_s=1.0, height_tol_m=2.0, filter_hz=0.0)   # exact markers: no low-pass
 PLATE = ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "valid")
 
 
@@ -313,7 +313,7 @@ def test_samples_wait_for_the_plates_and_a_silent_plate_is_held():
     now = [0]
     counts: dict[str, int] = {}
     bus = Bus()
-    svc = TreeService(model(), mset(), FEET, record()[-1], "markers/sim", TreeSettings(max_wait_s=0.5, height_tol_m=2.0),
+    svc = TreeService(model(), mset(), FEET, record()[-1], "markers/sim", TreeSettings(max_wait_s=0.5, height_tol_m=2.0, filter_hz=0.0),
                       bus.publish, count=lambda s, k=1: counts.__setitem__(s, counts.get(s, 0) + k),
                       clock=lambda: now[0])
     stop = T0 + 500_000_000          # FP2 stops after 0.5 s
@@ -344,7 +344,7 @@ def test_a_slow_plate_stream_is_waited_for_as_long_as_its_measured_lateness():
                       for k, fr in enumerate(frames))
     now = [0]
     bus = Bus()
-    svc = TreeService(model(), mset(), FEET, record()[-1], "markers/sim", TreeSettings(max_wait_s=0.1, height_tol_m=2.0),
+    svc = TreeService(model(), mset(), FEET, record()[-1], "markers/sim", TreeSettings(max_wait_s=0.1, height_tol_m=2.0, filter_hz=0.0),
                       bus.publish, clock=lambda: now[0])
     for r, _, fr in arrivals:
         fr.t_recv = now[0] = r
@@ -597,7 +597,7 @@ def test_single_support_on_a_plate_has_a_margin_when_the_other_foot_is_in_the_ai
     tol = 0.05
     bus = Bus()
     svc = TreeService(m, human, ("foot_l", "foot_r"), [("FP1", plate)], "markers/sim",
-                      TreeSettings(max_wait_s=1.0, height_tol_m=tol), bus.publish, clock=lambda: 0)
+                      TreeSettings(max_wait_s=1.0, height_tol_m=tol, filter_hz=0.0), bus.publish, clock=lambda: 0)
     for i in range(0, len(out), 3):
         svc.feed([f for _, f in out[i:i + 3]])
     tz, zmp, zch = bus.series(ZMP)

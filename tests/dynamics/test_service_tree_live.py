@@ -23,7 +23,7 @@ STREAMS = (TORQUES, ZMP, CONTACT)
 def lab(tmp_path, ports):
     return lab_file(tmp_path, ports, "treetest", ["FP1", "FP2"],
                     ["--model", "human15", "--markers", "markers/sim", "--feet", "foot_r", "--height-tol-m", "2.0",
-                     "--max-wait-s", "2.0"], record()[-1])
+                     "--max-wait-s", "2.0", "--filter-hz", "0"], record()[-1])
 
 
 def test_the_tree_process_computes_what_the_service_computes_in_process(tmp_path):
