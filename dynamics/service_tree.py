@@ -87,8 +87,9 @@ from dynamics.kinematics import contact_positions
 from dynamics.loader import read_toml, resolve
 from dynamics.model import Model
 from dynamics.plate_id import PlateLoad, plate_id_workspace
-from dynamics.service_torques import (CONTACT, MAX_BATCH, TORQUES, ZMP, ZMP_CHANNELS, ZMP_UNITS, Arrivals, _Input,
-                                      due)
+from dynamics.energetics import cycle_energy
+from dynamics.service_torques import (CONTACT, ENERGY, ENERGY_CHANNELS, ENERGY_UNITS, MAX_BATCH, MAX_CYCLE_S, TORQUES,
+                                      ZMP, ZMP_CHANNELS, ZMP_UNITS, Arrivals, _Input, due)
 from dynamics.smoothing import centred_filter, centred_lowpass
 from dynamics.spatial import cross
 from dynamics.support import support_margin
@@ -130,6 +131,63 @@ class TreeSettings:
 Publish = Callable[..., Any]
 
 
+class _Strides:
+    """The gait cycles of one foot and the joints' power over them (module doc, ``dynamics/energy``): a
+    touch-down is a sample whose known vertical load exceeds `on` N after a known load below `on`/2
+    (hysteresis, methods.md d.6; an unknown load forgets which it was); each completed cycle (touch-down to
+    touch-down, at most `MAX_CYCLE_S`) gives each joint's `energetics.cycle_energy` — NaN for a joint
+    whose power is NaN at a sample of it, or across missing samples (a gap of more than 1.5 sample periods)."""
+
+    def __init__(self, on: float) -> None:
+        self.on, self.off = on, 0.5 * on
+        self.state: bool | None = None      # loaded, unloaded, unknown
+        self.t: list[float] = []            # s, since the cycle's start (empty: none started)
+        self.p: list[np.ndarray] = []       # (J,) W per sample
+        self.count = 0
+
+    def add(self, t: np.ndarray, fz: np.ndarray, known: np.ndarray, power: np.ndarray,
+            period: float) -> list[tuple[int, np.ndarray]]:
+        """Samples at t (n,) s: the foot's vertical load fz (n,) N, known (n,) bool, the joints' power
+        (n, J) W; period: the sample period, s. Returns (index of the touch-down sample that completed it,
+        [period s, then net, positive, absolute J per joint]) per completed cycle."""
+        out: list[tuple[int, np.ndarray]] = []
+        for i in range(t.size):
+            ti = float(t[i])
+            if self.t and not ti > self.t[-1]:                  # back in time (a re-anchored stream): start again
+                self.t, self.p, self.state = [], [], None
+            if self.t and ti - self.t[-1] > 1.5 * period:      # missing samples: the cycle's work is unknown
+                self.t.append(self.t[-1] + period)
+                self.p.append(np.full(power.shape[1], np.nan))
+                self.state = None
+            if self.t and ti - self.t[0] > MAX_CYCLE_S:         # a foot standing still: start again
+                self.t, self.p = [], []
+            if self.t:
+                self.t.append(ti)
+                self.p.append(power[i])
+            f = float(fz[i])
+            down = False
+            if not (known[i] and math.isfinite(f)):
+                self.state = None
+            elif f > self.on:
+                down, self.state = self.state is False, True
+            elif f < self.off:
+                self.state = False
+            if not down:
+                continue
+            if self.t:
+                tt, pp = np.array(self.t), np.array(self.p)
+                row = np.full(1 + 3 * pp.shape[1], np.nan)
+                row[0] = tt[-1] - tt[0]
+                for j in range(pp.shape[1]):
+                    if np.isfinite(pp[:, j]).all():
+                        e = cycle_energy(tt, pp[:, j], [tt[0], tt[-1]])
+                        row[1 + 3 * j:4 + 3 * j] = e.net[0], e.positive[0], e.absolute[0]
+                self.count += 1
+                out.append((i, row))
+            self.t, self.p = [ti], [power[i]]
+        return out
+
+
 class TreeService:
     """Marker and plate-wrench frames in; ``dynamics/torques``, ``/zmp``, ``/contact`` out (module doc).
     model: a tree with a free-flyer root; mset: its marker set; feet: foot segment names (in the set,
@@ -163,6 +221,10 @@ class TreeService:
             names += [j] if seg.joint.nv == 1 else [f"{j}_{k}" for k in range(seg.joint.nv)]
         self.torque_channels = (*(f"tau:{j}" for j in names), *(f"power:{j}" for j in names), *RESIDUAL, "stale")
         self.torque_units = ("N*m",) * len(names) + ("W",) * len(names) + ("N",) * 3 + ("N*m",) * 3 + ("1",)
+        # dynamics/energy: per cycle of the first foot, the sums over the joints, then each joint's
+        self.energy_channels = (*ENERGY_CHANNELS, *(f"{k}:{j}" for j in names for k in ENERGY_CHANNELS[:3]))
+        self.energy_units = ENERGY_UNITS + ("J",) * (3 * len(names))
+        self.strides = _Strides(settings.contact_n)
         self.contact_channels = tuple(f"{f}:{c}" for f in self.feet for c in ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "known"))
         self.contact_units = ("N",) * 3 + ("N*m",) * 3 + ("1",)
         self.contact_units *= len(self.feet)
@@ -434,6 +496,22 @@ class TreeService:
         self.publish(CONTACT, contact, kind="contact", channels=self.contact_channels, units=self.contact_units,
                      meta=meta, **common)
         self.latencies.append(latency)
+        self._energy(t, [s[5] for s in samples], kin.foot_wrench[:, 0, 2], kin.foot_known[:, 0] & have,
+                     torques[:, tau.shape[1]:2 * tau.shape[1]])
+
+    def _energy(self, t: np.ndarray, stamps: list, fz: np.ndarray, known: np.ndarray, power: np.ndarray) -> None:
+        """Feed the first foot's load fz (n,) N (known (n,)) and the joints' power (n, J) W at the computed
+        samples t (n,) ns (their (t_host, t_device) stamps) to its cycles; publish each completed one."""
+        for i, row in self.strides.add(t * 1e-9, fz, known, power, 1.0 / self.rate):
+            J = power.shape[1]
+            per = row[1:].reshape(J, 3)
+            total = per.sum(axis=0)                 # NaN when a joint's work is unknown
+            if not np.isfinite(total).all():
+                self.count(f"{ENERGY}:unknown_cycles", 1)
+            th, td = stamps[i]
+            self.publish(ENERGY, np.concatenate([total, row[:1], row[1:]])[None], kind="energy", rate_hz=0.0,
+                         channels=self.energy_channels, units=self.energy_units, t=int(t[i]), t_host=th,
+                         t_device=td, meta={"foot": self.feet[0], "cycle": self.strides.count})
 
 
 # -------------------------------------------------------------------------------- process ----
