@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Union
 
+from controller.synergies.robot import RobotConfig, load_robot
 from daq.bus import DEFAULT_RCVHWM, DEFAULT_SNDHWM, is_local_endpoint
 
 __all__ = [
@@ -215,6 +216,12 @@ class Mcu:
         "MCU watchdog: torque off when commands and heartbeats stop this long", gt=0))
     motors: tuple[str, ...] = field(default=("crank",), metadata=_doc(
         "motor names in MCU order; each is the stream ``encoder/NAME``"))
+    robot: str = field(default="", metadata=_doc(
+        "robot config of the robot this MCU drives: a shipped name (``exoskeleton``: "
+        "``configs/exoskeleton.toml``) or a ``.toml`` file (relative to the lab config), read and checked on "
+        "load; ``motors`` must be its ``actuators``. Empty: none (the simulated exoskeleton world needs one)"))
+    robot_config: RobotConfig | None = field(default=None, compare=False, repr=False, metadata=_doc(
+        "", internal=True))  # ``robot`` read by `load`: processes use it without importing the controller
 
     @property
     def streams(self) -> tuple[str, ...]:
@@ -623,4 +630,22 @@ def load(path: str | Path) -> Lab:
     lab = _build(Lab, raw, "", ctx)
     lab = dataclasses.replace(lab, source=p)
     _cross_checks(lab, ctx)
-    return lab
+    return dataclasses.replace(lab, devices={n: _with_robot(n, d, ctx) for n, d in lab.devices.items()})
+
+
+def _with_robot(name: str, device: Device, ctx: _Ctx) -> Device:
+    """An MCU with ``robot`` set, its robot config read (`controller.synergies.robot.load_robot`) and its
+    ``motors`` checked against the config's ``actuators``; any other device as it is."""
+    if not isinstance(device, Mcu) or not device.robot:
+        return device
+    try:
+        where = Path(device.robot).expanduser()
+        if where.suffix and not where.is_absolute():  # a file: relative to the lab config, as its other paths
+            where = ctx.file.parent / where
+        robot = load_robot(where if where.suffix else device.robot)
+    except (ValueError, OSError, RuntimeError) as exc:  # RobotConfigError; a name no path can be (NUL, ~nobody)
+        raise ctx.error(f"devices.{name}.robot", str(exc).replace("\n", " "), device.robot) from None
+    if device.motors != robot.actuators:
+        raise ctx.error(f"devices.{name}.motors", f"expected the actuators of its robot config {robot.source}, "
+                        f"{_show(list(robot.actuators))}", list(device.motors))
+    return dataclasses.replace(device, robot_config=robot)

@@ -5,25 +5,22 @@
 and the plates' gait events), takes the mean over the left strides (`analyze.cycle_curves`) of the
 sagittal (X) hip flexion, knee flexion and ankle dorsiflexion and the pelvis anterior tilt, made
 periodic by removing the stride-mean's end-to-start drift (`semi_inverse.periodic`), and the double
-support share p (% of the stride) from the events. ``write_cycle``/``read_cycle``: the CSV
-(``configs/gaits/walking01.csv``, made by ``cycle_from_trial`` from
-``../shared/data/pyCGM2_lower_limb_CGM24_Walking01.c3d``, Vicon's pyCGM2 sample walking trial from the
-c3d.org sample collection): ``#`` header lines (source, double_support), then ``phase,hip,knee,ankle,tilt``
-in rad at phases k/K of the cycle from the left foot strike.
+support share p (% of the stride) from the events. The CSV, its reader and writer are a file format,
+`daq.formats.gait_cycle` (``read_cycle``, ``write_cycle``): ``configs/gaits/walking01.csv`` was made by
+``cycle_from_trial`` from ``../shared/data/pyCGM2_lower_limb_CGM24_Walking01.c3d``, Vicon's pyCGM2 sample
+walking trial from the c3d.org sample collection.
 """
 from __future__ import annotations
 
-import csv
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from daq.formats.gait_cycle import read_cycle  # noqa: F401  (controller.synergies.biped imports it from here)
 from dynamics import gait_events as ge
 from dynamics.synthesis.biped import BipedError
 from dynamics.synthesis.semi_inverse import LegCycle, periodic
-
-SHIPPED = "gaits/walking01.csv"
 
 
 def cycle_from_trial(path, side: str = "L", points: int = 101) -> LegCycle:
@@ -64,32 +61,3 @@ def double_support(events: ge.Events, side: str = "L") -> float:
     if not out:
         raise BipedError(f"no {side} stride with both double supports in the events")
     return float(np.mean(out))
-
-
-def write_cycle(cycle: LegCycle, path: Path) -> Path:
-    path = Path(path)
-    with path.open("w", newline="") as f:
-        f.write(f"# source: {cycle.source}\n# double_support: {cycle.double_support:.6f}\n")
-        w = csv.writer(f)
-        w.writerow(["phase", "hip", "knee", "ankle", "tilt"])
-        for row in zip(cycle.phase, cycle.hip, cycle.knee, cycle.ankle, cycle.tilt):
-            w.writerow([f"{x:.10g}" for x in row])
-    return path
-
-
-def read_cycle(path=None) -> LegCycle:
-    """A cycle CSV (module doc); default the shipped one. BipedError naming the file if bad."""
-    import configs
-
-    p = configs.path(SHIPPED) if path is None else Path(path)
-    try:
-        lines = p.read_text().splitlines()
-    except OSError as e:
-        raise BipedError(f"{p}: cannot read the gait cycle ({e.strerror})") from None
-    head = dict(ln[1:].strip().split(": ", 1) for ln in lines if ln.startswith("#") and ": " in ln)
-    try:
-        rows = np.array([[float(x) for x in ln.split(",")] for ln in lines if ln and not ln.startswith(("#", "phase"))])
-        return LegCycle(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4],
-                        float(head["double_support"]), head.get("source", ""))
-    except (KeyError, ValueError, IndexError) as e:
-        raise BipedError(f"{p}: not a gait cycle table ({e})") from None

@@ -1,20 +1,21 @@
 """The simulated exoskeleton world as a lab process: the exoskeleton's MCU, its force plates, markers and encoders.
 
 ``run(ctx, args)`` (``module = "daq.devices.exo_world_sim"``) runs `dynamics.plants.exo_world`: the
-wearer and exoskeleton walk one semi-inverse nominal of the robot config ``--robot`` (configs/exoskeleton.toml:
-model, joints, gait cycle; grid point ``--scale`` S, ``--period`` T s, ``--zmp-law`` single double: 6 1
-by default, the law whose centre of pressure stays on the rigid feet, `dynamics.plants.exo_world`),
-built when the process starts (`semi_inverse.build_nominal`, a few seconds; with the frontal roll when
-the config's ``biped.frontal`` is true, as configs/exoskeleton.toml's); the body's motion is
-prescribed, its ground reaction computed by `dynamics.rnea`. The exoskeleton's joint motors are the
-motors of a virtual MCU on a pty (`firmware_bridge.virtual`, the ``kind = "mcu"`` device the process
-serves, whose ``motors`` must be the robot config's actuators; its path linked as in
-`daq.simulated_robot`), geared DC motors (``--gear`` 100:1, rotor 3.3e-5 kg m², the model's harmonic
-drives) loaded by the cuffs that strap them to the wearer's joints (`ExoSim.load`, stiffness
-``--cuff-stiffness``, damping ``--cuff-damping``): unpowered, they follow the nominal's joint angles;
-whoever opens the pty may command them. Instruments and stamps as `daq.devices.world_sim` (the same
-code, `WorldSource._instrument_blocks`): the world's time is the MCU's, one world sample per plate
-sample (1 kHz, two motor substeps per 500 Hz control tick):
+wearer and exoskeleton walk one semi-inverse nominal of the robot config its MCU names (the ``kind = "mcu"``
+device the process serves, ``robot = "exoskeleton"``: configs/exoskeleton.toml — model, joints, gait
+cycle; the lab config's loader, `controller.config`, reads it and checks the MCU's ``motors`` are its
+actuators, so this module never imports the controller; grid point ``--scale`` S, ``--period`` T s,
+``--zmp-law`` single double: 6 1 by default, the law whose centre of pressure stays on the rigid feet,
+`dynamics.plants.exo_world`), built when the process starts (`semi_inverse.build_nominal`, a few seconds;
+with the frontal roll when the config's ``biped.frontal`` is true, as configs/exoskeleton.toml's; its gait
+cycle read by `daq.formats.gait_cycle`); the body's motion is prescribed, its ground reaction computed by
+`dynamics.rnea`. The exoskeleton's joint motors are the motors of a virtual MCU on a pty
+(`firmware_bridge.virtual`, that device's; its path linked as in `daq.simulated_robot`), geared DC
+motors (``--gear`` 100:1, rotor 3.3e-5 kg m², the model's harmonic drives) loaded by the cuffs that strap
+them to the wearer's joints (`ExoSim.load`, stiffness ``--cuff-stiffness``, damping ``--cuff-damping``):
+unpowered, they follow the nominal's joint angles; whoever opens the pty may command them. Instruments and
+stamps as `daq.devices.world_sim` (the same code, `WorldSource._instrument_blocks`): the world's time is the
+MCU's, one world sample per plate sample (1 kHz, two motor substeps per 500 Hz control tick):
 
 - ``forceplate/NAME`` per ``kind = "forceplate"``, ``source = "sim"`` device: the raw channels of the
   feet's ground reactions on it (`exo_world.ground_reaction`, each foot's share at its point, free
@@ -38,12 +39,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from daq.context import Block, ProcessContext
 from daq.devices.world_sim import WorldSource, _Out, check_args, serve, world_parser
+
+if TYPE_CHECKING:  # typing only: daq never imports controller at run time (architecture.md)
+    from pathlib import Path
+
+    from controller.config import Mcu
+    from controller.synergies.robot import RobotConfig
 
 log = logging.getLogger("walklab.exo_world_sim")
 
@@ -60,7 +67,6 @@ def _parser() -> argparse.ArgumentParser:
 
     p = world_parser("daq.devices.exo_world_sim", "simulated exoskeleton world", gear=100.0, cpr=16384, x0=-2.0,
                      marker_stream="markers/exo")
-    p.add_argument("--robot", default="exoskeleton", help="robot config (a file, or a shipped name)")
     p.add_argument("--scale", type=float, default=0.6, help="step scale S of the nominal")
     p.add_argument("--period", type=float, default=1.2, help="stride period T of the nominal, s")
     p.add_argument("--zmp-law", type=int, nargs=2, default=[6, 1], metavar=("SINGLE", "DOUBLE"),
@@ -88,22 +94,32 @@ def parse_args(name: str, args: Sequence[str]) -> argparse.Namespace:
     return check_args(name, o, positive=("scale", "period", "cuff_stiffness"), nonnegative=("cuff_damping",), bad=bad)
 
 
-def build_world(opts: argparse.Namespace):
-    """The `ExoWorld` of the options (module doc): the robot config's model, joints and gait cycle, the
-    nominal at (S, T, law; with the frontal roll when the config's ``biped.frontal`` says so), the marker
-    set. A grid point with no periodic trunk is a ValueError."""
-    from controller.synergies.gait_cycle import read_cycle
-    from controller.synergies.robot import load_robot
+def world_robot(source: Path, mcu: Mcu) -> RobotConfig:
+    """The robot config the world walks: the one its MCU device names (``robot``, read by the lab config's
+    loader). ValueError naming the lab file and the key when it names none or one with no ``[biped]`` table."""
+    key = f"{source}: devices.{mcu.name}.robot"
+    cfg = mcu.robot_config
+    if cfg is None:
+        raise ValueError(f"{key}: missing: the exoskeleton world walks the robot config its MCU names "
+                         '(e.g. robot = "exoskeleton")')
+    if cfg.biped is None:
+        raise ValueError(f'{key} = "{mcu.robot}": {cfg.source} has no [biped] table (the exoskeleton world walks a '
+                         "biped or exoskeleton config)")
+    return cfg
+
+
+def build_world(opts: argparse.Namespace, cfg: RobotConfig):
+    """The `ExoWorld` of the options (module doc) and the robot config `cfg` (`world_robot`): its model, joints
+    and gait cycle, the nominal at (S, T, law; with the frontal roll when the config's ``biped.frontal`` says
+    so), the marker set. A grid point with no periodic trunk is a ValueError."""
     from daq.devices.markers_sim import load_marker_set
+    from daq.formats.gait_cycle import read_cycle
     from dynamics.loader import load_model
     from dynamics.plants.exo_world import exo_world
     from dynamics.synthesis.biped import BipedError
     from dynamics.synthesis.semi_inverse import BipedJoints, build_nominal
 
-    cfg = load_robot(opts.robot)
     g = cfg.biped
-    if g is None:
-        raise ValueError(f"--robot {opts.robot}: {cfg.source} has no [biped] table (a biped or exoskeleton config)")
     joints = BipedJoints(tuple(g.hips), tuple(g.knees), tuple(g.ankles), g.trunk, tuple(g.feet))
     mset = None if opts.markerset == "model" else load_marker_set(opts.markerset)
     single, double = opts.zmp_law
@@ -127,11 +143,8 @@ class ExoWorldSource(WorldSource):
         from dynamics.plants.exo_world import ExoSim, stride_table
 
         self.ctx, self.opts = ctx, opts
-        mcu = ctx.device("mcu")
-        self.world = build_world(opts)
-        if tuple(mcu.motors) != self.world.actuators:
-            raise ValueError(f"{ctx.lab.source}: devices.{mcu.name}.motors = {list(mcu.motors)}: the exoskeleton world "
-                             f"drives {list(self.world.actuators)} (the robot config's actuators)")
+        mcu = ctx.device("mcu")  # its motors are the robot config's actuators (checked by the lab config's loader)
+        self.world = build_world(opts, world_robot(ctx.lab.source, mcu))
         self.mcu_device = mcu
         h = 1.0 / (2 * opts.control_hz)  # the motor plant's two substeps per control tick
         every = self._instruments(h, self.world.labels, self.world.actuators)

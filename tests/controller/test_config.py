@@ -104,6 +104,13 @@ BAD = [
     (('name = "t"\n', ''), "lab.name", ["missing required key", "a string"]),
     (('name = "plates"', 'name = "supervisor"'), "processes[0].name", ["unique"]),
     (("[lab]", "lab = 3\n[lab2]"), "lab", ["unknown key"]),
+    (("[devices.FP1]", '[devices.M]\nkind = "mcu"\nport = "/dev/null"\nrobot = "exoskeletn"\n[devices.FP1]'),
+     "devices.M.robot", ['"exoskeletn"', "no robot config 'exoskeletn'"]),
+    (("[devices.FP1]", '[devices.M]\nkind = "mcu"\nport = "/dev/null"\nrobot = "mine.toml"\n[devices.FP1]'),
+     "devices.M.robot", ['"mine.toml"', "mine.toml: cannot read"]),
+    (("[devices.FP1]", '[devices.M]\nkind = "mcu"\nport = "/dev/null"\nrobot = "exoskeleton"\n[devices.FP1]'),
+     "devices.M.motors", ['["crank"]', "expected the actuators of its robot config", "exoskeleton.toml",
+                          '["hip_flexion_l", "knee_l", "hip_flexion_r", "knee_r"]']),
 ]
 
 
@@ -120,6 +127,24 @@ def test_bad_config_is_one_line_naming_file_key_and_expectation(tmp_path, capsys
     assert lines[0].startswith(f"walklab config: error: {path}: {key}")
     for w in words:
         assert w in lines[0], (w, lines[0])
+
+
+def test_an_mcu_s_robot_config_is_read_on_load(tmp_path):
+    """``devices.NAME.robot``: a shipped name, or a file relative to the lab config; the typed device carries
+    the robot config `controller.synergies.robot.load_robot` reads from that file (processes use it without
+    importing the controller)."""
+    from controller.synergies.robot import load_robot
+
+    mcu = '[devices.M]\nkind = "mcu"\nport = "/dev/null"\nmotors = ["left_shaft", "right_shaft"]\nrobot = "{}"\n'
+    shipped = config.load(write(tmp_path, GOOD + mcu.format("jansen"))).devices["M"]
+    assert shipped.robot == "jansen" and shipped.robot_config == load_robot(REPO / "configs" / "jansen.toml")
+    (tmp_path / "robots").mkdir()
+    (tmp_path / "robots" / "mine.toml").write_text((REPO / "configs" / "jansen.toml").read_text())
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    mine = config.load(write(other, GOOD + mcu.format("../robots/mine.toml"))).devices["M"]
+    assert mine.robot_config == dataclasses.replace(load_robot(tmp_path / "robots" / "mine.toml"),
+                                                    source=str(other / "../robots/mine.toml"))
 
 
 def test_check_requires_a_run_function(tmp_path, capsys):

@@ -17,7 +17,7 @@ import pinocchio as pin
 
 import configs
 from controller.config import load
-from daq.devices.exo_world_sim import build_world, parse_args
+from daq.devices.exo_world_sim import build_world, parse_args, world_robot
 from daq.ports import on_free_ports
 from dynamics.forceplate import Plate, process
 from dynamics.pinocchio_model import to_pinocchio
@@ -59,7 +59,7 @@ def test_walklab_run_exo_world_publishes_plates_markers_and_joints(tmp_path):
         seq = np.array([d["seq"] for d in docs])
         assert np.array_equal(seq, np.arange(seq[0], seq[0] + seq.size)), stream  # no seq gap
     world_proc = next(p for p in lab.processes if p.name == "world")
-    world = build_world(parse_args("world", world_proc.args))
+    world = build_world(parse_args("world", world_proc.args), world_robot(lab.source, lab.devices["exo_mcu"]))
     pm = to_pinocchio(world.model)
     data = pm.createData()
 
@@ -160,7 +160,7 @@ def test_walklab_run_exo_world_live_torques_and_zmp_agree_with_the_worlds_truth(
     for stream in ("dynamics/torques", "dynamics/zmp", "dynamics/contact"):
         assert stream in f, sorted(f)
     lab = load(cfg)
-    world = build_world(parse_args("world", next(p for p in lab.processes if p.name == "world").args))
+    world = build_world(parse_args("world", lab.process("world").args), world_robot(lab.source, lab.devices["exo_mcu"]))
     pm = to_pinocchio(world.model)
     data = pm.createData()
     t, tq = samples(f["dynamics/torques"])

@@ -11,9 +11,9 @@ import pinocchio as pin
 import pytest
 
 from controller.synergies import biped
-from controller.synergies.gait_cycle import read_cycle
 from controller.synergies.robot import load_robot
 from controller.synergies.select import Request, select, valid
+from daq.formats.gait_cycle import read_cycle
 from dynamics.loader import load_model
 from dynamics.pinocchio_model import to_pinocchio
 from dynamics.synthesis.semi_inverse import BipedJoints, build_nominal

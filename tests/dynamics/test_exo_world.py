@@ -11,7 +11,7 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from controller.synergies.gait_cycle import read_cycle
+from daq.formats.gait_cycle import read_cycle
 from dynamics.forceplate import Plate, process
 from dynamics.kinematics import forward_kinematics
 from dynamics.loader import load_model

@@ -548,7 +548,7 @@ def test_single_support_on_a_plate_has_a_margin_when_the_other_foot_is_in_the_ai
     swing foot known to carry nothing."""
     import pinocchio as pin
 
-    from controller.synergies.gait_cycle import read_cycle
+    from daq.formats.gait_cycle import read_cycle
     from daq.devices.markers_sim import load_marker_set
     from dynamics.pinocchio_model import to_pinocchio
     from dynamics.plants.exo_world import exo_world, ground_reaction, marker_positions, motion

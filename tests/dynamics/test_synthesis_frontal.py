@@ -12,7 +12,7 @@ the left/right mirror symmetry of a symmetric gait.
 import numpy as np
 import pytest
 
-from controller.synergies.gait_cycle import read_cycle
+from daq.formats.gait_cycle import read_cycle
 from dynamics.centroidal import centroidal_momentum
 from dynamics.kinematics import forward_kinematics, tree_state
 from dynamics.loader import load_model

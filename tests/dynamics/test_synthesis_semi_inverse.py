@@ -10,7 +10,8 @@ shared gait trial through the analysis pipeline.
 import numpy as np
 import pytest
 
-from controller.synergies.gait_cycle import cycle_from_trial, read_cycle
+from controller.synergies.gait_cycle import cycle_from_trial
+from daq.formats.gait_cycle import read_cycle
 from dynamics.kinematics import forward_kinematics
 from dynamics.loader import load_model
 from dynamics.synthesis.biped import BipedError, ShootingSettings, flow, zmp_law

@@ -9,7 +9,7 @@ config's), T = 1.2 s, law II/2, 64 phases; S 0.82 -> 0.85 is rejected as blended
 import numpy as np
 import pytest
 
-from controller.synergies.gait_cycle import read_cycle
+from daq.formats.gait_cycle import read_cycle
 from dynamics.loader import load_model
 from dynamics.synthesis.biped import BipedError
 from dynamics.synthesis.semi_inverse import (BipedJoints, blended_trunk, build_nominal, nominal_trunk,

@@ -1,9 +1,28 @@
 """daq.devices.exo_world_sim: its arguments (every bad value is one line naming the option; the process then
-exits 2 and is not restarted) and a robot config that is not a biped's. The whole lab runs in
-tests/controller/test_run_exo.py; the world's physics in tests/dynamics/test_exo_world.py."""
+exits 2 and is not restarted) and its robot, the one its MCU device names (none, a wrong name, one that is
+not a biped's: one line naming the key). The whole lab runs in tests/controller/test_run_exo.py; the world's
+physics in tests/dynamics/test_exo_world.py."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
 import pytest
 
-from daq.devices.exo_world_sim import build_world, parse_args
+import configs
+from controller.config import load as load_lab
+from controller.synergies.robot import load_robot
+from daq.bus import Subscriber
+from daq.devices.exo_world_sim import build_world, parse_args, world_robot
+from daq.ports import free_tcp_ports
+from dynamics.plants.exo_world import CUFF_STIFFNESS
+from firmware_bridge import protocol as P
+from firmware_bridge.link import Link
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("args, words", [
@@ -23,32 +42,63 @@ def test_bad_arguments_are_one_line(args, words):
     assert words in str(err.value) and "\n" not in str(err.value) and "process 'world'" in str(err.value)
 
 
-def test_a_robot_config_without_biped_joints_is_one_line():
-    with pytest.raises(ValueError, match=r"--robot jansen: .*jansen\.toml has no \[biped\] table"):
-        build_world(parse_args("world", ["--robot", "jansen"]))
+def mcu_lab(tmp_path, robot: str | None, motors: str = '["hip_flexion_l", "knee_l", "hip_flexion_r", "knee_r"]',
+            port: Path | None = None, ports=(5790, 5791), args: str = "[]") -> Path:
+    """A lab config whose world process serves one MCU naming `robot` (None: no ``robot`` key)."""
+    cfg = tmp_path / "lab.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        [lab]
+        name = "exo-world"
+        [supervisor]
+        bind = "tcp://127.0.0.1:{ports[0]}"
+        [[processes]]
+        name = "world"
+        module = "daq.devices.exo_world_sim"
+        bind = "tcp://127.0.0.1:{ports[1]}"
+        devices = ["exo_mcu"]
+        args = {args}
+        [devices.exo_mcu]
+        kind = "mcu"
+        port = "{port or tmp_path / 'mcu'}"
+        motors = {motors}
+        watchdog_ms = 300
+        """) + ("" if robot is None else f'robot = "{robot}"\n'))
+    return cfg
+
+
+def test_the_robot_is_the_one_its_mcu_names_and_a_wrong_one_is_one_line(tmp_path):
+    lab = load_lab(mcu_lab(tmp_path, "exoskeleton"))
+    assert world_robot(lab.source, lab.devices["exo_mcu"]) == load_robot("exoskeleton")
+    lab = load_lab(mcu_lab(tmp_path, "jansen", motors='["left_shaft", "right_shaft"]'))
+    with pytest.raises(ValueError) as err:
+        world_robot(lab.source, lab.devices["exo_mcu"])
+    assert str(err.value) == (f'{lab.source}: devices.exo_mcu.robot = "jansen": {configs.path("jansen.toml")} has no '
+                              "[biped] table (the exoskeleton world walks a biped or exoskeleton config)")
+    lab = load_lab(mcu_lab(tmp_path, None))
+    with pytest.raises(ValueError, match=r"lab\.toml: devices\.exo_mcu\.robot: missing: .* robot = \"exoskeleton\""):
+        world_robot(lab.source, lab.devices["exo_mcu"])
     with pytest.raises(ValueError, match="--markerset 'nope'"):
-        build_world(parse_args("world", ["--markerset", "nope"]))
+        build_world(parse_args("world", ["--markerset", "nope"]), load_robot("exoskeleton"))
+
+
+@pytest.mark.parametrize("robot, motors, key, words", [
+    ("exoskeletn", None, "devices.exo_mcu.robot", "no robot config 'exoskeletn'"),
+    ("jansen", None, "devices.exo_mcu.motors", "expected the actuators of its robot config"),
+    (None, None, "devices.exo_mcu.robot", "missing: the exoskeleton world walks the robot config its MCU names"),
+])
+def test_the_world_process_with_a_wrong_robot_exits_2_with_one_line(tmp_path, robot, motors, key, words):
+    # the real process runtime (python -m controller.proc): a config mistake is exit status 2 and one log line
+    cfg = mcu_lab(tmp_path, robot, **({"motors": motors} if motors else {}), ports=free_tcp_ports(2))
+    run = subprocess.run([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "world"], cwd=REPO,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stderr[-3000:]
+    errors = [ln for ln in run.stderr.splitlines() if " ERROR " in ln]
+    assert len(errors) == 1 and f"{cfg}: {key}" in errors[0] and words in errors[0], run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
 
 
 # ------------------------------------------------------------------ a host commanding a motor through the pty
 
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import textwrap  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from controller.config import load as load_lab  # noqa: E402
-from daq.bus import Subscriber  # noqa: E402
-from daq.ports import free_tcp_ports  # noqa: E402
-from dynamics.plants.exo_world import CUFF_STIFFNESS  # noqa: E402
-from firmware_bridge import protocol as P  # noqa: E402
-from firmware_bridge.link import Link  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[3]
 STRIDE_NS = 1_200_000_000  # the default nominal's stride, 1.2 s
 TORQUE = 15.0              # N m on the left hip motor (3 A at 5 N m/A: within the MCU's 5 A default)
 
@@ -59,24 +109,7 @@ def test_a_commanded_motor_torque_deflects_its_cuff_by_hookes_law(tmp_path):
     # command is held by the cuff alone: mean(θ − q_j) grows by τ / k against the unpowered motor's.
     ports = free_tcp_ports(2)
     port = tmp_path / "mcu"
-    cfg = tmp_path / "lab.toml"
-    cfg.write_text(textwrap.dedent(f"""
-        [lab]
-        name = "exo-cuff"
-        [supervisor]
-        bind = "tcp://127.0.0.1:{ports[0]}"
-        [[processes]]
-        name = "world"
-        module = "daq.devices.exo_world_sim"
-        bind = "tcp://127.0.0.1:{ports[1]}"
-        devices = ["exo_mcu"]
-        args = ["--dropout", "0"]
-        [devices.exo_mcu]
-        kind = "mcu"
-        port = "{port}"
-        motors = ["hip_flexion_l", "knee_l", "hip_flexion_r", "knee_r"]
-        watchdog_ms = 300
-        """))
+    cfg = mcu_lab(tmp_path, "exoskeleton", port=port, ports=ports, args='["--dropout", "0"]')
     sub = Subscriber([f"tcp://127.0.0.1:{ports[1]}"], ["encoder/hip_flexion_l", "sim/exo"])
     args = load_lab(cfg).process("world").args
     proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "world", *args],
