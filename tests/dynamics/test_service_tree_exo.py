@@ -97,10 +97,12 @@ def plates():
     return out
 
 
-def frames(noise_m: float = 0.0, seed: int = 0) -> list[Frame]:
-    """The world's marker frames (+ N(0, noise²) per coordinate) and the plates' frames, in the order of
-    their last sample's time."""
+def frames(noise_m: float = 0.0, seed: int = 0, layout=None) -> list[Frame]:
+    """The world's marker frames (+ N(0, noise²) per coordinate) and the frames of the plates `layout`
+    (default `plates()`; each carries the feet whose load point lies on it, as the world process's:
+    `jansen_world.plate_loads`), in the order of their last sample's time."""
     from dynamics.plants.exo_world import marker_positions
+    from dynamics.plants.jansen_world import plate_loads
 
     t, q, _, _, g, _ = truth()
     w = world()
@@ -115,10 +117,10 @@ def frames(noise_m: float = 0.0, seed: int = 0) -> list[Frame]:
         ts = t[::every][i]
         out.append((stamp(t[::every][i + 1]), Frame("markers/exo", "markers", k, stamp(ts), stamp(ts), stamp(ts), FS,
                                                      chans, ("m",) * len(chans), data[i:i + 2])))
-    for side, (name, plate) in enumerate(plates()):
-        F = g.foot_force[:, side]
-        n = np.cross(g.point[:, side], F) + g.foot_moment[:, side]
-        rows = np.column_stack([F, n - np.cross(plate.centre, F), F[:, 2] > THRESHOLD_N])
+    layout = plates() if layout is None else layout
+    for (name, plate), (F, M) in zip(layout, plate_loads(g.point, g.foot_force, [p for _, p in layout],
+                                                         g.foot_moment)):
+        rows = np.column_stack([F, M, F[:, 2] > THRESHOLD_N])
         for k, i in enumerate(range(0, t.size - 4, 5)):
             out.append((stamp(t[i + 4]), Frame(f"dynamics/grf/{name}", "grf", k, stamp(t[i]), stamp(t[i]), stamp(t[i]),
                                                FS_PLATE, PLATE, ("1",) * 7, rows[i:i + 5])))
@@ -126,12 +128,14 @@ def frames(noise_m: float = 0.0, seed: int = 0) -> list[Frame]:
     return [f for _, f in out]
 
 
-def serve(fr: list[Frame], filter_hz: float = FILTER_HZ) -> tuple[Bus, dict[str, int]]:
+def serve(fr: list[Frame], filter_hz: float = FILTER_HZ, layout=None) -> tuple[Bus, dict[str, int]]:
+    """The service's outputs and counters for frames `fr` over the plates `layout` (default `plates()`)."""
     from daq.devices.markers_sim import load_marker_set
 
     counts: dict[str, int] = {}
     bus = Bus()
-    svc = TreeService(world().model, load_marker_set("human15"), ("foot_l", "foot_r"), plates(), "markers/exo",
+    svc = TreeService(world().model, load_marker_set("human15"), ("foot_l", "foot_r"),
+                      plates() if layout is None else layout, "markers/exo",
                       TreeSettings(max_wait_s=1.0, contact_n=THRESHOLD_N, filter_hz=filter_hz), bus.publish,
                       count=lambda s, k=1: counts.__setitem__(s, counts.get(s, 0) + k), clock=lambda: 0)
     for i in range(0, len(fr), 3):
@@ -263,21 +267,12 @@ def test_a_cycle_with_an_unknown_load_or_lost_samples_has_nan_work_and_is_counte
     its plate, is still the complete run's. A lost marker frame in the first cycle makes every joint's work
     of that cycle NaN (its samples are missing, not integrated across)."""
     t1, full, ch = cycles(serve(frames(), 0.0)[0])[1]
-    fr = frames()
     short = dict(plates())
     c = short["FP_R"].corners.copy()
     c[[0, 3], 0] = 1.7
     cut = [("FP_L", short["FP_L"]), ("FP_R", fp.Plate(type=2, corners=c, origin=np.array([0.0, 0.0, -0.04]),
                                                       name="FP_R"))]
-    from daq.devices.markers_sim import load_marker_set
-
-    counts: dict[str, int] = {}
-    bus = Bus()
-    svc = TreeService(world().model, load_marker_set("human15"), ("foot_l", "foot_r"), cut, "markers/exo",
-                      TreeSettings(max_wait_s=1.0, contact_n=THRESHOLD_N, filter_hz=0.0), bus.publish,
-                      count=lambda s, k=1: counts.__setitem__(s, counts.get(s, 0) + k), clock=lambda: 0)
-    for i in range(0, len(fr), 3):
-        svc.feed(fr[i:i + 3])
+    bus, counts = serve(frames(layout=cut), 0.0, cut)
     got = cycles(bus)
     assert [g[0] for g in got][-1] == t1
     row = got[-1][1]
@@ -287,7 +282,7 @@ def test_a_cycle_with_an_unknown_load_or_lost_samples_has_nan_work_and_is_counte
     np.testing.assert_array_equal(row[left], full[left])
     assert counts[f"{ENERGY}:unknown_cycles"] >= 1
     # a lost marker frame in the first cycle (1.165-2.365 s): samples 350, 351
-    lost = [f for f in fr if not (f.stream == "markers/exo" and f.seq == 175)]
+    lost = [f for f in frames() if not (f.stream == "markers/exo" and f.seq == 175)]
     bus, counts = serve(lost, 0.0)
     (_, first, _), (_, second, _) = cycles(bus)
     assert np.isnan(first[4:]).all() and first[ch.index("period")] == pytest.approx(1.2)
