@@ -163,8 +163,8 @@ def leg_errors(bus: Bus) -> tuple[np.ndarray, np.ndarray]:
 
 def test_the_filter_makes_the_torques_usable_under_1_mm_marker_noise():
     """1 mm marker noise (the lab's), differentiated twice over h = 5 ms without a filter: hip torque errors
-    of ~150 N·m rms (measured 152, of a 197 N·m peak; knee 39 of 98) — noise. With the default centred
-    6 Hz low-pass (21 taps, 50 ms): measured 5.0-5.2 N·m rms at the hips, 1.4 at the knees over three noise
+    of ~150 N·m rms (measured 151-165, of a 197 N·m peak; knees 37-42 of 98) — noise. With the default centred
+    6 Hz low-pass (21 taps, 50 ms): measured 4.8-5.2 N·m rms at the hips, 1.3-1.4 at the knees over three noise
     seeds, of which 3.5 and 1.1 are the filter's own smoothing of the noise-free motion (the world's
     ground-reaction shares switch at the double-support bounds faster than 6 Hz). Asserted: every actuated
     joint within 5 % of its peak (hip 9.9, knee 4.9 N·m), and without the filter above 30 %."""
