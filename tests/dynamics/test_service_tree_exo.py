@@ -288,3 +288,16 @@ def test_a_cycle_with_an_unknown_load_or_lost_samples_has_nan_work_and_is_counte
     assert np.isnan(first[4:]).all() and first[ch.index("period")] == pytest.approx(1.2)
     np.testing.assert_array_equal(second, full)
     assert counts[f"{ENERGY}:unknown_cycles"] == 1
+
+
+def test_a_negative_cutoff_is_a_one_line_error_and_markers_too_slow_for_it_are_rejected():
+    """--filter-hz below 0 is refused when the settings are made; marker frames at 10 Hz (Nyquist 5 Hz, below
+    the 6 Hz cutoff) are rejected and counted, nothing computed from them; with --filter-hz 0 they are taken."""
+    with pytest.raises(ValueError, match="--filter-hz >= 0"):
+        TreeSettings(filter_hz=-1.0)
+    slow = [Frame(f.stream, f.kind, f.seq, f.t, f.t_host, f.t_device, 10.0, f.channels, f.units, f.data)
+            if f.stream == "markers/exo" else f for f in frames()[:400]]
+    bus, counts = serve(slow)
+    assert counts["markers/exo:rejected"] == sum(f.stream == "markers/exo" for f in slow) and TORQUES not in bus.frames
+    bus, counts = serve(slow, 0.0)
+    assert "markers/exo:rejected" not in counts and TORQUES in bus.frames
