@@ -7,9 +7,11 @@ Each cycle, in the shape of ros2_control's read -> update -> write:
    (``controller/estop``: 1 latch, 0 reset) from the bus and from the operator endpoint
    (``--operator``, where `walklab estop` and `walklab command` bind for a moment), and with the ZMP
    guard (``--zmp-guard``, on by default for biped and exoskeleton robots) the ``dynamics/zmp``
-   frames waiting (`ZmpWatch`: the least new ``margin``, the newest sample's time). Stale input is a
+   frames waiting (`ZmpWatch`: the new samples' ``margin``, the newest sample's time). Stale input is a
    safety event, never a wait: a stale ZMP stream under a guarded walk stops it (``zmp_stale``), as a
-   margin below ``limits.min_margin`` does (``zmp_margin``): latched, the torque ramped to zero through
+   margin below its floor does (``zmp_margin``; the floor min(limits.min_margin, P - limits.margin_tolerance)
+   follows the nominal's planned margin P around the sample's time, `Controller.floor`, controller.safety
+   rule 4): latched, the torque ramped to zero through
    its slew limit, then idle, and the MCU's e-stop latched once the ramp is over (controller.safety).
 2. **update** (`Controller.update`, pure computation): safety checks of the measured state; the
    phase estimate (the nominal's clock, `controller.synergies.track.Tracker`); the reference from
@@ -94,6 +96,8 @@ from daq.logthrottle import LogThrottle
 log = logging.getLogger("walklab.loop")
 
 REQUEST_STREAM = "controller/request"
+#: s of planned margins kept for the ZMP guard's floor (`Controller.floor`): its window plus the ZMP's lag
+PLAN_KEEP_S = 2.0
 ZMP_STREAM = "dynamics/zmp"
 #: robot kinds whose walk the ZMP stability-margin guard watches by default (``--zmp-guard``)
 GUARDED = ("biped", "exoskeleton")
@@ -143,6 +147,10 @@ class Controller:
         self.tracker: Tracker | None = None
         self.request = Request(0.0)
         self._aligned = False
+        self._last_ns: int | None = None   # the previous cycle's time (ns)
+        #: the planned margins (m) of the last cycles at their times (ns), a ring: the guard's floor (`floor`)
+        keep = max(8, round(PLAN_KEEP_S / self.dt))
+        self._plan_t, self._plan_m, self._plan_k = np.zeros(keep, np.int64), np.full(keep, np.nan), 0
         for s in nominals:  # build every spline table now, not inside a cycle
             s.reference(np.zeros(len(s.actuators)))
 
@@ -157,32 +165,59 @@ class Controller:
         nom = select(self.nominals, request, self.cfg.limits, measured_speed)
         if self.tracker is None:
             self.tracker = Tracker(nom, self.cfg.limits.slew, self.min_transition_s, self.transitions,
-                                   self.cfg.limits.min_margin, self.nominals)
+                                   nominals=self.nominals)
             self._aligned = False
         else:
             self.tracker.request(nom)
         self.request = request
         return nom
 
-    def update(self, now_ns: int, measured: Measured | None, margin: float | None = None,
+    def floor(self, t_ns: np.ndarray) -> np.ndarray:
+        """The margin (m) the guard requires of ZMP samples at times t_ns (n,) on the clock of the cycles:
+        min(limits.min_margin, P - limits.margin_tolerance), P the least planned margin of the cycles within
+        limits.margin_window_s of the sample (the measurement's lag and the phase estimate's error; cycles
+        with no plan, or none recorded there: limits.min_margin alone)."""
+        lim = self.cfg.limits
+        w = round(lim.margin_window_s * 1e9)
+        t = np.asarray(t_ns, np.int64)[:, None]
+        near = (np.abs(self._plan_t[None, :] - t) <= w) & np.isfinite(self._plan_m)[None, :]   # (n, keep)
+        least = np.where(near, self._plan_m[None, :], np.inf).min(axis=1)
+        return np.minimum(lim.min_margin, least - lim.margin_tolerance)
+
+    def update(self, now_ns: int, measured: Measured | None, zmp: tuple[np.ndarray, np.ndarray] | None = None,
                zmp_t_ns: int | None = None) -> Output:
-        """One cycle (module doc, step 2): read nothing, write nothing. margin: the least ZMP stability
-        margin (m) of the samples new this cycle (None: none new); zmp_t_ns: the time of the newest ZMP
-        sample on the clock of now_ns (None: none yet). The guard watches while a nominal is tracked."""
+        """One cycle (module doc, step 2): read nothing, write nothing. zmp: the ZMP samples new this cycle,
+        their times (n,) ns on the clock of now_ns and stability margins (n,) m (None: none new; `ZmpWatch.take`);
+        zmp_t_ns: the time of the newest ZMP sample (None: none yet). The guard watches while a nominal is
+        tracked: the sample furthest below its floor (`floor`) is checked."""
         age = math.inf if measured is None else (now_ns - measured.t_ns) * 1e-9
+        # the time this cycle covers: since the previous cycle (the period; more when cycles were missed, an
+        # overrun on a loaded machine; a late wake-up's extra is taken from the next), so the nominal's clock
+        # follows time, not the count of cycles run (the safety's slew limits stay per cycle: the stricter) — up
+        # to stale_s: a longer gap is a stale measurement, after which the clock re-aligns
+        span = self.dt if self._last_ns is None else min(max((now_ns - self._last_ns) * 1e-9, 0.0),
+                                                         max(self.dt, self.cfg.limits.stale_s))
+        self._last_ns = now_ns
         n = len(self.cfg.actuators)
         q = measured.q if measured is not None else np.zeros(n)
         qd = measured.qd if measured is not None else np.zeros(n)
-        zmp_age = None
+        zmp_age = margin = floor = None
         if self.zmp_guard and self.tracker is not None:
             zmp_age = math.inf if zmp_t_ns is None else (now_ns - zmp_t_ns) * 1e-9
-        events = self.safety.check(now_ns, age, q, qd, margin, zmp_age)
+            known = np.isfinite(zmp[1]) if zmp is not None else None
+            if known is not None and known.any():      # (NaN: unknown off the plates, --zmp-guard plates)
+                floors = self.floor(zmp[0][known])
+                k = int(np.argmin(zmp[1][known] - floors))
+                margin, floor = float(zmp[1][known][k]), float(floors[k])
+        events = self.safety.check(now_ns, age, q, qd, margin, zmp_age, floor)
         ref = None
         if self.tracker is not None and not self.safety.stale and self.safety.latched is None:
             if not self._aligned:  # (re)start: the clock from the measured angles, no jump
                 self.tracker.align(q)
                 self._aligned = True
-            ref = self.tracker.step(self.dt)
+            ref = self.tracker.step(span)
+            k = self._plan_k % self._plan_t.size
+            self._plan_t[k], self._plan_m[k], self._plan_k = now_ns, ref.margin, self._plan_k + 1
             q_ref = self.safety.setpoint(ref.q)  # slew-limited first: the PD term acts on what may move
             tau = ref.tau + self.kp * (q_ref - q) + self.kd * (ref.qd - qd)
             dec = self.safety.shape(now_ns, tau, q_ref, events)
@@ -214,8 +249,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--turn", type=float, default=0.0, help="initial turn-rate request, rad/s")
     p.add_argument("--operator", default=OPERATOR_ENDPOINT,
                    help="endpoint where `walklab estop` / `walklab command` bind to reach this loop")
-    p.add_argument("--zmp-guard", choices=("auto", "on", "off"), default="auto",
-                   help=f"watch {ZMP_STREAM}'s margin while walking (auto: for {' and '.join(GUARDED)} robots)")
+    p.add_argument("--zmp-guard", choices=("auto", "on", "plates", "off"), default="auto",
+                   help=f"watch {ZMP_STREAM}'s margin while walking (auto: for {' and '.join(GUARDED)} robots; "
+                        "plates: where the plates measure it, a margin unknown off them is not a stop, a silent "
+                        "stream still is)")
     return p
 
 
@@ -515,15 +552,18 @@ class ZmpWatch:
     """The ZMP stability-margin guard's input (module doc): the ``margin`` channel (m) of ``dynamics/zmp``
     by sample time on one clock — ``t_host`` live (the host time of the measurements the ZMP was computed
     from, so the dynamics service's lag counts in the age), ``t`` in shadow mode (the data clock). A
-    sample with a non-finite margin (no ZMP: no support force, an input missing) carries no margin and
-    does not refresh the stream. `take(now)` returns the least margin of the samples at or before now
-    not taken yet (None if none), and `newest` is the time of the newest sample taken. `host_clock` (ns)
+    sample with a non-finite margin (no ZMP: no support force, an input missing, a foot on no plate) carries
+    no margin and does not refresh the stream — unless `unknown_ok` (``--zmp-guard plates``: a walkway only
+    partly on plates, where the margin is unknown off them): then it refreshes the stream (the service is
+    alive) and `take` returns it as NaN, which the guard does not check. `take(now)` returns the samples at or before now not taken yet, their
+    times (n,) ns and margins (n,) m (None if none), and `newest` is the time of the newest sample taken. `host_clock` (ns)
     paces the log lines of rejected frames (`_feed_zmp`)."""
 
     KEEP = 100_000  # samples held ahead of the cycles at most (shadow mode: a replay as fast as it goes)
 
-    def __init__(self, clock: str, host_clock: Callable[[], int] = time.monotonic_ns) -> None:
+    def __init__(self, clock: str, host_clock: Callable[[], int] = time.monotonic_ns, unknown_ok: bool = False) -> None:
         self.clock = clock
+        self.unknown_ok = unknown_ok
         self.t = np.empty(0, np.int64)
         self.m = np.empty(0)
         self.newest: int | None = None
@@ -536,18 +576,19 @@ class ZmpWatch:
             raise ValueError(f"{frame.stream}: channels {ch}: expected 'margin'")
         t = frame.sample_times(self.clock)
         m = np.asarray(frame.data[:, ch.index("margin")], dtype=float)
-        ok = np.isfinite(m)
+        ok = np.ones(m.shape, bool) if self.unknown_ok else np.isfinite(m)
         self.t = np.concatenate([self.t, t[ok]])[-self.KEEP:]
         self.m = np.concatenate([self.m, m[ok]])[-self.KEEP:]
 
-    def take(self, now_ns: int) -> float | None:
+    def take(self, now_ns: int) -> tuple[np.ndarray, np.ndarray] | None:
         due = self.t <= now_ns
         if not due.any():
             return None
-        low, t = float(self.m[due].min()), int(self.t[due].max())
+        out = self.t[due], self.m[due]
+        t = int(out[0].max())
         self.newest = t if self.newest is None else max(self.newest, t)
         self.t, self.m = self.t[~due], self.m[~due]
-        return low
+        return out
 
 
 def _feed_zmp(ctx, watch: ZmpWatch, frame) -> None:
@@ -646,16 +687,17 @@ def run(ctx, args: Sequence[str]) -> int:
         raise ValueError(f"process {ctx.name!r}: --spin-us {o.spin_us:g}: expected below half the period "
                          f"({0.5e6 / rate:g} us at {rate:g} Hz)")
     ctl = Controller(cfg, load_all(cfg.library), dt=1.0 / rate,
-                     zmp_guard={"auto": None, "on": True, "off": False}[o.zmp_guard],
+                     zmp_guard={"auto": None, "on": True, "plates": True, "off": False}[o.zmp_guard],
                      transitions=load_transitions(cfg.library))
     mcu = ctx.device("mcu")
     if tuple(mcu.motors) != cfg.actuators:
         raise ValueError(f"{ctx.lab.source}: devices.{mcu.name}.motors = {list(mcu.motors)}: expected the robot's "
                          f"actuators {list(cfg.actuators)} ({cfg.source})")
-    if o.speed:
-        ctl.command(Request(o.speed, o.turn))
+    initial = Request(o.speed, o.turn) if o.speed else None   # applied once its inputs are live (`_start_walk`)
+    if initial is not None:
+        select(ctl.nominals, initial, cfg.limits)    # a request no nominal serves: a one-line error at the start
     if o.shadow:
-        return _run_shadow(ctx, o, cfg, ctl, rate)
+        return _run_shadow(ctx, o, cfg, ctl, rate, initial)
     io = _connect(ctx, mcu, len(cfg.actuators))
     if io is None:
         return 0
@@ -663,7 +705,7 @@ def run(ctx, args: Sequence[str]) -> int:
 
     ops = [ctx.subscriber([REQUEST_STREAM, ESTOP_STREAM], expect=()),
            subscriber_for(ctx.lab, [o.operator], [REQUEST_STREAM, ESTOP_STREAM], expect=())]
-    zmp = ZmpWatch("t_host") if ctl.zmp_guard else None
+    zmp = ZmpWatch("t_host", unknown_ok=o.zmp_guard == "plates") if ctl.zmp_guard else None
     zsub = ctx.subscriber([ZMP_STREAM], expect=()) if zmp else None
     sched = Scheduler(round(1e9 / rate), round(o.spin_us * 1e3), sleep=lambda d: ctx.sleep_until(d))
     A = len(cfg.actuators)
@@ -686,12 +728,13 @@ def run(ctx, args: Sequence[str]) -> int:
             for sub in ops:
                 while (f := sub.recv(timeout_s=0)) is not None:
                     _operator(ctx, ctl, io, f, now)
-            margin = None
+            new = None
             if zmp is not None:
                 while (f := zsub.recv(timeout_s=0)) is not None:
                     _feed_zmp(ctx, zmp, f)
-                margin = zmp.take(now)
-            out = ctl.update(now, meas, margin, zmp.newest if zmp else None)
+                new = zmp.take(now)
+            initial = _start_walk(ctx, ctl, initial, now, meas, zmp)
+            out = ctl.update(now, meas, new, zmp.newest if zmp else None)
             io.write(out.decision)
             _events(ctx, out, io)
             states.add(now, jitter * 1e-9, out, meas)
@@ -751,12 +794,30 @@ def _reset_after_trip(ctx, ctl: Controller, io: McuIo, now: int) -> None:
     _publish_event(ctx, ctl.safety.reset(now), now)
 
 
-def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, rate: float) -> int:
+def _start_walk(ctx, ctl: Controller, initial: Request | None, now: int, meas: Measured | None,
+                zmp: ZmpWatch | None) -> Request | None:
+    """The initial request (``--speed``, ``--turn``) at the first cycle whose measurement is fresh and, under
+    the ZMP guard, once the ZMP stream has a sample (a lab's processes start in any order: a walk requested
+    before its guard's input exists would stop at once, ``zmp_stale``); published as an operator request's
+    event. Returns what is still to apply (None once applied)."""
+    if initial is None or meas is None or (now - meas.t_ns) * 1e-9 > ctl.cfg.limits.stale_s:
+        return initial
+    if zmp is not None and zmp.newest is None:
+        return initial
+    nom = ctl.command(initial)
+    _publish_event(ctx, Event(now, "request", f"initial request: speed {initial.speed} m/s, turn {initial.turn} "
+                                              f"rad/s -> {nom.name if nom else 'stop'}"), now,
+                   speed=initial.speed, turn=initial.turn)
+    return None
+
+
+def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, rate: float,
+                initial: Request | None) -> int:
     """Shadow mode (module doc): encoder streams in, cycles on the data's clock, nothing commanded."""
     from controller.proc import subscriber_for
 
     state = BusState(cfg.actuators, round(1e9 / rate))
-    zmp = ZmpWatch("t") if ctl.zmp_guard else None
+    zmp = ZmpWatch("t", unknown_ok=o.zmp_guard == "plates") if ctl.zmp_guard else None
     sub = ctx.subscriber([*state.index, REQUEST_STREAM, ESTOP_STREAM] + ([ZMP_STREAM] if zmp else []), expect=())
     operator = subscriber_for(ctx.lab, [o.operator], [REQUEST_STREAM, ESTOP_STREAM], expect=())
     states = _States(ctx, cfg.actuators, o.block, rate)
@@ -789,8 +850,9 @@ def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, r
                 for g in due:
                     pending.remove(g)
                     _operator(ctx, ctl, None, g, t)
-                margin = zmp.take(t) if zmp else None
-                out = ctl.update(t, meas, margin, zmp.newest if zmp else None)
+                new = zmp.take(t) if zmp else None
+                initial = _start_walk(ctx, ctl, initial, t, meas, zmp)
+                out = ctl.update(t, meas, new, zmp.newest if zmp else None)
                 _events(ctx, out, None, t)
                 states.add(t, math.nan, out, meas)
                 h.state = "latched" if ctl.safety.latched else ("stale" if ctl.safety.stale else "running")

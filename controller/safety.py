@@ -14,12 +14,18 @@ comes out is what may reach the motors. Rules, in order (docs/controller.md, Saf
 3. **Position and velocity limits** on the measured state (position limits only where configured:
    a crank turns freely): a breach latches a fault.
 4. **ZMP stability-margin guard** (biped / exoskeleton; only where the caller gives a ZMP age, i.e.
-   while a nominal is tracked): the least margin of the ZMP samples new this cycle below
-   ``limits.min_margin`` latches ``zmp_margin``; the newest ZMP sample older than
+   while a nominal is tracked): a ZMP sample new this cycle whose margin is below its floor latches
+   ``zmp_margin``. The floor (the caller's, `controller.loop.Controller.floor`) is min(``limits.min_margin``,
+   P - ``limits.margin_tolerance``), P the nominal's planned margin: ``min_margin`` where the plan keeps more
+   room than that, the plan less the tolerance where it comes nearer the edge (law 6 plans the ZMP on the toe's edge through the heel-off, a human's push-off:
+   margin 0; an absolute floor would stop every stride there) — the plan taken over
+   ``limits.margin_window_s`` around the sample (its lag, the phase estimate's error). The newest ZMP sample older than
    ``limits.zmp_stale_s`` (or none yet) latches ``zmp_stale`` (the guard cannot guard). Both ask the
    controller for its stop (`Decision.stop_requested`: the nominal is dropped, the torque ramps to
    zero, then idle) and hold until `reset`.
-5. **Command shaping**: the position setpoint moves at most ``slew x dt`` per cycle (`setpoint`,
+5. **Command shaping** (dt: the loop's period, also after missed cycles — a cycle never moves further than
+   one period allows, so the setpoint may lag a reference that moved on in time, then catches up): the
+   position setpoint moves at most ``slew x dt`` per cycle (`setpoint`,
    applied before the PD term is computed from it, so the torque follows the limited setpoint), the
    torque at most ``torque_slew x dt`` per cycle and never beyond +-``torque`` (`shape`). A cycle
    where either limit acted names it in `Decision.shaped` (``setpoint_slew``, ``clipped``; the loop
@@ -114,11 +120,12 @@ class Safety:
         return self._count(Event(t_ns, "reset", f"reset (was {was})"))
 
     def check(self, t_ns: int, age_s: float, q, qd, margin: float | None = None,
-              zmp_age_s: float | None = None) -> list[Event]:
+              zmp_age_s: float | None = None, floor: float | None = None) -> list[Event]:
         """Rules 2-4 on the measured state (age_s: age of the newest measurement, s; inf if none).
-        margin: the least ZMP stability margin (m) of the samples new since the last call (None: no
-        new sample); zmp_age_s: age (s) of the newest ZMP sample (inf: none yet; None: the guard is
-        not watching, e.g. no nominal tracked)."""
+        margin: the ZMP stability margin (m) of the sample new since the last call furthest below its floor
+        (None: no new sample), floor: that sample's floor (m; None: ``limits.min_margin``); zmp_age_s: age
+        (s) of the newest ZMP sample (inf: none yet; None: the guard is not watching, e.g. no nominal
+        tracked)."""
         events: list[Event] = []
         fresh = math.isfinite(age_s) and age_s <= self.limits.stale_s
         if not fresh and not self.stale:
@@ -147,8 +154,10 @@ class Safety:
                     events.append(self._count(ev))
         if zmp_age_s is not None and self.latched is None:
             lim = self.limits
-            if margin is not None and not (margin >= lim.min_margin):
-                ev = Event(t_ns, "zmp_margin", f"stability margin {margin:.4g} m < {lim.min_margin:.4g} m: stop, "
+            least = lim.min_margin if floor is None else floor
+            if margin is not None and not (margin >= least):
+                why = "limits.min_margin" if least == lim.min_margin else "the plan's margin less margin_tolerance"
+                ev = Event(t_ns, "zmp_margin", f"stability margin {margin:.4g} m < {least:.4g} m ({why}): stop, "
                                                f"then idle", True)
             elif not zmp_age_s <= lim.zmp_stale_s:
                 ev = Event(t_ns, "zmp_stale", (f"newest ZMP sample {zmp_age_s:.3f} s old" if math.isfinite(zmp_age_s)

@@ -514,6 +514,8 @@ class VirtualMCU:
         counts = np.floor(b.theta * (self.cpr / (2 * math.pi))).astype(np.int64)
         w = len(self._count_hist) - 1  # ring of the last w + 1 count samples
         slot = self._tick % (w + 1)
+        if self._tick <= 1:  # the first reading fills the window: no count before it (a motor may start anywhere)
+            self._count_hist[:] = counts
         self._count_hist[slot] = counts
         vel_cps = (counts - self._count_hist[(slot + 1) % (w + 1)]) / (w * dt)
         theta_meas = counts * (2 * math.pi / self.cpr)

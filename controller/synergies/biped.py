@@ -6,8 +6,9 @@ actuator (wrap 0), sampled at `samples` phases from the support transfer to the 
 forces (M, 2) the left and right feet's normal forces (N); zmp (M, 2) the ZMP by `dynamics.zmp.zmp_model`
 (lab x, y; x from the left foot's flat place at phase 0). Validity: zmp_max_deviation = max |ZMP_x - law|
 (m; with the frontal compensation the distance from the law point in x and y), from dynamics, not
-the generator's equations; min_margin = the ZMP's sagittal margin inside the
-feet (m). Extra metadata: the key parameters (S, T, laws, double support, step length), the shooting's
+the generator's equations; min_margin = the least of the ZMP's sagittal margin inside the
+feet (m), stored per phase as the nominal's ``margin`` (the loop's ZMP guard holds the measured margin to
+it: law 6 plans the ZMP on the toe, margin 0, through the heel-off). Extra metadata: the key parameters (S, T, laws, double support, step length), the shooting's
 iterations, Newton steps and residual history, the collocation cross-check, peak torque per joint,
 the trunk's range, the lateral ZMP offset from the stance ankle, with ``biped.frontal`` the lateral
 deviation from its law, the roll's range and the pelvis's move at the transfer, and the trailing foot's
@@ -141,4 +142,4 @@ def synergy_of(nom, fg, job: dict, model_hash: str) -> Synergy:
     A = len(iv)
     return Synergy(meta=meta, actuators=tuple(job["actuators"]), period=np.full(A, nom.T), wrap=np.zeros(A),
                    u=np.arange(len(nom.t)) / len(nom.t), q=nom.q[:, iq], qd=nom.v[:, iv], qdd=nom.a[:, iv],
-                   tau=tau, inertia=a * Mm[:, iv, iv], contact_force=fg.foot_force, zmp=fg.zmp)
+                   tau=tau, inertia=a * Mm[:, iv, iv], contact_force=fg.foot_force, zmp=fg.zmp, margin=fg.margin)

@@ -16,7 +16,10 @@ A nominal is one `.npz` file (numpy's zip of arrays, no pickle) in a library fol
 - ``inertia`` (M, A) kg m^2: each actuated coordinate's effective inertia (the coefficient of its own
   acceleration in its torque), used to correct the feed-forward during transitions;
 - ``contact_force`` (M, C) N expected normal ground force per contact; ``zmp`` (M, 2) m ZMP / COP
-  path (NaN where none) in the robot's ground frame (x forward, y lateral).
+  path (NaN where none) in the robot's ground frame (x forward, y lateral);
+- ``margin`` (M,) m, optional: the planned ZMP's stability margin in the planned support (methods.md d.5;
+  NaN where none is planned: a crank programme, or a file written before the key existed). The loop's
+  ZMP guard holds the measured margin to it (controller.safety, rule 4).
 
 Evaluation: each channel is a periodic cubic spline in phase (q through its periodic part
 q - wrap u); `Synergy.reference(phase)` returns q, qd, qdd, tau at one phase per actuator.
@@ -39,6 +42,8 @@ REQUIRED_META = ("name", "robot", "model", "model_hash", "kind", "speed", "turn"
                  "zmp_max_deviation", "min_margin", "peak_torque", "peak_contact_force",
                  "energy_net_per_cycle", "energy_positive_per_cycle", "energy_abs_per_cycle")
 ARRAYS = ("actuators", "period", "wrap", "u", "q", "qd", "qdd", "tau", "inertia", "contact_force", "zmp")
+#: arrays a nominal file may lack (written before they existed): read as NaN
+OPTIONAL = ("margin",)
 
 
 class SynergyError(ValueError):
@@ -61,6 +66,7 @@ class Synergy:
     inertia: np.ndarray
     contact_force: np.ndarray
     zmp: np.ndarray
+    margin: np.ndarray | None = None
     _splines: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -68,6 +74,8 @@ class Synergy:
         missing = [k for k in REQUIRED_META if k not in self.meta]
         if missing:
             raise SynergyError(f"synergy {name}: meta: missing key {missing[0]!r}")
+        if self.margin is None:
+            object.__setattr__(self, "margin", np.full(self.u.shape[0], np.nan))
         if self.meta["robot"] not in ROBOTS:
             raise SynergyError(f"synergy {name}: meta.robot: expected one of {ROBOTS}, got {self.meta['robot']!r}")
         A, M = len(self.actuators), self.u.shape[0]
@@ -81,6 +89,8 @@ class Synergy:
             raise SynergyError(f"synergy {name}: period, wrap: expected ({A},) with periods > 0 s")
         if self.contact_force.ndim != 2 or self.contact_force.shape[0] != M or self.zmp.shape != (M, 2):
             raise SynergyError(f"synergy {name}: contact_force (M, C) and zmp (M, 2) expected")
+        if self.margin.shape != (M,):
+            raise SynergyError(f"synergy {name}: margin: expected shape ({M},), got {self.margin.shape}")
 
     @property
     def name(self) -> str:
@@ -110,6 +120,15 @@ class Synergy:
         sel = c[k, np.arange(A)]                                  # (A, 4 powers, 4 channels)
         v = ((sel[:, 0] * t + sel[:, 1]) * t + sel[:, 2]) * t + sel[:, 3]
         return v[:, 0] + self.wrap * ph, v[:, 1], v[:, 2], v[:, 3]
+
+    def planned_margin(self, phase: float) -> float:
+        """The planned ZMP stability margin (m) at `phase` (cycles of the first actuator's clock), linear
+        between the stored samples; NaN where none is planned."""
+        M = self.u.shape[0]
+        x = (phase - math.floor(phase)) * M
+        k = int(x) % M
+        f = x - math.floor(x)
+        return float((1 - f) * self.margin[k] + f * self.margin[(k + 1) % M])
 
     def summary(self) -> dict:
         """The index entry: meta plus the number of samples and actuators."""
@@ -143,13 +162,15 @@ def _write(obj, path: Path, names: tuple[str, ...]) -> Path:
     return path
 
 
-def _read(path: Path, cls, names: tuple[str, ...], what: str):
-    """A `cls` (Synergy, StoredTransition) from a file `_write` wrote; SynergyError naming the file."""
+def _read(path: Path, cls, names: tuple[str, ...], what: str, optional: tuple[str, ...] = ()):
+    """A `cls` (Synergy, StoredTransition) from a file `_write` wrote (the `optional` arrays when it has
+    them); SynergyError naming the file."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode())
             arr = {k: z[k] for k in names}
+            arr.update({k: z[k] for k in optional if k in z.files})
     except FileNotFoundError:
         raise SynergyError(f"{path}: no such {what} file") from None
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
@@ -163,12 +184,12 @@ def _read(path: Path, cls, names: tuple[str, ...], what: str):
 
 def save(syn: Synergy, path: Path) -> Path:
     """Write syn to path (.npz, written to a temporary name and renamed: never half a file)."""
-    return _write(syn, path, ARRAYS)
+    return _write(syn, path, ARRAYS + OPTIONAL)
 
 
 def load(path: Path) -> Synergy:
     """Read a nominal file; SynergyError naming the file for a missing, unreadable or bad one."""
-    return _read(path, Synergy, ARRAYS, "nominal")
+    return _read(path, Synergy, ARRAYS, "nominal", OPTIONAL)
 
 
 # ------------------------------------------------------------------------------ transitions
@@ -243,6 +264,15 @@ class StoredTransition:
         q, qd, qdd = quintic_eval(c, f, h)
         tau = (1 - f) * self.tau[k] + f * self.tau[k + 1]
         return q, qd, qdd, tau
+
+    def planned_margin(self, x: float) -> float:
+        """The planned ZMP stability margin (m) at the fraction x in [0, 1] of the stride (clipped), linear
+        between the stored samples (the stride's last sample stands for x = 1)."""
+        M = self.margin.shape[0]
+        s = min(max(float(x), 0.0), 1.0) * M
+        k = min(int(s), M - 1)
+        f = s - k
+        return float((1 - f) * self.margin[k] + f * self.margin[min(k + 1, M - 1)])
 
     def summary(self) -> dict:
         """The entry of the library's transitions index: meta plus samples and actuators."""

@@ -34,6 +34,8 @@ class Limits:
     stale_s: float                    # s: sensor data older than this is a safety event
     min_margin: float                 # m: ZMP stability-margin guard (biped / exoskeleton)
     zmp_stale_s: float = 0.2          # s: a ZMP stream older than this stops a guarded walk
+    margin_tolerance: float = 0.01    # m: how far the measured margin may fall below a plan nearer the edge
+    margin_window_s: float = 0.1      # s: the plan taken around a ZMP sample (its lag, the phase's error)
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,8 @@ def load_robot(path_or_name: str | Path) -> RobotConfig:
         raise c.err("synergies.samples", samples, "expected an integer >= 64 phases per cycle")
     loop = c.table(data, "loop", {"rate_hz", "kp", "kd"})
     lim = c.table(data, "limits", {"position_min", "position_max", "velocity", "torque", "slew", "torque_slew",
-                                   "stale_s", "min_margin", "zmp_stale_s"}, {"velocity", "torque", "slew", "torque_slew"})
+                                   "stale_s", "min_margin", "zmp_stale_s", "margin_tolerance", "margin_window_s"},
+                  {"velocity", "torque", "slew", "torque_slew"})
     pmin = c.nums(lim, "limits", "position_min", A) if "position_min" in lim else None
     pmax = c.nums(lim, "limits", "position_max", A) if "position_max" in lim else None
     if (pmin is None) != (pmax is None) or (pmin and any(a >= b for a, b in zip(pmin, pmax))):
@@ -169,7 +172,9 @@ def load_robot(path_or_name: str | Path) -> RobotConfig:
                     velocity=c.nums(lim, "limits", "velocity", A, gt=0), torque=c.nums(lim, "limits", "torque", A, gt=0),
                     slew=c.nums(lim, "limits", "slew", A, gt=0), torque_slew=c.nums(lim, "limits", "torque_slew", A, gt=0),
                     stale_s=c.num(lim, "limits", "stale_s", 0.02, gt=0), min_margin=c.num(lim, "limits", "min_margin", 0.0, ge=0),
-                    zmp_stale_s=c.num(lim, "limits", "zmp_stale_s", 0.2, gt=0))
+                    zmp_stale_s=c.num(lim, "limits", "zmp_stale_s", 0.2, gt=0),
+                    margin_tolerance=c.num(lim, "limits", "margin_tolerance", 0.01, ge=0),
+                    margin_window_s=c.num(lim, "limits", "margin_window_s", 0.1, ge=0))
     return RobotConfig(source=str(p), robot=top["robot"], model=str(top["model"]), actuators=tuple(acts),
                        library=Path(str(syn.get("library", f"synergies/{top['robot']}"))).expanduser(),
                        speeds=c.nums(syn, "synergies", "speeds", None, default=[0.3], gt=0),

@@ -3,8 +3,10 @@
 Key space: (speed m/s, turn rad/s), each divided by its spread in the library (max - min, 1 where
 all nominals share the value), so a step of one grid spacing weighs the same in either key. Only
 nominals of the command's gait whose figures pass the limits are candidates ("valid"): peak torque
-within the actuators' torque limits, stability margin at least limits.min_margin, ZMP deviation
-from the law at most `zmp_epsilon` (where a law is prescribed). The measured speed, when given, adds
+within the actuators' torque limits, ZMP deviation from the law at most `zmp_epsilon` (where a law
+is prescribed), and a stability margin: a nominal with a planned margin per phase (biped,
+exoskeleton) has its planned ZMP inside its support everywhere (min_margin >= 0; the loop's guard
+holds the measured margin to that plan, controller.safety rule 4), any other at least limits.min_margin. The measured speed, when given, adds
 measured_weight x its normalised distance, so between two nominals equally near the command the one
 nearer what the robot does now wins (a smaller jump for the transition).
 """
@@ -18,6 +20,8 @@ import numpy as np
 from .format import Synergy, SynergyError
 
 KEYS = ("speed", "turn")
+#: m: a planned stability margin this far below zero is rounding (law 6 plans the ZMP on the toe's edge)
+INSIDE = 1e-9
 
 
 class SelectionError(SynergyError):
@@ -41,7 +45,10 @@ def valid(syn: Synergy, limits, zmp_epsilon: float = 0.02) -> bool:
     """Whether a nominal's figures pass the limits (module doc)."""
     m = syn.meta
     torque_ok = bool(np.all(np.abs(syn.tau).max(axis=0) <= np.asarray(limits.torque)))
-    margin_ok = m["min_margin"] is not None and m["min_margin"] >= limits.min_margin
+    if np.isfinite(syn.margin).all():   # a planned margin: the guard holds the walk to it (controller.safety)
+        margin_ok = m["min_margin"] is not None and m["min_margin"] >= -INSIDE
+    else:
+        margin_ok = m["min_margin"] is not None and m["min_margin"] >= limits.min_margin
     zmp_ok = m["zmp_max_deviation"] is None or m["zmp_max_deviation"] <= zmp_epsilon
     return torque_ok and margin_ok and zmp_ok
 

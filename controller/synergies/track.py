@@ -28,8 +28,8 @@ D = max(min_transition_s, (15/8) max|Q_t - Q_f| / (slew - B)) keeps every setpoi
 Precomputed transitions (biped / exoskeleton, `controller.synergies.transitions`): a switch between two
 semi-inverse nominals (meta kind ``semi_inverse``) never uses the online blend above (its ZMP is not
 checked). It goes through the library's stored transition from the current nominal to the requested
-one, if that transition was accepted (its ZMP deviation d_max < eps) and its ZMP margin reaches
-limits.min_margin (else the margin guard would stop the robot in it): the switch starts when the phase
+one, if that transition was accepted (its ZMP deviation d_max < eps) and its ZMP stays inside the support
+(its margin >= 0; the loop's margin guard then holds the measured margin to the stored one): the switch starts when the phase
 next crosses a whole stride (the stored stride starts at nominal a's phase 0), the setpoint follows the
 stored stride for one period T (`StoredTransition.reference`), then nominal b from its phase 0 (both
 nominals share T, so the clock's rate does not change). A nominal that is not a neighbour (a step scale
@@ -46,6 +46,7 @@ nominal from rest.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -54,12 +55,14 @@ import numpy as np
 from dynamics.synthesis.transition import blend_weight
 
 from .format import StoredTransition, Synergy
-from .select import SelectionError
+from .select import INSIDE, SelectionError
 
 
 @dataclass(frozen=True)
 class Reference:
-    """Setpoint of one cycle, each (A,): q rad, qd rad/s, qdd rad/s^2, tau N m (feed-forward)."""
+    """Setpoint of one cycle, each (A,): q rad, qd rad/s, qdd rad/s^2, tau N m (feed-forward); margin
+    (m): the planned ZMP stability margin there (the nominal's or the stored transition's; an online
+    blend the lesser of its two nominals'; NaN where none is planned)."""
 
     q: np.ndarray
     qd: np.ndarray
@@ -68,6 +71,7 @@ class Reference:
     nominal: str
     phase: np.ndarray
     blending: bool
+    margin: float = math.nan
 
 
 class Tracker:
@@ -75,10 +79,9 @@ class Tracker:
     waypoints of a route through neighbours."""
 
     def __init__(self, nominal: Synergy, slew, min_transition_s: float = 0.5,
-                 transitions: tuple[StoredTransition, ...] | list = (), min_margin: float = 0.0,
+                 transitions: tuple[StoredTransition, ...] | list = (),
                  nominals: tuple[Synergy, ...] | list = ()) -> None:
         self.slew = np.asarray(slew, dtype=float)
-        self.min_margin = float(min_margin)  # m: a stored transition's ZMP margin must reach it (limits.min_margin)
         self.min_transition_s = float(min_transition_s)
         self._rate_bound(nominal, nominal)
         self.nominal = nominal
@@ -137,9 +140,8 @@ class Tracker:
         if not tr.meta["accepted"]:
             return (f"its transition was rejected (ZMP deviation {tr.meta['zmp_max_deviation']:.4f} m >= eps "
                     f"{tr.meta['eps']:.4f} m)")
-        if not tr.meta["min_margin"] >= self.min_margin:
-            return (f"its transition's stability margin {tr.meta['min_margin']:.4f} m is below limits.min_margin "
-                    f"{self.min_margin:.4f} m")
+        if not tr.meta["min_margin"] >= -INSIDE:
+            return f"its transition's ZMP leaves the support (stability margin {tr.meta['min_margin']:.4f} m < 0)"
         fast = np.abs(tr.qd).max(axis=0)
         if np.any(fast >= self.slew):
             return f"its transition's rates up to {fast.round(3).tolist()} rad/s reach the setpoint slew limits " \
@@ -194,7 +196,7 @@ class Tracker:
                 self._start(self.pending)
             else:
                 q, qd, qdd, tau = self.nominal.reference(self.phase)
-                return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), False)
+                return self._on_nominal()
         elif self._via is not None:
             self.phase = self.phase + dt / self.nominal.period
         else:  # the clock's exact integral (forward Euler would leave the setpoint off the blend law by O(dt))
@@ -204,7 +206,7 @@ class Tracker:
             if self._t >= self._D:
                 self._from = None
                 q, qd, qdd, tau = self.nominal.reference(self.phase)
-                return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), False)
+                return self._on_nominal()
         if self._via is not None:
             x = float(self.phase[0] - self._p0)
             if x >= 1.0 and self._pending_via is not None:  # the next stride starts where this one ends (phase 0)
@@ -213,11 +215,16 @@ class Tracker:
                 x = float(self.phase[0] - self._p0)
             if x < 1.0:
                 q, qd, qdd, tau = self._via.reference(x)
-                return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), True)
+                return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), True,
+                                 self._via.planned_margin(x))
             self._from = self._via = None
-            q, qd, qdd, tau = self.nominal.reference(self.phase)
-            return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), False)
+            return self._on_nominal()
         return self._blended()
+
+    def _on_nominal(self) -> Reference:
+        q, qd, qdd, tau = self.nominal.reference(self.phase)
+        return Reference(q, qd, qdd, tau, self.nominal.name, self.phase.copy(), False,
+                         self.nominal.planned_margin(float(self.phase[0])))
 
     def _blended(self) -> Reference:
         f, t, D = self._from, self.nominal, self._D
@@ -237,7 +244,9 @@ class Tracker:
         # (the velocity-product terms of the blend are neglected)
         inertia = (1 - a) * _at_phase(f, f.inertia, self.phase) + a * _at_phase(t, t.inertia, self.phase)
         tau = (1 - a) * tf + a * tt + inertia * (qdd - ((1 - a) * af + a * at))
-        return Reference(q, qd, qdd, tau, t.name, self.phase.copy(), True)
+        ph = float(self.phase[0])
+        return Reference(q, qd, qdd, tau, t.name, self.phase.copy(), True,
+                         float(np.fmin(f.planned_margin(ph), t.planned_margin(ph))))
 
     def _start(self, new: Synergy) -> None:
         if self._pending_via is not None:

@@ -134,6 +134,38 @@ def test_stale_measurements_turn_the_torque_off(rig):
     assert not ctl.update(int(0.06e9), None).decision.enabled
 
 
+def test_missed_cycles_keep_the_nominal_clock_on_time_and_the_rates_within_their_limits(rig):
+    """A loop that misses deadlines (an overrun on a loaded machine: it runs every third one here) follows
+    time, not the count of its cycles: after 1.2 s the nominal's phase is 1.2 s / T on from where it started,
+    as with every cycle run (before, it advanced dt per cycle run: a third of the way, and the setpoint then
+    lagged the robot); wake-ups late by up to 40 % of the period do not make it run fast. The slew limits stay per cycle (the stricter): no setpoint or torque step larger than its rate x
+    the period, whatever time passed since the previous cycle run."""
+    noms, _ = rig
+    cfg = config()
+    lim = cfg.limits
+    phases, steps = {}, {}
+    for every in (1, 3):
+        ctl = Controller(cfg, noms)
+        ctl.command(Request(0.2))
+        dt_ns = round(ctl.dt * 1e9)
+        q0 = noms[0].reference(np.zeros(2))[0]
+        # wake-ups up to 40 % of the period late (jitter): the clock is on time still, late ones not rounded up
+        late = np.random.default_rng(every).uniform(0, 0.4 * dt_ns, 10_000).astype(np.int64)
+        late[0] = 0
+        ks = list(range(0, int(round(1.2 / ctl.dt)) + 1, every))
+        outs = [ctl.update(k * dt_ns + int(late[k] if k != ks[-1] else 0),
+                           Measured(k * dt_ns + int(late[k]), q0, np.zeros(2))) for k in ks]
+        phases[every] = outs[-1].reference.phase - outs[0].reference.phase
+        taus = np.array([o.decision.tau for o in outs])
+        qs = np.array([o.decision.q_ref for o in outs])
+        steps[every] = (np.abs(np.diff(taus, axis=0)).max(axis=0), np.abs(np.diff(qs, axis=0)).max(axis=0))
+        assert np.all(steps[every][0] <= np.asarray(lim.torque_slew) * ctl.dt + 1e-9)
+        assert np.all(steps[every][1] <= np.asarray(lim.slew) * ctl.dt + 1e-9)
+    T = noms[0].period
+    np.testing.assert_allclose(phases[1], 1.2 / T, rtol=1e-9)
+    np.testing.assert_allclose(phases[3], phases[1], rtol=1e-9, atol=1e-9)
+
+
 def test_scheduler_keeps_absolute_deadlines_and_counts_overruns():
     t = [0]
 
@@ -687,10 +719,13 @@ def test_zmp_watch_takes_the_least_new_margin_and_the_newest_sample_time():
     assert w.take(10 * MS) is None and w.newest is None
     w.feed(frame(0, [0.05, 0.04, 0.03]))        # samples at 0, 1, 2 ms
     w.feed(frame(5, [0.06, np.nan, 0.01]))      # 5, 6 (no margin), 7 ms
-    assert w.take(4 * MS) == 0.03 and w.newest == 2 * MS
-    assert w.take(6 * MS) == 0.06 and w.newest == 5 * MS      # 6 ms carries no margin
+    t, m = w.take(4 * MS)
+    assert t.tolist() == [0, MS, 2 * MS] and m.tolist() == [0.05, 0.04, 0.03] and w.newest == 2 * MS
+    t, m = w.take(6 * MS)
+    assert t.tolist() == [5 * MS] and m.tolist() == [0.06] and w.newest == 5 * MS      # 6 ms carries no margin
     w.feed(frame(3, [0.002]))                   # late: a sample at 3 ms arrives after the 6 ms cycle
-    assert w.take(8 * MS) == 0.002 and w.newest == 7 * MS      # checked at the next cycle; newest stays 7 ms
+    t, m = w.take(8 * MS)                       # checked at the next cycle; newest stays 7 ms
+    assert sorted(t.tolist()) == [3 * MS, 7 * MS] and sorted(m.tolist()) == [0.002, 0.01] and w.newest == 7 * MS
     assert w.take(9 * MS) is None and w.newest == 7 * MS
     w.feed(frame(10, [np.nan, np.nan]))
     assert w.take(20 * MS) is None and w.newest == 7 * MS      # a stream of NaN goes stale

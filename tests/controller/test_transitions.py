@@ -112,7 +112,7 @@ def simulate(ctl: Controller, seconds: float, plan: dict, start) -> list:
         if k in plan:
             ctl.command(Request(plan[k]))
         t = k * round(ctl.dt * 1e9)
-        out = ctl.update(t, Measured(t, q, qd), 0.05, t)
+        out = ctl.update(t, Measured(t, q, qd), (np.array([t]), np.array([0.05])), t)
         assert out.decision.enabled and out.reference is not None
         q, qd = out.reference.q, out.reference.qd
         refs.append(out)
@@ -189,8 +189,7 @@ def test_a_route_interrupted_by_a_re_align_goes_on_to_its_end(lib):
     robot to the requested 0.82 at a whole stride of 0.81."""
     n = lib["nominals"]
     a, b = n[0.8], n[0.82]
-    tr = Tracker(a, lib["cfg"].limits.slew, transitions=lib["transitions"], min_margin=lib["cfg"].limits.min_margin,
-                 nominals=list(n.values()))
+    tr = Tracker(a, lib["cfg"].limits.slew, transitions=lib["transitions"], nominals=list(n.values()))
     tr.request(b)
     dt = 1 / lib["cfg"].rate_hz
     seen = []
@@ -226,20 +225,60 @@ def test_a_switch_without_an_accepted_transition_is_refused(lib):
     assert ctl.tracker.pending is n[0.81]
 
 
-def test_a_transition_whose_margin_is_below_the_limit_is_refused(lib):
-    """A transition accepted by its ZMP deviation but whose own stability margin is below limits.min_margin
-    (the guard would stop the robot in it) is refused; the nominals themselves stay valid. The limit is
-    put between the stored figures."""
-    tr = pair(lib, 0.8, 0.81)
+def test_a_transition_whose_zmp_leaves_the_support_is_refused(lib):
+    """A stored transition is followed only if its ZMP stays inside the support (min_margin >= 0: the guard
+    then holds the walk to its plan); the same stride with its recorded margin negative is refused with
+    the figure in the message."""
     a, b = lib["nominals"][0.8], lib["nominals"][0.81]
-    assert tr.meta["accepted"] and tr.meta["min_margin"] < min(a.meta["min_margin"], b.meta["min_margin"])
-    limit = 0.5 * (tr.meta["min_margin"] + min(a.meta["min_margin"], b.meta["min_margin"]))
-    cfg = lib["cfg"]
-    cfg = dataclasses.replace(cfg, limits=dataclasses.replace(cfg.limits, min_margin=limit))
-    ctl = Controller(cfg, list(lib["nominals"].values()), transitions=lib["transitions"])
+    tr = pair(lib, 0.8, 0.81)
+    assert tr.meta["accepted"] and tr.meta["min_margin"] >= 0
+    out = dataclasses.replace(tr, meta={**tr.meta, "min_margin": -0.004})
+    others = [t for t in lib["transitions"] if t is not tr]
+    ctl = Controller(lib["cfg"], list(lib["nominals"].values()), transitions=[out, *others])
     ctl.command(Request(a.meta["speed"]))
-    with pytest.raises(SelectionError, match="stability margin 0.0\\d+ m is below limits.min_margin"):
+    with pytest.raises(SelectionError, match=r"leaves the support \(stability margin -0\.0040 m < 0\)"):
         ctl.command(Request(b.meta["speed"]))
+
+
+def test_the_guard_holds_the_walk_to_its_plan_through_a_transition(lib):
+    """limits.min_margin above the least planned margin of the walk (nominal 0.80, its stored stride to 0.81,
+    then 0.81): a measured margin equal to the plan of each cycle never trips the guard, although it falls
+    below min_margin (an absolute floor would stop the walk there); the plan less 1.5 x margin_tolerance
+    trips it (zmp_margin, naming the plan) where the plan is nearer the edge than min_margin, and only there."""
+    a, b = lib["nominals"][0.8], lib["nominals"][0.81]
+    tr = pair(lib, 0.8, 0.81)
+    least = min(a.margin.min(), b.margin.min(), tr.margin.min())
+    assert np.isfinite(a.margin).all() and abs(a.margin.min() - a.meta["min_margin"]) < 1e-12
+    cfg = lib["cfg"]
+    lim = dataclasses.replace(cfg.limits, min_margin=least + 0.02, margin_tolerance=0.005, margin_window_s=0.0)
+    cfg = dataclasses.replace(cfg, limits=lim)
+
+    def walk(shortfall: float):
+        ctl = Controller(cfg, list(lib["nominals"].values()), transitions=lib["transitions"])
+        ctl.command(Request(a.meta["speed"]))
+        q, qd, plan, dt = a.q[0], a.qd[0], None, round(ctl.dt * 1e9)
+        seen.clear()
+        for k in range(int(round(4.0 / ctl.dt))):
+            if k == 300:
+                ctl.command(Request(b.meta["speed"]))
+            t = k * dt
+            # the previous cycle's plan measured now, at its own time (a ZMP lag of one cycle)
+            zmp = None if plan is None else (np.array([t - dt]), np.array([plan - shortfall]))
+            out = ctl.update(t, Measured(t, q, qd), zmp, t - dt)
+            if out.reference is None:
+                return out, plan
+            q, qd, plan = out.reference.q, out.reference.qd, out.reference.margin
+            seen.append(plan)
+        return out, plan
+
+    seen: list[float] = []
+    out, _ = walk(0.0)
+    assert out.reference is not None and out.reference.nominal == b.name and not out.decision.events
+    assert min(seen) < lim.min_margin - 0.015     # it walked where an absolute floor would have stopped it
+    out, plan = walk(1.5 * lim.margin_tolerance)
+    ev = [e for e in out.decision.events if e.cause == "zmp_margin"]
+    assert ev and "the plan's margin less margin_tolerance" in ev[0].detail
+    assert plan - 1.5 * lim.margin_tolerance < lim.min_margin and plan < lim.min_margin + lim.margin_tolerance
 
 
 def test_a_biped_walk_is_guarded_by_the_zmp_margin_by_default(lib):

@@ -393,6 +393,26 @@ def test_lockstep_position_and_velocity_control_with_a_load_callback():
     assert seen and seen[-1] > 2.9  # the load saw the MCU clock (s)
 
 
+def test_a_motor_that_starts_away_from_zero_reports_no_velocity_spike():
+    """A motor at rest at 1.5 rad when the MCU starts (the exoskeleton world straps its motors where the
+    wearer's joints are) reports zero velocity from its first STATE: the velocity window starts at the
+    first reading. Before, the window held zero counts, so the first STATEs reported 1.5 rad over the
+    window (tens of rad/s), and the control loop latched a velocity-limit fault at its first cycle."""
+    mcu = VirtualMCU(2, cpr=4096, load=lambda t, th, om: (np.full_like(th, 1.0), np.zeros_like(th)))
+    mcu.bank.theta[:] = [1.5, -0.7]
+    try:
+        with Link(mcu.port, heartbeat_hz=0) as link:
+            for _ in range(20):
+                mcu.step()
+            frames: list[P.Frame] = []
+            collect_until(link, frames, lambda fr: len(states(fr)) >= 20)
+    finally:
+        mcu.close()
+    st = states(frames)[:20]
+    assert [m.count for m in st[0].msg.motors] == [int(np.floor(x * 4096 / (2 * np.pi))) for x in (1.5, -0.7)]
+    assert all(m.vel == 0 for f in st for m in f.msg.motors)
+
+
 def test_host_heartbeats_feed_the_watchdog_only_while_the_application_is_alive():
     with VirtualMCU(N, watchdog_ms=1000) as mcu, Link(mcu.port, heartbeat_hz=50, liveness_s=0.1) as link:
         link.send(torque_cmd(0.05))  # arms the watchdog
