@@ -48,8 +48,8 @@ held (``stale``, ``STREAM:held_samples``):
 5. `human15_markers.marker_inverse_dynamics` (plate_id bottom-up and top-down, compiled): a loaded
    plate under a point of a foot segment (``--feet``; its contact points at q, within
    ``--height-tol-m`` above the plate and ``--edge-tol-m`` outside its outline) loads that foot; a
-   foot on an unloaded plate carries nothing, and so does a foot in swing — every contact point (at q)
-   and every visible marker of it more than ``--height-tol-m`` above the plates' surface (live there
+   foot on an unloaded plate carries nothing, and so does a foot in swing — every contact point and
+   every visible marker of it (placed by the foot's fitted segment) more than ``--height-tol-m`` above the plates' surface (live there
    are no gait events: its height says it); any other foot on no plate has an unknown load, and the
    torques of the joints above it are NaN.
 
@@ -108,7 +108,6 @@ from daq.context import ProcessContext
 from daq.logthrottle import LogThrottle
 from dynamics import forceplate as fp
 from dynamics import human15_markers as h15
-from dynamics.kinematics import contact_positions
 from dynamics.loader import read_toml, resolve
 from dynamics.model import Model
 from dynamics.plate_id import PlateLoad, plate_id_workspace
@@ -253,13 +252,19 @@ class TreeService:
         self.contact_channels = tuple(f"{f}:{c}" for f in self.feet for c in ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "known"))
         self.contact_units = ("N",) * 3 + ("N*m",) * 3 + ("1",)
         self.contact_units *= len(self.feet)
-        # the feet's markers, placed by their fitted segments (the support polygon)
+        # the feet's markers and the model's contact points (heel, toe: the sole's extent), placed by the feet's
+        # own fitted segments — the support polygon and the swing test; a marker hidden elsewhere on the body
+        # (a coordinate of q NaN) leaves them in place, where the forward kinematics of q would not
         s = h15.scale(mset, model)
-        self.foot_points = [(f, s * np.array(list(mset.segments[f].values()))) for f in self.feet]
-        self.point_foot = np.concatenate([np.full(len(p), k) for k, (_, p) in enumerate(self.foot_points)])
-        # the feet's contact points (their swing: every one of them high)
-        self.contact_names = [c for f in self.feet for c in model.segment(f).contacts]
-        self.contact_foot = np.repeat(np.arange(len(self.feet)), [len(model.segment(f).contacts) for f in self.feet])
+        marks = [s * np.array(list(mset.segments[f].values())) for f in self.feet]
+        soles = [np.array([model.point(c)[1] for c in model.segment(f).contacts]).reshape(-1, 3) for f in self.feet]
+        self.foot_points = [(f, np.concatenate([m, c])) for f, m, c in zip(self.feet, marks, soles)]
+        self.point_foot = np.concatenate([np.full(len(m), k) for k, m in enumerate(marks)])
+        self.contact_foot = np.concatenate([np.full(len(c), k) for k, c in enumerate(soles)])
+        # the columns of the placed points: each foot's markers, then the contact points of each foot
+        order = np.cumsum([0] + [len(m) + len(c) for m, c in zip(marks, soles)])
+        self.mark_cols = np.concatenate([np.arange(o, o + len(m)) for o, m in zip(order, marks)])
+        self.sole_cols = np.concatenate([np.arange(o + len(m), o + len(m) + len(c)) for o, m, c in zip(order, marks, soles)])
         # state carried from marker frame to frame
         self.layout: tuple[str, ...] = ()
         self.cols = np.empty(0, dtype=np.intp)
@@ -415,7 +420,7 @@ class TreeService:
         last = np.where(seen.any(axis=0), q[::-1][np.argmax(seen[::-1], axis=0), np.arange(q.shape[1])], np.nan)
         self.previous = np.where(np.isfinite(last), last, self.previous)
         feet = np.concatenate([np.einsum("nij,kj->nki", fits.rotation[s], p) + fits.translation[s][:, None]
-                               for s, p in self.foot_points], axis=1)     # (n, K, 3)
+                               for s, p in self.foot_points], axis=1)     # (n, markers + contact points, 3)
         Q = np.concatenate([self.hist_q, q])
         # per row: (t, foot points, (t_host, t_device), receipt of the newest raw sample used, its own receipt)
         rows = self.hist + [None if m is None else (m[0], feet[i], m[1], m[3], m[2]) for i, m in enumerate(meta)]
@@ -451,17 +456,8 @@ class TreeService:
         """Receipt [ns] of the look-ahead marker samples ``pending[a:b]`` wait for (their rates need it)."""
         return np.array([p[6] for p in self.pending[a:b]], dtype=np.int64)
 
-    def _contacts(self, q: np.ndarray) -> np.ndarray:
-        """(n, C, 3) m: the feet's contact points (the model's, in `contact_names` order; lab) at the
-        configurations q (n, nq); NaN where q is not all known."""
-        out = np.full((q.shape[0], len(self.contact_names), 3), np.nan)
-        fin = np.isfinite(q).all(axis=1)
-        if fin.any():
-            out[fin] = contact_positions(self.model, q[fin], self.contact_names).reshape(-1, len(self.contact_names), 3)
-        return out
-
     def _swing(self, cpos: np.ndarray, pts: np.ndarray) -> np.ndarray:
-        """(n, F) bool: foot f is in swing with its contact points cpos (n, C, 3) m (`_contacts`) and its
+        """(n, F) bool: foot f is in swing with its contact points cpos (n, C, 3) m and its
         markers pts (n, K, 3) m (lab, NaN occluded): each of its contact points (known) and each visible
         marker more than ``--height-tol-m`` above the plates' surface — no point of it is near the floor,
         so it carries nothing (what `plate_id.assign_plates` counts as off every plate at that tolerance)."""
@@ -484,8 +480,8 @@ class TreeService:
             known &= kp
             have &= np.isfinite(w).all(axis=1)
             loads.append(PlateLoad(w[:, :3], cross(centre, w[:, :3]) + w[:, 3:6], corners, w[:, 6] >= 0.5, name))
-        pts = np.array([s[4] for s in samples])                             # (n, K, 3)
-        cpos = self._contacts(q)
+        placed = np.array([s[4] for s in samples])                          # (n, K + C, 3)
+        pts, cpos = placed[:, self.mark_cols], placed[:, self.sole_cols]
         kin = h15.marker_inverse_dynamics(m, q, v, a, loads, self.feet, self._swing(cpos, pts),
                                           self.settings.height_tol_m, self.settings.edge_tol_m)
         tau = kin.tau_bottom_up[:, 6:]

@@ -33,13 +33,13 @@ import itertools
 
 import numpy as np
 
+from daq.formats.gait_cycle import read_cycle
 from dynamics.crba import crba
 from dynamics.loader import load_model, resolve
 from dynamics.synthesis.biped import BipedError
 from dynamics.synthesis.semi_inverse import BipedJoints, build_nominal, energy, figures
 
 from .format import Synergy
-from .gait_cycle import read_cycle
 
 
 def name_of(robot: str, S: float, T: float, laws) -> str:

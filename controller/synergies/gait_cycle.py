@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from daq.formats.gait_cycle import read_cycle  # noqa: F401  (controller.synergies.biped imports it from here)
 from dynamics import gait_events as ge
 from dynamics.synthesis.biped import BipedError
 from dynamics.synthesis.semi_inverse import LegCycle, periodic

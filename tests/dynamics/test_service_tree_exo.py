@@ -17,6 +17,7 @@ world's joint rates integrated by `energetics.cycle_energy` at the world's 1 kHz
 the world's left-foot load crossing 20 N — the touch-downs; scipy's ``freqz`` — the filter's response."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -45,7 +46,7 @@ LEGS = ("hip_flexion_l", "knee_l", "hip_flexion_r", "knee_r")     # the exoskele
 @functools.lru_cache(maxsize=None)
 def world():
     """The lab's world (configs/sim_exo.toml's `world` process: `exo_world_sim.build_world` of these)."""
-    from controller.synergies.gait_cycle import read_cycle
+    from daq.formats.gait_cycle import read_cycle
     from controller.synergies.robot import load_robot
     from daq.devices.markers_sim import load_marker_set
     from dynamics.loader import load_model
@@ -301,3 +302,37 @@ def test_a_negative_cutoff_is_a_one_line_error_and_markers_too_slow_for_it_are_r
     assert counts["markers/exo:rejected"] == sum(f.stream == "markers/exo" for f in slow) and TORQUES not in bus.frames
     bus, counts = serve(slow, 0.0)
     assert "markers/exo:rejected" not in counts and TORQUES in bus.frames
+
+
+def test_a_marker_hidden_elsewhere_leaves_the_stance_foots_support_whole():
+    """The left upper-arm marker hidden throughout (the left shoulder's and elbow's coordinates NaN): the
+    stance foot's support polygon — its markers and its contact points (heel, toe: the sole's
+    extent), placed by its own fitted segment — is the same as with every marker seen, so in right single
+    support the margin is the same to 0.1 mm at every sample, including the push-off on the toe (law 6: the
+    ZMP on the toe's edge, margin about 0). Before, the contact points came from the forward kinematics of
+    q, NaN when any coordinate was: the polygon shrank to the stance foot's markers (the toe marker on the
+    metatarsal head) and the margin at push-off fell to -6.6 cm (the shipped lab's loop latched its ZMP
+    guard on it). Truth: the same service on the complete markers, the world's foot loads."""
+    fr = frames()
+    chans = next(f for f in fr if f.stream == "markers/exo").channels
+    hide = [k for k, c in enumerate(chans) if c.startswith("LUPA:")]
+    assert len(hide) == 3
+    hidden = []
+    for f in fr:
+        if f.stream == "markers/exo":
+            d = f.data.copy()
+            d[:, hide] = np.nan
+            f = dataclasses.replace(f, data=d)
+        hidden.append(f)
+    t_all, z_all, zch = serve(fr, filter_hz=0)[0].series("dynamics/zmp")
+    t_hid, z_hid, _ = serve(hidden, filter_hz=0)[0].series("dynamics/zmp")
+    assert np.array_equal(t_all, t_hid)
+    g = truth()[4]
+    i = world_index(t_all)
+    right_single = (g.foot_force[i, 0, 2] < 1.0) & (g.foot_force[i, 1, 2] > THRESHOLD_N)
+    m_all, m_hid = z_all[:, zch.index("margin")], z_hid[:, zch.index("margin")]
+    rows = right_single & np.isfinite(m_all)
+    assert rows.sum() > 50
+    assert np.isfinite(m_hid[rows]).all()
+    assert np.abs(m_hid[rows] - m_all[rows]).max() < 1e-4
+    assert m_all[rows].min() < 0.005          # the push-off on the toe was among them
