@@ -10,10 +10,10 @@ carries the lab load of issue 13 — 2 plates x 1 kHz, 40 markers x 200 Hz, 8 en
   health monitor, recorder, walking at 0.3 m/s (a `walklab run` script); the world publishes 2 plates,
   16 markers and 2 encoders, the extra process 24 markers (``markers/extra``) and 6 encoders
   (``encoder/x1..x6``) of `daq.labload`'s synthetic kinds;
-- configs/sim_exo.toml: the exoskeleton world (walking by itself from 2 m before the plates, on past
-  them), plate service, the tree dynamics service (``torques``: `dynamics.service_tree`), health monitor,
-  recorder, no control loop and no script; the world publishes 2 plates, 40 markers and 4 encoders,
-  the extra process 4 encoders.
+- configs/sim_exo.toml: the exoskeleton world (the wearer on a split-belt treadmill, a plate under each
+  belt), plate service, the tree dynamics service (``torques``: `dynamics.service_tree`), the control loop
+  (assisting the wearer from its first ZMP sample, its ``--speed``), health monitor, recorder, no script;
+  the world publishes 2 plates, 40 markers and 4 encoders, the extra process 4 encoders.
 
 Prints the machine and command, then per stage the latency p50 / p99 / max over the whole run:
 
@@ -92,7 +92,8 @@ def labs() -> dict[str, Lab]:
     return {"sim.toml": Lab("sim.toml", "/tmp/walklab-sim/world-mcu", ("world", "loop", "torques", "dynamics"), 24, 6,
                             "[[command]]\nat = 0.0\nlabel = 'walk'\nspeed = 0.3\n", "walker dynamics",
                             "encoder/left_shaft", "encoder block"),
-            "sim_exo.toml": Lab("sim_exo.toml", "/tmp/walklab-sim/exo-mcu", ("world", "torques", "dynamics"), 0, 4, None,
+            "sim_exo.toml": Lab("sim_exo.toml", "/tmp/walklab-sim/exo-mcu", ("world", "loop", "torques", "dynamics"), 0,
+                                4, None,
                                 "tree dynamics", "markers/exo", "marker frame", LOOKAHEAD)}
 
 
@@ -307,8 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=10.0, help="length of the run with the lab up (default 10)")
     p.add_argument("--record", metavar="FILE", help="keep the recording here (default: a temporary file)")
     p.add_argument("--realtime", type=int, metavar="P", help="SCHED_FIFO priority of the lab's world, loop and "
-                   "dynamics services (sim.toml: world, loop, torques, dynamics; sim_exo.toml: world, torques, "
-                   "dynamics); 0 = normal "
+                   "dynamics services (sim.toml and sim_exo.toml: world, loop, torques, dynamics); 0 = normal "
                    "(default: as the config says)")
     o = p.parse_args(list(argv) if argv is not None else None)
     spec = lab_of(o.config)

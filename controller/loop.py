@@ -148,6 +148,7 @@ class Controller:
         self.request = Request(0.0)
         self._aligned = False
         self._last_ns: int | None = None   # the previous cycle's time (ns)
+        self._walk_ns = 0                  # when the walk last (re)started (ns): the guard judges samples from then
         #: the planned margins (m) of the last cycles at their times (ns), a ring: the guard's floor (`floor`)
         keep = max(8, round(PLAN_KEEP_S / self.dt))
         self._plan_t, self._plan_m, self._plan_k = np.zeros(keep, np.int64), np.full(keep, np.nan), 0
@@ -176,13 +177,15 @@ class Controller:
         """The margin (m) the guard requires of ZMP samples at times t_ns (n,) on the clock of the cycles:
         min(limits.min_margin, P - limits.margin_tolerance), P the least planned margin of the cycles within
         limits.margin_window_s of the sample (the measurement's lag and the phase estimate's error; cycles
-        with no plan, or none recorded there: limits.min_margin alone)."""
+        with no plan, or none recorded there: limits.min_margin alone); -inf (not judged) for a sample measured
+        before the walk (re)started — the first ZMP samples a walk sees, measured before it."""
         lim = self.cfg.limits
         w = round(lim.margin_window_s * 1e9)
         t = np.asarray(t_ns, np.int64)[:, None]
         near = (np.abs(self._plan_t[None, :] - t) <= w) & np.isfinite(self._plan_m)[None, :]   # (n, keep)
         least = np.where(near, self._plan_m[None, :], np.inf).min(axis=1)
-        return np.minimum(lim.min_margin, least - lim.margin_tolerance)
+        # a sample measured before the walk (re)started is not judged: the robot was not following the plan
+        return np.where(t[:, 0] < self._walk_ns, -np.inf, np.minimum(lim.min_margin, least - lim.margin_tolerance))
 
     def update(self, now_ns: int, measured: Measured | None, zmp: tuple[np.ndarray, np.ndarray] | None = None,
                zmp_t_ns: int | None = None) -> Output:
@@ -202,6 +205,9 @@ class Controller:
         q = measured.q if measured is not None else np.zeros(n)
         qd = measured.qd if measured is not None else np.zeros(n)
         zmp_age = margin = floor = None
+        if self.tracker is not None and not self._aligned:   # the walk (re)starts: its plan from this cycle on
+            self._walk_ns = now_ns
+            self._plan_m[:] = np.nan
         if self.zmp_guard and self.tracker is not None:
             zmp_age = math.inf if zmp_t_ns is None else (now_ns - zmp_t_ns) * 1e-9
             known = np.isfinite(zmp[1]) if zmp is not None else None

@@ -158,7 +158,8 @@ class Monitor:
         #: frame: 22 MB for 8 hours at 100 frames/s)
         self.latency = array("d")
         self.walker = _Walker()
-        #: per shaft, the dynamics service's (net, absolute) work of each completed revolution, J
+        #: per shaft (a walker) or foot (a tree model's gait cycles), the dynamics service's (net, absolute) work of
+        #: each completed cycle, J (NaN: a cycle with an unknown load or lost samples)
         self.cycles: dict[str, list[tuple[float, float]]] = {}
         self.events: list[str] = []
         self.safety: list[str] = []
@@ -195,7 +196,8 @@ class Monitor:
                     self.latency.append(lat)
             elif f.stream == "dynamics/energy" and f.data.shape[0] and {"net", "absolute"} <= set(f.channels):
                 ch = list(f.channels)
-                self.cycles.setdefault(str((f.meta or {}).get("shaft", "?")), []).append(
+                meta = f.meta or {}    # a walker's per shaft revolution, a tree model's per gait cycle of a foot
+                self.cycles.setdefault(str(meta.get("shaft", meta.get("foot", "?"))), []).append(
                     (float(f.data[0, ch.index("net")]), float(f.data[0, ch.index("absolute")])))
             elif f.stream == "controller/events":
                 cause = str((f.meta or {}).get("cause", "?"))
@@ -276,7 +278,7 @@ class Monitor:
         info.add_row("distance walked", f"{_num(self.distance(), 2)} m (no-slip {_num(self.expected_distance(), 2)} m)")
         info.add_row("energy per cycle", "; ".join(f"{shaft} {v[-1][0]:.2f} J net, {v[-1][1]:.2f} J absolute"
                                                    for shaft, v in sorted(self.cycles.items()))
-                     or "no completed revolution yet (dynamics/energy)")
+                     or "no completed cycle yet (dynamics/energy)")
         info.add_row("safety", f"{self.safety_state()}; safety events: {len(self.safety)}")
         info.add_row("last command", self.events[-1] if self.events else "none")
         return Group(head, t, info)
@@ -301,11 +303,14 @@ class Monitor:
         lines.append(f"  distance walked: {_num(self.distance(), 3)} m (x {_num(w.x0, 3)} -> {_num(w.x, 3)} m); "
                      f"no-slip distance of the crank revolutions: {_num(self.expected_distance(), 3)} m")
         for shaft, cycles in sorted(self.cycles.items()):
-            net, ab = np.mean(cycles, axis=0)
+            c = np.array(cycles)
+            known = np.isfinite(c).all(axis=1)
+            net, ab = c[known].mean(axis=0) if known.any() else (math.nan, math.nan)
             lines.append(f"  energy per cycle, {shaft}: {net:.2f} J net, {ab:.2f} J absolute, mean over "
-                         f"{len(cycles)} revolution(s) (dynamics/energy)")
+                         f"{known.sum()} cycle(s)" + (f" ({(~known).sum()} more not known: a load unknown or samples "
+                                                      f"lost)" if (~known).any() else "") + " (dynamics/energy)")
         if not self.cycles:
-            lines.append("  energy per cycle: no completed revolution (dynamics/energy)")
+            lines.append("  energy per cycle: no completed cycle (dynamics/energy)")
         lines.append(f"  dynamics latency: p50 {_num(p50 * 1e3, 3)} ms, p99 {_num(p99 * 1e3, 3)} ms, max "
                      f"{_num(top * 1e3, 3)} ms over {len(self.latency)} torques frames (start-up excluded)")
         lines.append(f"  safety: {self.safety_state()}; {len(self.safety)} safety event(s)"

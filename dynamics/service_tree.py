@@ -70,19 +70,22 @@ alignment wait):
   newest sample);
 - ``dynamics/zmp``: ``ZMPx ZMPy`` (m) of the plates' total wrench on the plane of their surfaces,
   ``margin`` (m, > 0 inside) to the support polygon of the stance feet (a foot carrying more than
-  ``--contact-n`` vertical force): its markers and the model's contact points (heel, toe: the sole's
-  extent), placed by its fitted segment, ``support``
+  ``--contact-n`` vertical force): its markers and its sole — the model's contact points (heel, toe: the
+  sole's length) each widened to a pair ``--sole-width-m`` apart across the foot (the model's points lie on
+  its mid-line) —, placed by its fitted segment, ``support``
   (vertices), ``valid`` (total F_z > ``--min-fz-n``); where a foot's load is unknown (near the floor
   on no plate) the real ZMP is unknown: ``margin`` NaN, ``valid`` 0 — a foot in swing (step 5) is known
-  unloaded, so single support on a plate has its margin;
+  unloaded, so single support on a plate has its margin; a standing foot whose segment is not fitted (a
+  marker of it hidden) leaves the support unknown: ``margin`` NaN;
 - ``dynamics/contact``: per foot ``FOOT:Fx :Fy :Fz`` (N) ``:Mx :My :Mz`` (N·m about the lab origin),
   the plate wrench assigned to it, and ``:known`` (1: its ground load is known);
 - ``dynamics/energy``: one frame per completed cycle (touch-down to touch-down, at most `MAX_CYCLE_S`),
-  one sample: ``net positive absolute`` (J) summed over every joint coordinate of the model, ``period``
+  one sample: ``net positive absolute`` (J) summed over every joint coordinate of the model (or those of
+  ``--energy-joints``: an exoskeleton's actuated joints), ``period``
   (s), then per coordinate ``net:JOINT positive:JOINT absolute:JOINT`` (J) — `energetics.cycle_energy`
   of its ``power:JOINT`` over the cycle (W = ∫P dt, ∫max(P, 0) dt, ∫|P| dt; the ground-reaction moment
   is not a joint's: not in P); a coordinate whose torque is NaN at a sample of the cycle (a foot of
-  unknown load below it), or a cycle with missing samples, has NaN work, and the sums are then NaN
+  unknown load below it), or a cycle with missing samples, has NaN work, and the sums over it are then NaN
   (counted, ``dynamics/energy:unknown_cycles``); stamped with the touch-down sample that ends it,
   ``meta = {"foot": FOOT, "cycle": k}`` (the walker's stream: its shafts' revolutions there).
 
@@ -126,6 +129,8 @@ LOOKAHEAD = 2
 #: Default cutoff [Hz] of the markers' centred low-pass (module doc step 1; 0 disables it).
 FILTER_HZ = 6.0
 PLATE_CHANNELS = ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "valid")
+#: m: a shod adult foot's width at the heel and the metatarsal heads, about (the sole of the support polygon)
+SOLE_WIDTH_M = 0.09
 RESIDUAL = ("res:Fx", "res:Fy", "res:Fz", "res:Mx", "res:My", "res:Mz")
 
 
@@ -135,21 +140,24 @@ class TreeSettings:
     force on a foot for it to stand [N]; least total vertical force for a ZMP [N]; how far above a
     plate [m] and outside its outline [m] a foot point still counts as on it (`plate_id.assign_plates`;
     marker-driven feet need generous values); the markers' centred low-pass cutoff [Hz] (0: none;
-    module doc step 1)."""
+    module doc step 1); the joints whose work the energy frames sum (empty: every one); the width of a foot's
+    sole for its support polygon [m]."""
     max_wait_s: float = 0.1
     contact_n: float = 20.0
     min_fz_n: float = 20.0
     height_tol_m: float = 0.15
     edge_tol_m: float = 0.03
     filter_hz: float = FILTER_HZ
+    energy_joints: tuple[str, ...] = ()
+    sole_width_m: float = SOLE_WIDTH_M
 
     def __post_init__(self) -> None:
         if not (self.max_wait_s > 0 and math.isfinite(self.max_wait_s)) or not all(
                 math.isfinite(x) for x in (self.contact_n, self.min_fz_n)) or not (
                 0 <= self.height_tol_m < 10 and 0 <= self.edge_tol_m < 10) or not (
-                0 <= self.filter_hz < 1e4):
-            raise ValueError(f"dynamics tree: need --max-wait-s > 0, finite forces, tolerances in [0, 10) m and "
-                             f"--filter-hz >= 0, got {self}")
+                0 <= self.filter_hz < 1e4) or not 0 <= self.sole_width_m < 1:
+            raise ValueError(f"dynamics tree: need --max-wait-s > 0, finite forces, tolerances in [0, 10) m, "
+                             f"--filter-hz >= 0 and --sole-width-m in [0, 1), got {self}")
 
 
 Publish = Callable[..., Any]
@@ -248,6 +256,12 @@ class TreeService:
         # dynamics/energy: per cycle of the first foot, the sums over the joints, then each joint's
         self.energy_channels = (*ENERGY_CHANNELS, *(f"{k}:{j}" for j in names for k in ENERGY_CHANNELS[:3]))
         self.energy_units = ENERGY_UNITS + ("J",) * (3 * len(names))
+        unknown = sorted(set(settings.energy_joints) - set(names))
+        if unknown:
+            raise ValueError(f"dynamics tree: --energy-joints {unknown[0]!r}: not a joint of {model.name} "
+                             f"(its joints: {', '.join(names)})")
+        #: the joints the energy frames' sums take (--energy-joints; all by default)
+        self.summed = np.array([not settings.energy_joints or j in settings.energy_joints for j in names])
         self.strides = _Strides(settings.contact_n)
         self.contact_channels = tuple(f"{f}:{c}" for f in self.feet for c in ("Fx", "Fy", "Fz", "Mx", "My", "Mz", "known"))
         self.contact_units = ("N",) * 3 + ("N*m",) * 3 + ("1",)
@@ -257,7 +271,11 @@ class TreeService:
         # (a coordinate of q NaN) leaves them in place, where the forward kinematics of q would not
         s = h15.scale(mset, model)
         marks = [s * np.array(list(mset.segments[f].values())) for f in self.feet]
-        soles = [np.array([model.point(c)[1] for c in model.segment(f).contacts]).reshape(-1, 3) for f in self.feet]
+        # the sole: each contact point widened to a pair ± half of --sole-width-m along the foot's lateral axis
+        # (the model's heel and toe points lie on the foot's mid-line: a support of no width)
+        half = np.array([0.0, 0.5 * settings.sole_width_m, 0.0])
+        soles = [np.concatenate([[p - half, p + half] for p in (model.point(c)[1] for c in model.segment(f).contacts)])
+                 .reshape(-1, 3) for f in self.feet]
         self.foot_points = [(f, np.concatenate([m, c])) for f, m, c in zip(self.feet, marks, soles)]
         self.point_foot = np.concatenate([np.full(len(m), k) for k, m in enumerate(marks)])
         self.contact_foot = np.concatenate([np.full(len(c), k) for k, c in enumerate(soles)])
@@ -487,9 +505,9 @@ class TreeService:
         tau = kin.tau_bottom_up[:, 6:]
         torques = np.concatenate([tau, tau * v[:, 6:], kin.residual_force, kin.residual_moment,
                                   (~known)[:, None].astype(float)], axis=1)
-        # ZMP of the plates' total wrench, margin to the stance feet's support: their markers and the model's
-        # contact points (heel, toe: the sole's extent, which a foot's markers do not reach — the toe marker is
-        # on the metatarsal head), both placed by the fitted segments
+        # ZMP of the plates' total wrench, margin to the stance feet's support: their markers and soles (the
+        # model's heel and toe widened across the foot: the sole's extent, which a foot's markers do not reach —
+        # the toe marker is on the metatarsal head), both placed by the fitted segments
         f_tot = sum(ld.force for ld in loads)
         n_tot = sum(ld.moment for ld in loads)
         z = zmp_of_wrench(f_tot, n_tot, self.ground_z, self.settings.min_fz_n)
@@ -500,9 +518,12 @@ class TreeService:
         margin, nvert = support_margin(np.nan_to_num(sup), on, z.point)
         # a foot whose ground load is unknown (on no plate: the bare floor) may carry weight the plates do
         # not see: the real ZMP and support are unknown, so no margin (NaN) and not valid — never a finite
-        # margin of the plates' share alone (the control loop's ZMP guard reads it)
+        # margin of the plates' share alone (the control loop's ZMP guard reads it); nor of the other foot's
+        # support alone where a standing foot's place is unknown (its segment not fitted: a marker hidden)
         unknown = ~kin.foot_known.all(axis=1)
-        margin = np.where(unknown, np.nan, margin)
+        unplaced = (stance & ~np.stack([np.isfinite(cpos[:, self.contact_foot == k]).all(axis=(1, 2))
+                                        for k in range(len(self.feet))], axis=1)).any(axis=1)
+        margin = np.where(unknown | unplaced, np.nan, margin)
         zmp = np.column_stack([z.point[:, :2], margin, nvert, z.valid & ~unknown])
         contact = np.concatenate([kin.foot_wrench, kin.foot_known[..., None]], axis=2).reshape(n, -1)
         torques[~have, :-1] = zmp[~have] = contact[~have] = np.nan     # a plate never seen: nothing is known
@@ -526,7 +547,7 @@ class TreeService:
         for i, row in self.strides.add(t * 1e-9, fz, known, power, 1.0 / self.rate):
             J = power.shape[1]
             per = row[1:].reshape(J, 3)
-            total = per.sum(axis=0)                 # NaN when a joint's work is unknown
+            total = per[self.summed].sum(axis=0)    # NaN when a summed joint's work is unknown
             if not np.isfinite(total).all():
                 self.count(f"{ENERGY}:unknown_cycles", 1)
             th, td = stamps[i]
@@ -555,6 +576,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--edge-tol-m", type=float, default=d.edge_tol_m, help="plate outline grown by [m]")
     p.add_argument("--filter-hz", type=float, default=d.filter_hz,
                    help="cutoff of the markers' centred low-pass [Hz] (adds 0.3/cutoff s to the wait; 0: none)")
+    p.add_argument("--sole-width-m", type=float, default=d.sole_width_m,
+                   help="width of a foot's sole, across its heel-toe line, for the support polygon [m]")
+    p.add_argument("--energy-joints", default="",
+                   help="joints whose work the energy frames sum, comma-separated (default: every joint; e.g. an "
+                        "exoskeleton's actuated ones)")
     return p
 
 
@@ -605,7 +631,8 @@ def service_from(ctx: ProcessContext, args: Sequence[str], publish: Publish | No
     plates = [(n, fp.Plate(type=d.type, corners=d.corners, origin=d.origin, cal_matrix=d.cal_matrix, name=n))
               for n, d in ctx.devices.items() if d.kind == "forceplate"]
     service = TreeService(model, mset, [f for f in o.feet.split(",") if f], plates, o.markers,
-                          TreeSettings(o.max_wait_s, o.contact_n, o.min_fz_n, o.height_tol_m, o.edge_tol_m, o.filter_hz),
+                          TreeSettings(o.max_wait_s, o.contact_n, o.min_fz_n, o.height_tol_m, o.edge_tol_m, o.filter_hz,
+                                       tuple(j for j in o.energy_joints.split(",") if j), o.sole_width_m),
                           publish or ctx.publisher.publish, ctx.health.count, ctx.clock)
     service.warm()
     log.info("tree model %s (%.1f kg), marker set %s, feet %s", model.name, model.total_mass, mset.name, o.feet)

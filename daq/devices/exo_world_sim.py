@@ -21,15 +21,20 @@ MCU's, one world sample per plate sample (1 kHz, two motor substeps per 500 Hz c
   feet's ground reactions on it (`exo_world.ground_reaction`, each foot's share at its point, free
   moments included; `jansen_world.plate_loads`), offsets ``--plate-offset-n`` and noise
   ``--plate-noise-n`` as the Jansen world's; the dynamics service zeroes them while the wearer walks
-  up to the plates (the left foot's first flat place at ``--x0``);
+  up to the plates (the left foot's first flat place at ``--x0``) or, on a treadmill (``--treadmill``: the
+  ground a belt moving at the nominal's mean speed, so the wearer stays in place: `exo_world`, "On a
+  treadmill"; a split belt's two plates, one under each foot), while each foot is in swing;
 - ``markers/exo`` (``--marker-stream``) at ``--marker-rate-hz`` (200): the marker set ``--markerset``
   (configs/markersets/NAME.toml, human15: Plug-in Gait on the wearer's segments; ``model``: the model's
   own markers) placed on the moving segments (`exo_world.marker_positions`), noise
   ``--marker-noise-mm``, occlusions with probability ``--dropout`` per marker and frame;
 - ``encoder/<motor>`` per motor: angle in whole ``--cpr`` counts, rate, armature current;
-- ``sim/exo`` at 100 Hz: the world's truth — pelvis x, forward speed, the ground reaction's force
+- ``sim/exo`` at 100 Hz: the world's truth — ``x`` the pelvis's place along the walk over the ground
+  (on a treadmill its lab x plus the belt's travel: the distance walked), ``x_lab`` its lab x, ``vx`` its
+  forward speed in the lab, the ground reaction's force
   (Fx Fy Fz, N) and ZMP (x, y, m), per motor the prescribed joint angle ``q:JOINT`` and the cuff torque
-  ``cuff:JOINT`` (N m); meta ``mass_kg``, ``speed_m_s``, ``stride_s``, ``step_m``, ``nominal``.
+  ``cuff:JOINT`` (N m); meta ``mass_kg``, ``speed_m_s``, ``stride_s``, ``step_m``, ``nominal``,
+  ``belt_m_s`` (0 off a treadmill).
 
 Health: the MCU counters (`daq.simulated_robot.count_mcu`), ``world/steps``. docs/sim.md ("The
 exoskeleton world") says what is simulated and what is prescribed.
@@ -76,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cuff-stiffness", type=float, default=CUFF_STIFFNESS)
     p.add_argument("--cuff-damping", type=float, default=CUFF_DAMPING)
     p.add_argument("--markerset", default="human15")
+    p.add_argument("--treadmill", action="store_true",
+                   help="walk on a treadmill: the ground a belt at the nominal's mean speed, the wearer in place")
     return p
 
 
@@ -153,13 +160,15 @@ class ExoWorldSource(WorldSource):
         self.sim = ExoSim(self.world, h, record_every=every, aux=lambda: self.mcu.bank.i, n_aux=A)
         rate = self.rate
         self.table = stride_table(self.world, 1.0 / rate)  # the body on the plates' sample grid, once
-        channels = (("x", "vx", "Fx", "Fy", "Fz", "zmp_x", "zmp_y") + tuple(f"q:{j}" for j in self.world.actuators)
+        channels = (("x", "x_lab", "vx", "Fx", "Fy", "Fz", "zmp_x", "zmp_y") + tuple(f"q:{j}" for j in self.world.actuators)
                     + tuple(f"cuff:{j}" for j in self.world.actuators))
-        units = ("m", "m/s", "N", "N", "N", "m", "m") + ("rad",) * A + ("N*m",) * A
+        units = ("m", "m", "m/s", "N", "N", "N", "m", "m") + ("rad",) * A + ("N*m",) * A
         w = self.world
+        #: m/s: the treadmill's belt, the stride's advance per period (the wearer stays in place), or the floor
+        self.belt = w.advance / w.period if opts.treadmill else 0.0
         self.truth = _Out(SIM_STREAM, "sim", rate / round(rate / 100.0), channels, units, 10, round(rate / 100.0),
                           meta={"mass_kg": w.mass, "speed_m_s": w.speed, "stride_s": w.period, "step_m": w.step,
-                                "nominal": w.name})
+                                "nominal": w.name, "belt_m_s": self.belt})
         self.n = 0
         self._reported: dict[str, int] = {}
         self.handle = ""
@@ -202,14 +211,15 @@ class ExoWorldSource(WorldSource):
             return []
         s, k, t_ns, now = got
         w = self.world
-        q, v, g, markers = body_at(w, self.table, s.t, self.opts.x0)
+        q, v, g, markers = body_at(w, self.table, s.t, self.opts.x0, self.belt)
         loads = plate_loads(g.point, g.foot_force, self.plates, g.foot_moment)
         out = self._instrument_blocks(t_ns, k, now, loads, s.theta, s.omega, s.aux, lambda sel: markers[sel])
         sel = k % self.truth.every == 0
         if sel.any():
             qj = q[sel][:, w.iq[w.actuated]]
-            out += self.truth.push(t_ns[sel], np.column_stack([q[sel, 0], v[sel, 0], g.force[sel], g.zmp[sel, :2], qj,
-                                                               s.tau[sel]]), None, now)
+            x = q[sel, 0]
+            out += self.truth.push(t_ns[sel], np.column_stack([x + self.belt * s.t[sel], x, v[sel, 0], g.force[sel],
+                                                               g.zmp[sel, :2], qj, s.tau[sel]]), None, now)
         return out
 
 

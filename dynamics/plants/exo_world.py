@@ -63,6 +63,13 @@ roll θ are interpolated in the lab, and the free flyer's local velocity and acc
 them (`motion`). World time t = 0 is the support transfer to the left foot (mid double support), the
 left foot's flat place at x = x0.
 
+**On a treadmill** (``belt`` > 0, `motion`, `body_at`): the same walk seen from the lab while the ground
+under it, a belt, moves at −belt along x — every x less belt·t, the base's velocity less (belt, 0, 0). A
+uniform translation of the frame changes neither the accelerations nor the forces (Galilean invariance:
+the ground reaction is the walk's on the floor; the tests check it against Pinocchio's rnea of the moved
+motion). At belt = the nominal's speed the wearer stays in place over an instrumented split-belt
+treadmill's two plates, one under each foot (configs/sim_exo.toml).
+
 **Computed by `dynamics`**: the ground reaction the motion requires. `dynamics.rnea.rnea` of (q, v, a)
 with no external load leaves the free flyer's six rows, the residual base wrench (force, moment about
 the pelvis origin, base axes), which the ground alone must supply (the body has no other external load
@@ -455,9 +462,10 @@ def _roll(th: np.ndarray, x: np.ndarray, sign: float = 1.0) -> np.ndarray:
     return np.column_stack([x[:, 0], c * x[:, 1] - s * x[:, 2], s * x[:, 1] + c * x[:, 2]])
 
 
-def motion(world: ExoWorld, t, x0: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def motion(world: ExoWorld, t, x0: float = 0.0, belt: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The body's q (N, nq), v, a (N, nv) at world times t (N,) s (module doc); x0: the base moved by x0
-    along x (the left foot's first flat place, m). The base: position p and roll θ about x interpolated
+    along x (the left foot's first flat place, m); belt: a treadmill's belt speed (m/s, carrying the
+    ground towards −x; module doc "On a treadmill"). The base: position p and roll θ about x interpolated
     in the lab, the free flyer's quaternion (sin θ/2, 0, 0, cos θ/2), local velocity v_b = Rᵀ ṗ, angular
     (θ̇, 0, 0), acceleration Rᵀ p̈ − Ω × v_b and (θ̈, 0, 0) (Pinocchio's free-flyer convention)."""
     t = np.atleast_1d(np.asarray(t, dtype=float))
@@ -468,10 +476,11 @@ def motion(world: ExoWorld, t, x0: float = 0.0) -> tuple[np.ndarray, np.ndarray,
     v, a = np.zeros((t.size, m.nv)), np.zeros((t.size, m.nv))
     q[:, world.iq], v[:, world.iv], a[:, world.iv] = x[:, :n], xd[:, :n], xdd[:, :n]
     th = x[:, n]
-    q[:, 0] += x0
+    q[:, 0] += x0 - belt * t
     q[:, 3], q[:, 6] = np.sin(th / 2), np.cos(th / 2)
     om = np.zeros((t.size, 3))
     om[:, 0] = xd[:, n]
+    xd[:, 0] -= belt
     v[:, :3] = _roll(th, xd[:, :3], -1.0)
     a[:, :3] = _roll(th, xdd[:, :3], -1.0) - np.cross(om, v[:, :3])
     v[:, 3], a[:, 3] = xd[:, n], xdd[:, n]
@@ -575,19 +584,24 @@ def stride_table(world: ExoWorld, h: float) -> StrideTable:
     return StrideTable(float(h), q, v, a, ground_reaction(world, t, q, v, a), marker_positions(world, q))
 
 
-def body_at(world: ExoWorld, table: StrideTable, t, x0: float = 0.0) -> tuple[np.ndarray, np.ndarray, Ground, np.ndarray]:
-    """The body at grid times t (N,) s (multiples of table.h), base moved by x0 (m) along x: (q (N, nq),
-    v (N, nv), `Ground`, markers (N, M, 3)) equal to `motion`, `ground_reaction`, `marker_positions` there. Stride k
-    shifts every x by s = x0 + k·advance, and the ground moment about the lab origin by (s, 0, 0) × F."""
+def body_at(world: ExoWorld, table: StrideTable, t, x0: float = 0.0,
+            belt: float = 0.0) -> tuple[np.ndarray, np.ndarray, Ground, np.ndarray]:
+    """The body at grid times t (N,) s (multiples of table.h), base moved by x0 (m) along x, on a belt of
+    speed belt (m/s; 0: the floor): (q (N, nq), v (N, nv), `Ground`, markers (N, M, 3)) equal to `motion`,
+    `ground_reaction`, `marker_positions` there. Stride k shifts every x by s = x0 + k·advance − belt·t, and
+    the ground moment about the lab origin by (s, 0, 0) × F; the base's velocity loses (belt, 0, 0) (its x
+    axis is the lab's under a roll about x), its acceleration and the ground reaction do not change."""
     t = np.atleast_1d(np.asarray(t, dtype=float))
     K = table.q.shape[0]
     n = np.round(t / table.h).astype(np.int64)
     if np.abs(n * table.h - t).max(initial=0.0) > 1e-6 * table.h:
         raise ValueError(f"body_at: times off the {table.h} s grid")
     i = n % K
-    s = x0 + (n // K) * world.advance
+    s = x0 + (n // K) * world.advance - belt * t
     q = table.q[i]
     q[:, 0] += s
+    v = table.v[i]
+    v[:, 0] -= belt
     g = table.ground
     point = g.point[i]
     point[..., 0] += s[:, None]
@@ -597,7 +611,7 @@ def body_at(world: ExoWorld, table: StrideTable, t, x0: float = 0.0) -> tuple[np
     moment = g.moment[i] + np.column_stack([np.zeros_like(s), -s * F[:, 2], s * F[:, 1]])
     markers = table.markers[i]
     markers[..., 0] += s[:, None]
-    return q, table.v[i], Ground(F, moment, zmp, point, g.foot_force[i], g.foot_moment[i], g.stance[i],
+    return q, v, Ground(F, moment, zmp, point, g.foot_force[i], g.foot_moment[i], g.stance[i],
                                  g.double[i]), markers
 
 

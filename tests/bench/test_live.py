@@ -1,6 +1,6 @@
 """bench/live.py (`walklab bench live`) on the exoskeleton lab, configs/sim_exo.toml: its config (read back
 by walklab's config loader) and a short real run (the benchmark as a subprocess: supervisor, world, plate
-service, tree dynamics service, extra load, recorder). Truths: the recording it keeps, read with the mcap
+service, tree dynamics service, control loop, extra load, recorder). Truths: the recording it keeps, read with the mcap
 library and msgpack (not walklab's reader): the streams at the issue's lab load, every stream's seq without
 a gap, each torques frame's ``meta.latency_s`` — the report's figures are those numbers' percentiles (no
 timing is asserted: what they are depends on the machine)."""
@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_exo_lab_config_sets_realtime_on_its_services_and_brings_the_bus_to_lab_load(tmp_path):
     cfg = load(lab(tmp_path, 20, lab_of("configs/sim_exo.toml")))
     by = {p.name: p for p in cfg.processes}
-    assert {n: by[n].realtime for n in by} == {"world": 20, "healthmon": 0, "dynamics": 20, "torques": 20, "extra": 0}
+    assert {n: by[n].realtime for n in by} == {"world": 20, "healthmon": 0, "loop": 20, "dynamics": 20, "torques": 20,
+                                               "extra": 0}
     assert by["torques"].module == "dynamics.service_torques" and "exoskeleton" in by["torques"].args
     assert by["extra"].module == "bench.live" and tuple(by["extra"].args) == ("--markers", "0", "--encoders", "4")
     assert Path(cfg.devices["exo_mcu"].port) == tmp_path / "pty" / "mcu"

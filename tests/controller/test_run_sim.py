@@ -117,7 +117,7 @@ def test_walklab_run_walks_the_world_records_it_and_summarises(tmp_path, robot):
             assert int(m.group(3)) == len(cycles)
             assert float(m.group(1)) == pytest.approx(cycles[:, 0].mean(), abs=0.006)
             assert float(m.group(2)) == pytest.approx(cycles[:, 2].mean(), abs=0.006) and cycles[:, 2].min() > 0
-    assert shown or "energy per cycle: no completed revolution" in run.stdout
+    assert shown or "energy per cycle: no completed cycle" in run.stdout
     # plates: offsets from the first second (walker off the plates), then Fz of FP1 + FP2 while every foot
     # is on them (chassis x in [0.48, 0.72] m: feet within 0.478 m of it) averages the weight
     lab = load(cfg)

@@ -309,3 +309,20 @@ def test_a_blend_beyond_the_repairs_reach_is_not_tried(lib, monkeypatch):
     fix = tried.meta["repair"]
     assert fix["tried"] and not fix["repaired"] and not tried.meta["accepted"]
     assert fix["d_before"] == tr.meta["zmp_max_deviation"] and transitions.EPS <= fix["d_after"] < 0.6 * fix["d_before"]
+
+
+def test_the_guard_does_not_judge_samples_measured_before_the_walk_began(lib):
+    """A walk begins at the first ZMP sample (the loop's initial request waits for one): the samples measured
+    before its first cycle (the robot not yet following the plan; here 5 cm outside the support) are not
+    judged; the same margin measured once the walk runs latches zmp_margin."""
+    a = lib["nominals"][0.8]
+    ctl = Controller(lib["cfg"], list(lib["nominals"].values()), transitions=lib["transitions"])
+    ctl.command(Request(a.meta["speed"]))
+    dt = round(ctl.dt * 1e9)
+    t0 = 10 * dt
+    old = (np.array([t0 - 3 * dt, t0 - dt]), np.array([-0.05, -0.05]))
+    out = ctl.update(t0, Measured(t0, a.q[0], a.qd[0]), old, t0 - dt)
+    assert out.reference is not None and not [e for e in out.decision.events if e.cause.startswith("zmp")]
+    t1 = t0 + dt
+    out = ctl.update(t1, Measured(t1, out.reference.q, out.reference.qd), (np.array([t1]), np.array([-0.05])), t1)
+    assert [e.cause for e in out.decision.events] == ["zmp_margin"]

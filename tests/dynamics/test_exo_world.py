@@ -270,6 +270,37 @@ def test_stride_table_lookup_equals_direct_evaluation(world):
         stride_table(world, 7e-3)
 
 
+def test_on_a_treadmill_the_ground_reaction_is_the_floors_and_the_wearer_stays_in_place(world):
+    """The walk on a belt at the stride's mean speed (`motion`, `body_at` with belt): Pinocchio's rnea of the
+    moved motion (every x less belt·t, the base's velocity less the belt's) needs the same ground wrench as
+    the walk on the floor, moved to the lab origin by the shift (Galilean invariance: the frame moves
+    uniformly); the pelvis stays within a few cm of one place over three strides; the process's table
+    lookup equals the direct evaluation there too."""
+    belt = world.advance / world.period
+    t = 0.0037 + np.arange(0, 3600, 9) * 1e-3
+    q, v, a = motion(world, t, 0.25, belt)
+    qf, vf, af = motion(world, t, 0.25)
+    s = -belt * t                                           # the shift of every x
+    np.testing.assert_allclose(q[:, 0], qf[:, 0] + s, atol=1e-12)
+    np.testing.assert_allclose(a, af, atol=1e-12)
+    floor = ground_reaction(world, t, qf, vf, af)
+    got = pinocchio_ground(world.model, q, v, a)
+    np.testing.assert_allclose(got[:, :3], floor.force, atol=1e-6)
+    moved = floor.moment + np.column_stack([np.zeros_like(s), -s * floor.force[:, 2], s * floor.force[:, 1]])
+    np.testing.assert_allclose(got[:, 3:], moved, atol=1e-5)
+    assert np.ptp(q[:, 0]) < 0.05 and np.ptp(qf[:, 0]) > 2.0
+    table = stride_table(world, 1e-3)
+    tg = np.arange(0, 3600, 7) * 1e-3
+    qb, vb, gb, mb = body_at(world, table, tg, 0.25, belt)
+    qd, vd, ad = motion(world, tg, 0.25, belt)
+    np.testing.assert_allclose(qb, qd, atol=1e-9)
+    np.testing.assert_allclose(vb, vd, atol=1e-9)
+    np.testing.assert_allclose(mb, marker_positions(world, qd), atol=1e-9)
+    gd = ground_reaction(world, tg, qd, vd, ad)
+    for name in ("force", "moment", "zmp", "point"):
+        np.testing.assert_allclose(getattr(gb, name), getattr(gd, name), atol=1e-6, err_msg=name)
+
+
 def test_bad_inputs_are_one_line_errors(nominal):
     with pytest.raises(ExoWorldError, match="actuator 'elbow_x'"):
         exo_world(nominal, ("elbow_x",))

@@ -31,7 +31,7 @@ from dynamics.human15_markers import (fit_segments, joint_coordinates, joint_rat
 from dynamics.kinematics import contact_positions
 from dynamics.plate_id import PlateLoad
 from dynamics.service_torques import CONTACT, REANCHOR_FRAMES, TORQUES, ZMP
-from dynamics.service_tree import LOOKAHEAD, TreeService, TreeSettings
+from dynamics.service_tree import LOOKAHEAD, SOLE_WIDTH_M, TreeService, TreeSettings
 
 from .test_human15_markers import pinocchio_truth, synthetic_markers
 from .test_service_torques import Bus
@@ -227,9 +227,10 @@ def test_the_incremental_service_equals_the_offline_pipeline_on_the_whole_record
         np.testing.assert_allclose(tq[:, columns(ch, "res:Fx")[0]:][:, :3], kin.residual_force[i], atol=1e-7)
 
 
-def pinocchio_contacts(m, q: np.ndarray, segment: str) -> np.ndarray:
+def pinocchio_contacts(m, q: np.ndarray, segment: str, width: float = 0.0) -> np.ndarray:
     """Lab positions (N, C, 3) m of the segment's contact points (the model's) at configurations q (N, nq),
-    by Pinocchio's forward kinematics."""
+    by Pinocchio's forward kinematics; width > 0: each point widened to two, ± width/2 along the segment's
+    y axis (N, 2 C, 3)."""
     import pinocchio as pin
 
     from dynamics.pinocchio_model import to_pinocchio
@@ -239,6 +240,8 @@ def pinocchio_contacts(m, q: np.ndarray, segment: str) -> np.ndarray:
     seg = m.segments[m.index[segment]]
     jid = pm.getJointId(seg.joint_name)
     pts = np.array(list(seg.contacts.values()), dtype=float)
+    if width:
+        pts = np.concatenate([pts - [0.0, width / 2, 0.0], pts + [0.0, width / 2, 0.0]])
     out = np.empty((q.shape[0], len(pts), 3))
     for k, qk in enumerate(q):
         pin.forwardKinematics(pm, data, qk)
@@ -249,7 +252,8 @@ def pinocchio_contacts(m, q: np.ndarray, segment: str) -> np.ndarray:
 def test_zmp_margin_and_contact_follow_the_plate_wrench():
     """ZMP = ((z f_x − n_y)/f_z, (z f_y + n_x)/f_z) of Pinocchio's wrench on the plate plane (d.2); the
     margin is the signed distance to scipy's convex hull of the right foot's support: its 3 markers and
-    the model's heel and toe contact points placed by Pinocchio's forward kinematics (inside: the least
+    its sole, the model's heel and toe contact points each widened to two SOLE_WIDTH_M apart across the
+    foot, placed by Pinocchio's forward kinematics (inside: the least
     distance to an edge line; outside: negative); the right foot carries the plate's wrench, known."""
     _, qm, _, _, _, _, f, n, plates = record()
     bus = serve(frames_of())
@@ -264,7 +268,7 @@ def test_zmp_margin_and_contact_follow_the_plate_wrench():
     assert np.all(zmp[:, zch.index("valid")] == 1)
     pos = synthetic_markers(model(), mset(), qm)
     foot = np.concatenate([np.stack([pos[m] for m in mset().segments["foot_r"]], axis=1)[i, :, :2],
-                           pinocchio_contacts(model(), qm[i], "foot_r")[..., :2]], axis=1)
+                           pinocchio_contacts(model(), qm[i], "foot_r", SOLE_WIDTH_M)[..., :2]], axis=1)
     margin = zmp[:, zch.index("margin")]
     inside = 0
     for k in range(len(t)):

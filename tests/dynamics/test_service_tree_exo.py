@@ -129,7 +129,8 @@ def frames(noise_m: float = 0.0, seed: int = 0, layout=None) -> list[Frame]:
     return [f for _, f in out]
 
 
-def serve(fr: list[Frame], filter_hz: float = FILTER_HZ, layout=None) -> tuple[Bus, dict[str, int]]:
+def serve(fr: list[Frame], filter_hz: float = FILTER_HZ, layout=None,
+          energy_joints: tuple[str, ...] = ()) -> tuple[Bus, dict[str, int]]:
     """The service's outputs and counters for frames `fr` over the plates `layout` (default `plates()`)."""
     from daq.devices.markers_sim import load_marker_set
 
@@ -137,7 +138,8 @@ def serve(fr: list[Frame], filter_hz: float = FILTER_HZ, layout=None) -> tuple[B
     bus = Bus()
     svc = TreeService(world().model, load_marker_set("human15"), ("foot_l", "foot_r"),
                       plates() if layout is None else layout, "markers/exo",
-                      TreeSettings(max_wait_s=1.0, contact_n=THRESHOLD_N, filter_hz=filter_hz), bus.publish,
+                      TreeSettings(max_wait_s=1.0, contact_n=THRESHOLD_N, filter_hz=filter_hz,
+                                   energy_joints=energy_joints), bus.publish,
                       count=lambda s, k=1: counts.__setitem__(s, counts.get(s, 0) + k), clock=lambda: 0)
     for i in range(0, len(fr), 3):
         svc.feed(fr[i:i + 3])
@@ -336,3 +338,20 @@ def test_a_marker_hidden_elsewhere_leaves_the_stance_foots_support_whole():
     assert np.isfinite(m_hid[rows]).all()
     assert np.abs(m_hid[rows] - m_all[rows]).max() < 1e-4
     assert m_all[rows].min() < 0.005          # the push-off on the toe was among them
+
+
+def test_energy_joints_choose_what_the_sums_take_and_an_unknown_one_is_named():
+    """--energy-joints (an exoskeleton's actuated joints): the frames' net positive absolute are the sums over
+    those joints' own columns (the same run's per-joint work), not over the body; a name that is not a joint
+    of the model is a one-line error naming it and the model's joints."""
+    bus, _ = serve(frames(), 0.0, energy_joints=LEGS)
+    got = cycles(bus)
+    assert got
+    for _, row, ch in got:
+        for k in ("net", "positive", "absolute"):
+            legs = sum(row[ch.index(f"{k}:{n}")] for n in LEGS)
+            assert row[ch.index(k)] == pytest.approx(legs, rel=1e-12)
+        body = sum(row[ch.index(c)] for c in ch if c.startswith("absolute:"))
+        assert row[ch.index("absolute")] < 0.9 * body       # the trunk, ankles and arms work too
+    with pytest.raises(ValueError, match=r"--energy-joints 'knee_left': not a joint of .*hip_flexion_l"):
+        serve([], 0.0, energy_joints=("knee_l", "knee_left"))
