@@ -175,17 +175,31 @@ class Controller:
 
     def floor(self, t_ns: np.ndarray) -> np.ndarray:
         """The margin (m) the guard requires of ZMP samples at times t_ns (n,) on the clock of the cycles:
-        min(limits.min_margin, P - limits.margin_tolerance), P the least planned margin of the cycles within
-        limits.margin_window_s of the sample (the measurement's lag and the phase estimate's error; cycles
-        with no plan, or none recorded there: limits.min_margin alone); -inf (not judged) for a sample measured
-        before the walk (re)started — the first ZMP samples a walk sees, measured before it."""
+        min(limits.min_margin, P - limits.margin_tolerance), P the least planned margin within
+        limits.margin_window_s of the sample (the measurement's lag and the phase estimate's error): the
+        cycles' recorded plans, and past the last cycle the tracked nominal's plan ahead on its clock (so the
+        floor is the same however late the sample is judged); no plan there: limits.min_margin alone; -inf
+        (not judged) for a sample measured at or before the walk's (re)start — the first ZMP samples a walk
+        sees, measured before it."""
         lim = self.cfg.limits
         w = round(lim.margin_window_s * 1e9)
         t = np.asarray(t_ns, np.int64)[:, None]
         near = (np.abs(self._plan_t[None, :] - t) <= w) & np.isfinite(self._plan_m)[None, :]   # (n, keep)
         least = np.where(near, self._plan_m[None, :], np.inf).min(axis=1)
+        # the window's part after the last cycle (a sample judged less than w after it was measured): the plan
+        # ahead on the tracked nominal's clock, so the floor does not depend on how late the sample came
+        last = int(self._plan_t[(self._plan_k - 1) % self._plan_t.size]) if self._plan_k else None
+        if self.tracker is not None and last is not None:
+            nom = self.tracker.nominal
+            step = float(nom.period[0]) / (2 * nom.u.size)
+            for i, ti in enumerate(t[:, 0]):
+                ahead = (int(ti) + w - last) * 1e-9
+                if ahead > 0:
+                    dphi = np.linspace(0.0, ahead, int(ahead / step) + 2) / float(nom.period[0])
+                    plan = [nom.planned_margin(float(self.tracker.phase[0]) + d) for d in dphi]
+                    least[i] = min(least[i], float(np.nanmin(plan)) if np.isfinite(plan).any() else np.inf)
         # a sample measured before the walk (re)started is not judged: the robot was not following the plan
-        return np.where(t[:, 0] < self._walk_ns, -np.inf, np.minimum(lim.min_margin, least - lim.margin_tolerance))
+        return np.where(t[:, 0] <= self._walk_ns, -np.inf, np.minimum(lim.min_margin, least - lim.margin_tolerance))
 
     def update(self, now_ns: int, measured: Measured | None, zmp: tuple[np.ndarray, np.ndarray] | None = None,
                zmp_t_ns: int | None = None) -> Output:
@@ -196,10 +210,12 @@ class Controller:
         age = math.inf if measured is None else (now_ns - measured.t_ns) * 1e-9
         # the time this cycle covers: since the previous cycle (the period; more when cycles were missed, an
         # overrun on a loaded machine; a late wake-up's extra is taken from the next), so the nominal's clock
-        # follows time, not the count of cycles run (the safety's slew limits stay per cycle: the stricter) — up
-        # to stale_s: a longer gap is a stale measurement, after which the clock re-aligns
-        span = self.dt if self._last_ns is None else min(max((now_ns - self._last_ns) * 1e-9, 0.0),
-                                                         max(self.dt, self.cfg.limits.stale_s))
+        # follows time, not the count of cycles run (the safety's slew limits stay per cycle: the stricter); a gap
+        # longer than stale_s (the loop stalled) re-aligns the clock to the measured angles instead
+        gap = self.dt if self._last_ns is None else max((now_ns - self._last_ns) * 1e-9, 0.0)
+        span = min(gap, max(self.dt, self.cfg.limits.stale_s))
+        if gap > span:
+            self._aligned = False
         self._last_ns = now_ns
         n = len(self.cfg.actuators)
         q = measured.q if measured is not None else np.zeros(n)
@@ -218,9 +234,10 @@ class Controller:
         events = self.safety.check(now_ns, age, q, qd, margin, zmp_age, floor)
         ref = None
         if self.tracker is not None and not self.safety.stale and self.safety.latched is None:
-            if not self._aligned:  # (re)start: the clock from the measured angles, no jump
+            if not self._aligned:  # (re)start: the clock from the measured angles, no jump, then one period on
                 self.tracker.align(q)
                 self._aligned = True
+                span = self.dt
             ref = self.tracker.step(span)
             k = self._plan_k % self._plan_t.size
             self._plan_t[k], self._plan_m[k], self._plan_k = now_ns, ref.margin, self._plan_k + 1
@@ -734,6 +751,7 @@ def run(ctx, args: Sequence[str]) -> int:
             for sub in ops:
                 while (f := sub.recv(timeout_s=0)) is not None:
                     _operator(ctx, ctl, io, f, now)
+                    initial = None      # the operator's word wins over a start request not applied yet
             new = None
             if zmp is not None:
                 while (f := zsub.recv(timeout_s=0)) is not None:
@@ -802,15 +820,23 @@ def _reset_after_trip(ctx, ctl: Controller, io: McuIo, now: int) -> None:
 
 def _start_walk(ctx, ctl: Controller, initial: Request | None, now: int, meas: Measured | None,
                 zmp: ZmpWatch | None) -> Request | None:
-    """The initial request (``--speed``, ``--turn``) at the first cycle whose measurement is fresh and, under
-    the ZMP guard, once the ZMP stream has a sample (a lab's processes start in any order: a walk requested
-    before its guard's input exists would stop at once, ``zmp_stale``); published as an operator request's
-    event. Returns what is still to apply (None once applied)."""
+    """The initial request (``--speed``, ``--turn``) at the first cycle whose measurement is fresh and, live
+    under the ZMP guard (`zmp` given), whose newest ZMP sample is fresh too (within ``limits.zmp_stale_s``: a
+    lab's processes start in any order, and a dynamics service catches up with its inputs for its first
+    seconds; a walk requested before its guard's input is live would stop at once, ``zmp_stale``); published as an
+    operator request's event, or a ``rejected`` one if the controller refuses it. Returns what is still to
+    apply (None once applied; the caller drops it when an operator frame comes first: the operator's word
+    wins)."""
     if initial is None or meas is None or (now - meas.t_ns) * 1e-9 > ctl.cfg.limits.stale_s:
         return initial
-    if zmp is not None and zmp.newest is None:
-        return initial
-    nom = ctl.command(initial)
+    if zmp is not None and (zmp.newest is None or (now - zmp.newest) * 1e-9 > ctl.cfg.limits.zmp_stale_s):
+        return initial      # no ZMP yet, or only old ones (a dynamics service still catching up at its start)
+    try:
+        nom = ctl.command(initial)
+    except (ValueError, LookupError) as exc:
+        log.warning("initial request refused: %s", exc)
+        _publish_event(ctx, Event(now, "rejected", f"initial request: {exc}"), now)
+        return None
     _publish_event(ctx, Event(now, "request", f"initial request: speed {initial.speed} m/s, turn {initial.turn} "
                                               f"rad/s -> {nom.name if nom else 'stop'}"), now,
                    speed=initial.speed, turn=initial.turn)
@@ -856,8 +882,11 @@ def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, r
                 for g in due:
                     pending.remove(g)
                     _operator(ctx, ctl, None, g, t)
+                    initial = None
                 new = zmp.take(t) if zmp else None
-                initial = _start_walk(ctx, ctl, initial, t, meas, zmp)
+                # on the data's clock: the first cycle with a measurement (not the ZMP frames' arrival: a replay's
+                # cycles must not depend on how its streams interleave)
+                initial = _start_walk(ctx, ctl, initial, t, meas, None)
                 out = ctl.update(t, meas, new, zmp.newest if zmp else None)
                 _events(ctx, out, None, t)
                 states.add(t, math.nan, out, meas)

@@ -166,6 +166,25 @@ def test_missed_cycles_keep_the_nominal_clock_on_time_and_the_rates_within_their
     np.testing.assert_allclose(phases[3], phases[1], rtol=1e-9, atol=1e-9)
 
 
+def test_a_stall_longer_than_stale_s_re_aligns_the_clock_to_the_measured_angles(rig):
+    """The loop stalls 0.25 s (> stale_s 0.02 s) while the robot walks on: its first cycle after the stall
+    re-aligns the nominal's clock to the measured angles (the phase the robot is at), instead of advancing it
+    by stale_s only and trailing the robot by the rest for good."""
+    noms, _ = rig
+    ctl = Controller(config(), noms)
+    ctl.command(Request(0.2))
+    nom = noms[0]
+    dt = round(ctl.dt * 1e9)
+    out = None
+    for k in range(200):
+        meas = Measured(k * dt, *nom.reference(np.full(2, k * ctl.dt / nom.period[0]))[:2])
+        out = ctl.update(k * dt, meas)
+    t = 199 * dt + round(0.25e9)
+    true_phase = t * 1e-9 / nom.period
+    out = ctl.update(t, Measured(t, *nom.reference(true_phase)[:2]))
+    np.testing.assert_allclose(out.reference.phase, true_phase, atol=2 * ctl.dt / nom.period.min() + 1 / nom.u.size)
+
+
 def test_scheduler_keeps_absolute_deadlines_and_counts_overruns():
     t = [0]
 

@@ -326,3 +326,41 @@ def test_the_guard_does_not_judge_samples_measured_before_the_walk_began(lib):
     t1 = t0 + dt
     out = ctl.update(t1, Measured(t1, out.reference.q, out.reference.qd), (np.array([t1]), np.array([-0.05])), t1)
     assert [e.cause for e in out.decision.events] == ["zmp_margin"]
+
+
+def test_the_floor_does_not_depend_on_how_late_a_sample_is_judged(lib):
+    """A ZMP sample judged at the first cycle after it (a short lag) and the same sample judged 0.2 s later
+    (a long lag, the plan recorded all around it) get the same floor to 2 mm: past the last cycle the window
+    takes the tracked nominal's plan ahead on its clock. The sample is put 0.05 s before the plan's steepest
+    fall within the window, where a window cut at the judging cycle would miss the fall."""
+    a = lib["nominals"][0.8]
+    # min_margin above every plan: the floor is the plan less the tolerance everywhere (the window's doing)
+    cfg = dataclasses.replace(lib["cfg"], limits=dataclasses.replace(lib["cfg"].limits, min_margin=1.0))
+    ctl = Controller(cfg, list(lib["nominals"].values()), transitions=lib["transitions"])
+    ctl.command(Request(a.meta["speed"]))
+    dt = round(ctl.dt * 1e9)
+
+    def walk(c, cycles: int) -> list[float]:
+        """Perfect tracking with the plan measured back a cycle later (the guard fed, never tripped)."""
+        q, qd, plan, seen = a.q[0], a.qd[0], None, []
+        for k in range(cycles):
+            zmp = None if plan is None else (np.array([k * dt - dt]), np.array([plan]))
+            out = c.update(k * dt, Measured(k * dt, q, qd), zmp, k * dt - dt)
+            q, qd, plan = out.reference.q, out.reference.qd, out.reference.margin
+            seen.append(plan)
+        return seen
+
+    plans = walk(ctl, int(round(2.4 / ctl.dt)))
+    plans = np.array(plans)
+    w = round(cfg.limits.margin_window_s / ctl.dt)
+    # a cycle s in the second stride whose plan w/2 later is far below its own
+    drop = plans[w // 2:] - plans[:-w // 2]
+    s = int(np.argmin(drop[600:900])) + 600
+    assert drop[s] < -0.01
+    early = Controller(cfg, list(lib["nominals"].values()), transitions=lib["transitions"])
+    early.command(Request(a.meta["speed"]))
+    walk(early, s + 2)
+    first = early.floor(np.array([s * dt]))[0]
+    late = ctl.floor(np.array([s * dt]))[0]        # the plan recorded up to 2.4 s, 1.4 s past the sample
+    assert first == pytest.approx(late, abs=0.002)
+    assert late < plans[s] - cfg.limits.margin_tolerance - 0.01      # the fall ahead lowered it
