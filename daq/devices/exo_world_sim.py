@@ -2,12 +2,12 @@
 
 ``run(ctx, args)`` (``module = "daq.devices.exo_world_sim"``) runs `dynamics.plants.exo_world`: the
 wearer and exoskeleton walk one semi-inverse nominal of the robot config its MCU names (the ``kind = "mcu"``
-device the process serves, ``robot = "exoskeleton"``: configs/exoskeleton.toml — model, joints, gait
-cycle; the lab config's loader, `controller.config`, reads it and checks the MCU's ``motors`` are its
+device the process serves, e.g. ``robot = "exo_world"`` in configs/sim_exo.toml: configs/exo_world.toml —
+model, joints, gait cycle; the lab config's loader, `controller.config`, reads it and checks the MCU's ``motors`` are its
 actuators, so this module never imports the controller; grid point ``--scale`` S, ``--period`` T s,
 ``--zmp-law`` single double: 6 1 by default, the law whose centre of pressure stays on the rigid feet,
 `dynamics.plants.exo_world`), built when the process starts (`semi_inverse.build_nominal`, a few seconds;
-with the frontal roll when the config's ``biped.frontal`` is true, as configs/exoskeleton.toml's; its gait
+with the frontal roll when the config's ``biped.frontal`` is true, as configs/exo_world.toml's; its gait
 cycle read by `daq.formats.gait_cycle`); the body's motion is prescribed, its ground reaction computed by
 `dynamics.rnea`. The exoskeleton's joint motors are the motors of a virtual MCU on a pty
 (`firmware_bridge.virtual`, that device's; its path linked as in `daq.simulated_robot`), geared DC
