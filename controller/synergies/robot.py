@@ -174,7 +174,7 @@ def load_robot(path_or_name: str | Path) -> RobotConfig:
                     stale_s=c.num(lim, "limits", "stale_s", 0.02, gt=0), min_margin=c.num(lim, "limits", "min_margin", 0.0, ge=0),
                     zmp_stale_s=c.num(lim, "limits", "zmp_stale_s", 0.2, gt=0),
                     margin_tolerance=c.num(lim, "limits", "margin_tolerance", 0.01, ge=0),
-                    margin_window_s=c.num(lim, "limits", "margin_window_s", 0.1, ge=0))
+                    margin_window_s=c.num(lim, "limits", "margin_window_s", 0.1, gt=0))
     return RobotConfig(source=str(p), robot=top["robot"], model=str(top["model"]), actuators=tuple(acts),
                        library=Path(str(syn.get("library", f"synergies/{top['robot']}"))).expanduser(),
                        speeds=c.nums(syn, "synergies", "speeds", None, default=[0.3], gt=0),

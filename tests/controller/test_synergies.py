@@ -170,7 +170,7 @@ def test_robot_configs_of_biped_and_exoskeleton_load_as_written():
 
     from controller.synergies.robot import RobotConfigError
 
-    for name in ("biped", "exoskeleton"):
+    for name in ("biped", "exoskeleton", "exo_world"):
         raw = tomllib.loads(open(f"configs/{name}.toml").read())
         cfg = load_robot(name)
         assert cfg.robot == raw["robot"] and cfg.actuators == tuple(raw["actuators"])
@@ -178,6 +178,20 @@ def test_robot_configs_of_biped_and_exoskeleton_load_as_written():
         assert [list(x[:2]) for x in cfg.biped.laws] == raw["synergies"]["zmp_laws"]
         assert cfg.biped.hips == tuple(raw["biped"]["hips"]) and cfg.biped.trunk == raw["biped"]["trunk"]
         assert cfg.limits.torque == tuple(raw["limits"]["torque"])
+        for key in ("margin_tolerance", "margin_window_s", "min_margin"):
+            assert getattr(cfg.limits, key) == raw["limits"].get(key, {"margin_tolerance": 0.01,
+                                                                      "margin_window_s": 0.1}.get(key))
+    src = open("configs/exo_world.toml").read()
+    assert "margin_window_s = 0.1 " in src and "margin_tolerance = 0.02 " in src
+    for bad, key in ((src.replace("margin_window_s = 0.1 ", "margin_window_s = 0.0 "), "limits.margin_window_s"),
+                     (src.replace("margin_tolerance = 0.02 ", "margin_tolerance = -0.01 "), "limits.margin_tolerance")):
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+            f.write(bad)
+        with pytest.raises(RobotConfigError, match=key.replace(".", r"\.")) as e:
+            load_robot(f.name)
+        assert "\n" not in str(e.value)
     src = open("configs/exoskeleton.toml").read()
     for bad, key in ((src.replace("zmp_laws = [[1, 1], [2, 2]]", "zmp_laws = [[7, 1]]"), "synergies.zmp_laws"),
                      (src.replace("zmp_laws = [[1, 1], [2, 2]]", "zmp_laws = [[6, 1, 1, 1]]"), "synergies.zmp_laws"),
