@@ -238,6 +238,8 @@ class Controller:
                 self.tracker.align(q)
                 self._aligned = True
                 span = self.dt
+            else:                  # the clock pulled toward the measured gait's phase ([loop] phase_gain)
+                self.tracker.follow(q, self.cfg.phase_gain, span)
             ref = self.tracker.step(span)
             k = self._plan_k % self._plan_t.size
             self._plan_t[k], self._plan_m[k], self._plan_k = now_ns, ref.margin, self._plan_k + 1

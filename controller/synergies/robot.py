@@ -57,6 +57,7 @@ class RobotConfig:
     kd: tuple[float, ...]
     limits: Limits
     biped: "BipedGrid | None" = None
+    phase_gain: float = 0.0           # 1/s: the nominal's clock pulled to the measured gait's phase (0: a clock)
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def load_robot(path_or_name: str | Path) -> RobotConfig:
     samples = syn.get("samples", 720)
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 64:
         raise c.err("synergies.samples", samples, "expected an integer >= 64 phases per cycle")
-    loop = c.table(data, "loop", {"rate_hz", "kp", "kd"})
+    loop = c.table(data, "loop", {"rate_hz", "kp", "kd", "phase_gain"})
     lim = c.table(data, "limits", {"position_min", "position_max", "velocity", "torque", "slew", "torque_slew",
                                    "stale_s", "min_margin", "zmp_stale_s", "margin_tolerance", "margin_window_s"},
                   {"velocity", "torque", "slew", "torque_slew"})
@@ -182,7 +183,8 @@ def load_robot(path_or_name: str | Path) -> RobotConfig:
                        profiles=tuple(profiles), samples=samples, contact=dict(contact),
                        rate_hz=c.num(loop, "loop", "rate_hz", 500.0, gt=0),
                        kp=c.nums(loop, "loop", "kp", A, default=[1.0] * A),
-                       kd=c.nums(loop, "loop", "kd", A, default=[0.1] * A), limits=limits, biped=biped)
+                       kd=c.nums(loop, "loop", "kd", A, default=[0.1] * A), limits=limits, biped=biped,
+                       phase_gain=c.num(loop, "loop", "phase_gain", 0.0, ge=0))
 
 
 def _biped(c: _Ctx, data: dict, syn: dict) -> BipedGrid:

@@ -57,6 +57,10 @@ from dynamics.synthesis.transition import blend_weight
 from .format import StoredTransition, Synergy
 from .select import INSIDE, SelectionError
 
+#: cycles: how far from the clock `Tracker.follow` looks for the measured gait's phase (a wearer 10 % of a
+#: stride off the clock is a different situation: a stop and a re-align, not a correction)
+FOLLOW_WIDTH = 0.1
+
 
 @dataclass(frozen=True)
 class Reference:
@@ -115,6 +119,20 @@ class Tracker:
         transition under way ends (a resume after a stop starts on the current nominal)."""
         self.phase = nearest_phase(self.nominal, np.asarray(q, dtype=float))
         self._from = self._via = None
+
+    def follow(self, q, gain: float, dt: float) -> None:
+        """Pull the clock toward the measured gait, before a `step` of dt (s): with φ the clock at the end of
+        that step and φ_m the phase of the current nominal nearest the measured coordinates q (A,) within
+        ±`FOLLOW_WIDTH` cycles of φ (`local_phase`), φ += min(gain dt, 1) (φ_m − φ) — a first-order
+        phase-locked loop of time constant 1/gain s (gain 1/s). So a wearer who walks slower or faster than
+        the nominal's period T keeps the setpoint with it: the clock's rate settles at the wearer's, its
+        phase lag at (1/T_wearer − 1/T)/gain cycles. Joint nominals only (a crank programme's shafts follow
+        the setpoint), never during a transition; gain 0: the clock alone."""
+        if gain <= 0 or self._from is not None or np.any(self.nominal.wrap != 0):
+            return
+        phi = float(self.phase[0]) + dt / float(self.nominal.period[0])
+        err = local_phase(self.nominal, np.asarray(q, dtype=float), phi, FOLLOW_WIDTH) - phi
+        self.phase = self.phase + min(gain * dt, 1.0) * err
 
     def request(self, nominal: Synergy) -> None:
         """Queue a switch to `nominal` (the current one: cancel a queued switch). SelectionError if the
@@ -276,6 +294,21 @@ def nearest_phase(syn: Synergy, q: np.ndarray) -> np.ndarray:
             out[j] = k[m] + syn.u[m]
         return out
     return np.full(len(syn.actuators), syn.u[int(np.argmin(((syn.q - q) ** 2).sum(axis=1)))])
+
+
+def local_phase(syn: Synergy, q: np.ndarray, around: float, width: float) -> float:
+    """The phase (cycles, near `around`) of joint nominal `syn` whose coordinates are nearest q (A,) rad in
+    the least-squares sense, searched over the stored samples within ±width cycles of `around`, refined
+    between samples by the parabola through the best one and its neighbours' squared distances."""
+    M = syn.u.size
+    k0 = int(np.floor(around * M))
+    ks = np.arange(k0 - int(np.ceil(width * M)), k0 + int(np.ceil(width * M)) + 2)
+    d = ((syn.q[ks % M] - q) ** 2).sum(axis=1)
+    i = int(np.clip(np.argmin(d), 1, ks.size - 2))
+    a, b, c = d[i - 1], d[i], d[i + 1]
+    den = a - 2 * b + c
+    shift = 0.5 * (a - c) / den if den > 0 else 0.0
+    return float((ks[i] + np.clip(shift, -1.0, 1.0)) / M)
 
 
 def _weight_integral(t: float, D: float) -> float:

@@ -364,3 +364,27 @@ def test_the_floor_does_not_depend_on_how_late_a_sample_is_judged(lib):
     late = ctl.floor(np.array([s * dt]))[0]        # the plan recorded up to 2.4 s, 1.4 s past the sample
     assert first == pytest.approx(late, abs=0.002)
     assert late < plans[s] - cfg.limits.margin_tolerance - 0.01      # the fall ahead lowered it
+
+
+@pytest.mark.parametrize("slower", [1.05, 0.95])
+def test_phase_gain_keeps_the_setpoint_with_a_wearer_off_the_nominals_period(lib, slower):
+    """A wearer walks nominal 0.80's path with a stride 5 % longer (or shorter) than its T, measured exactly:
+    the clock alone ([loop] phase_gain 0) drifts off by 5 % of the time walked (0.21 cycles in 5 s);
+    with phase_gain 4/s it settles at the wearer's rate, its lag the phase-locked loop's
+    |1/T_w - 1/T| / gain cycles (the truth: the first-order loop's steady state), within half a sample."""
+    a = lib["nominals"][0.8]
+    T = float(a.period[0])
+    lags = {}
+    for gain in (0.0, 4.0):
+        cfg = dataclasses.replace(lib["cfg"], phase_gain=gain)
+        ctl = Controller(cfg, list(lib["nominals"].values()), zmp_guard=False)
+        ctl.command(Request(a.meta["speed"]))
+        dt = round(ctl.dt * 1e9)
+        for k in range(int(round(5.0 / ctl.dt)) + 1):
+            wearer = k * ctl.dt / (slower * T)
+            q, qd, _, _ = a.reference(np.full(len(a.actuators), wearer))
+            out = ctl.update(k * dt, Measured(k * dt, q, qd / slower))
+        lags[gain] = float(out.reference.phase[0]) - wearer
+    assert abs(lags[0.0]) == pytest.approx(abs(1 / slower - 1) * 5.0 / T, rel=0.05)
+    steady = (1 / (slower * T) - 1 / T) / 4.0       # cycles the clock leads (+) or lags (-) the wearer
+    assert lags[4.0] == pytest.approx(-steady, abs=0.5 / a.u.size)
