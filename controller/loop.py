@@ -191,13 +191,14 @@ class Controller:
         last = int(self._plan_t[(self._plan_k - 1) % self._plan_t.size]) if self._plan_k else None
         if self.tracker is not None and last is not None:
             nom = self.tracker.nominal
-            step = float(nom.period[0]) / (2 * nom.u.size)
+            T, M = float(nom.period[0]), nom.u.size
             for i, ti in enumerate(t[:, 0]):
                 ahead = (int(ti) + w - last) * 1e-9
-                if ahead > 0:
-                    dphi = np.linspace(0.0, ahead, int(ahead / step) + 2) / float(nom.period[0])
-                    plan = [nom.planned_margin(float(self.tracker.phase[0]) + d) for d in dphi]
-                    least[i] = min(least[i], float(np.nanmin(plan)) if np.isfinite(plan).any() else np.inf)
+                if ahead > 0:      # the plan from the clock to `ahead` on, two points per stored sample
+                    plan = nom.planned_margin(float(self.tracker.phase[0])
+                                              + np.linspace(0.0, ahead / T, int(2 * M * ahead / T) + 2))
+                    if np.isfinite(plan).any():
+                        least[i] = min(least[i], float(np.nanmin(plan)))
         # a sample measured before the walk (re)started is not judged: the robot was not following the plan
         return np.where(t[:, 0] <= self._walk_ns, -np.inf, np.minimum(lim.min_margin, least - lim.margin_tolerance))
 

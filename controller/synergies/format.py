@@ -121,14 +121,13 @@ class Synergy:
         v = ((sel[:, 0] * t + sel[:, 1]) * t + sel[:, 2]) * t + sel[:, 3]
         return v[:, 0] + self.wrap * ph, v[:, 1], v[:, 2], v[:, 3]
 
-    def planned_margin(self, phase: float) -> float:
-        """The planned ZMP stability margin (m) at `phase` (cycles of the first actuator's clock), linear
-        between the stored samples; NaN where none is planned."""
+    def planned_margin(self, phase):
+        """The planned ZMP stability margin (m) at `phase` (cycles of the first actuator's clock; a number or
+        an array), linear between the stored samples; NaN where none is planned."""
         M = self.u.shape[0]
-        x = (phase - math.floor(phase)) * M
-        k = int(x) % M
-        f = x - math.floor(x)
-        return float((1 - f) * self.margin[k] + f * self.margin[(k + 1) % M])
+        x = (np.asarray(phase, dtype=float) % 1.0) * M
+        out = np.interp(x, np.arange(M + 1), np.append(self.margin, self.margin[0]))
+        return float(out) if out.ndim == 0 else out
 
     def summary(self) -> dict:
         """The index entry: meta plus the number of samples and actuators."""
