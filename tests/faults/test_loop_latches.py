@@ -48,6 +48,12 @@ def until(pred, timeout_s: float, what: str, pump=None) -> None:
             time.sleep(0.01)
         if pred():
             return
+    loop = getattr(pump, "__self__", None)     # a Loop's pump: say what its process did (it may have died)
+    if isinstance(loop, Loop):
+        alive = loop.proc.poll() is None
+        code = loop.stop()
+        pytest.fail(f"{what}: not within {timeout_s} s (the loop {'was running' if alive else 'had exited'}, exit "
+                    f"{code}; its events {loop.causes()}; stderr:\n{(loop.stderr or '')[-3000:]})")
     pytest.fail(f"{what}: not within {timeout_s} s")
 
 
