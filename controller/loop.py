@@ -630,17 +630,19 @@ def _feed_zmp(ctx, watch: ZmpWatch, frame) -> None:
 
 
 def _connect(ctx, mcu, n_motors: int) -> McuIo | None:
-    """Open the MCU, retrying every 0.2 s while it is absent (a USB device plugged in late; health
-    state "connecting"); None if asked to stop meanwhile."""
+    """Open the MCU, retrying every 0.2 s while it is absent or silent (a USB device plugged in late;
+    health state "connecting", ``mcu/open_failures`` counted); each failure is logged, the first at
+    once and then at most one line every 10 s; None if asked to stop meanwhile."""
     from firmware_bridge.link import LinkError
 
+    failures = LogThrottle(log, 10.0, clock=ctx.clock)
     while not ctx.stopping:
         try:
             return McuIo(mcu.port, mcu.baud, mcu.watchdog_ms, n_motors)
         except LinkError as exc:
             ctx.health.state = "connecting"
             ctx.health.count("mcu/open_failures")
-            log.debug("%s", exc)
+            failures.log("%s; retrying", exc)
             ctx.sleep_until(time.monotonic_ns() + 200_000_000)
     return None
 

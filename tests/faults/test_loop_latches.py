@@ -53,7 +53,8 @@ def until(pred, timeout_s: float, what: str, pump=None) -> None:
         alive = loop.proc.poll() is None
         code = loop.stop()
         pytest.fail(f"{what}: not within {timeout_s} s (the loop {'was running' if alive else 'had exited'}, exit "
-                    f"{code}; its events {loop.causes()}; stderr:\n{(loop.stderr or '')[-3000:]})")
+                    f"{code}; its events {loop.causes()}; {len(loop.state)} state frames; its last health "
+                    f"{loop.health}; stderr:\n{(loop.stderr or '')[-3000:]})")
     pytest.fail(f"{what}: not within {timeout_s} s")
 
 
