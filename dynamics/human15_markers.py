@@ -37,8 +37,8 @@ from scipy.spatial.transform import Rotation
 from . import kernels, workspace
 from .markers import MarkerError, masked_rigid_fit, unwrap_finite
 from .model import Model
-from .kinematics import contact_positions, tree_state
-from .plate_id import PlateLoad, _outline, plate_inverse_dynamics
+from .kinematics import all_finite, contact_positions, contiguous, tree_state
+from .plate_id import PlateLoad, _outline, _outlines, plate_inverse_dynamics
 from .support import within
 from .rnea import Wrench, rnea
 from .zmp import com_of_state
@@ -492,7 +492,9 @@ class _Layout:
     """What the inverse dynamics below derive once per model and feet (`_layout`): columns (`_columns`);
     neutral (nq,) the neutral posture; need (nv, nv) bool: τ_k needs coordinate j (it moves a segment
     below joint k); below (nv, F) bool: foot f is below coordinate k; contacts (C,) the feet's contact
-    point names, contact_foot (C,) the foot of each."""
+    point names, contact_foot (C,) the foot of each. For the compiled glue (kernels.marker_id): the
+    segment of each column of q (nq,) and of v (nv,), the segment and local position (C, 3) m of each
+    contact point (int64 indices, C-contiguous arrays)."""
 
     columns: tuple[np.ndarray, np.ndarray]
     neutral: np.ndarray
@@ -500,6 +502,10 @@ class _Layout:
     below: np.ndarray
     contacts: tuple[str, ...]
     contact_foot: np.ndarray
+    q_segment: np.ndarray
+    v_segment: np.ndarray
+    contact_segment: np.ndarray
+    contact_local: np.ndarray
 
 
 def _layout(model: Model, feet: tuple[str, ...]) -> _Layout:
@@ -510,11 +516,15 @@ def _layout(model: Model, feet: tuple[str, ...]) -> _Layout:
     lay = cache.get(key)
     if lay is None:
         sup = model.supports[:, model.dof_segment] > 0                    # (nseg, nv): coordinate j moves segment i
+        contacts = tuple(c for f in feet for c in model.segment(f).contacts)
+        cq, cv = _columns(model)
+        points = [model.point(c) for c in contacts]
         lay = cache[key] = _Layout(
-            _columns(model), model.neutral(), (sup.T.astype(float) @ sup.astype(float)) > 0,
-            model.supports[[model.index[f] for f in feet]][:, model.dof_segment].T > 0,
-            tuple(c for f in feet for c in model.segment(f).contacts),
-            np.repeat(np.arange(len(feet)), [len(model.segment(f).contacts) for f in feet]))
+            (cq, cv), model.neutral(), (sup.T.astype(float) @ sup.astype(float)) > 0,
+            np.ascontiguousarray(model.supports[[model.index[f] for f in feet]][:, model.dof_segment].T > 0),
+            contacts, np.repeat(np.arange(len(feet), dtype=np.int64), [len(model.segment(f).contacts) for f in feet]),
+            np.argmax(cq, axis=1).astype(np.int64), np.argmax(cv, axis=1).astype(np.int64),
+            np.array([i for i, _ in points], dtype=np.int64), np.array([x for _, x in points], dtype=float).reshape(-1, 3))
     return lay
 
 
@@ -584,13 +594,15 @@ def marker_inverse_dynamics(model: Model, q, v, a, plates: list[PlateLoad], feet
     measured plates (PlateLoad at the same N frames, lab frame), each kept only where computable
     (module doc step 4). feet: foot segment names (their contact points decide the plate
     assignment, ``plate_id.assign_plates``); swing (N, F) bool or None: the foot is known to be in
-    swing (unloaded); height_tol, edge_tol m as in assign_plates (marker-driven feet: generous)."""
+    swing (unloaded); height_tol, edge_tol m as in assign_plates (marker-driven feet: generous).
+
+    Compiled (`kernels.enabled()`): the steps around the plate inverse dynamics in two kernels
+    (kernels.marker_id; a live 2-sample batch spent ~0.2 ms in this function's numpy calls): equal to
+    this numpy path to rounding (tests)."""
+    if kernels.enabled():
+        return _compiled(model, q, v, a, plates, tuple(feet), swing, height_tol, edge_tol)
     fin, qf, vf, af = _filled(model, q, v, a)
-    loads = []
-    for pl in plates:
-        ok = np.all(np.isfinite(pl.force), axis=1) & np.all(np.isfinite(pl.moment), axis=1)
-        loads.append(PlateLoad(np.where(ok[:, None], pl.force, 0.0), np.where(ok[:, None], pl.moment, 0.0),
-                               pl.corners, pl.loaded & ok, pl.name))
+    loads = _measured(plates)
     res = plate_inverse_dynamics(model, qf, vf, af, loads, list(feet), height_tol, edge_tol)
     asg = res.assignment
     bad_foot = asg.straddling | (asg.shared[:, :, None] & asg.on_plate).any(axis=1)
@@ -605,6 +617,53 @@ def marker_inverse_dynamics(model: Model, q, v, a, plates: list[PlateLoad], feet
         known |= np.asarray(swing, bool) & ~assigned
     return _masked(model, fin, known, tuple(feet), res.tau_bottom_up, res.tau_top_down, res.residual_force,
                    res.residual_moment, res.plate_below, res.indeterminate, res.foot_wrench)
+
+
+def _measured(plates: list[PlateLoad]) -> list[PlateLoad]:
+    """The plates with each sample whose force or moment is not finite zeroed and not loaded (the
+    dynamics kernels take finite input; such a sample counts as measured nothing); loaded as bool."""
+    loads = []
+    for pl in plates:
+        f, m = np.asarray(pl.force, float), np.asarray(pl.moment, float)
+        if all_finite(f) and all_finite(m):         # the usual case: a few µs instead of eight numpy calls
+            loads.append(PlateLoad(f, m, pl.corners, np.asarray(pl.loaded, bool), pl.name))
+            continue
+        ok = np.all(np.isfinite(f), axis=1) & np.all(np.isfinite(m), axis=1)
+        loads.append(PlateLoad(np.where(ok[:, None], f, 0.0), np.where(ok[:, None], m, 0.0),
+                               pl.corners, np.asarray(pl.loaded, bool) & ok, pl.name))
+    return loads
+
+
+def _compiled(model: Model, q, v, a, plates: list[PlateLoad], feet: tuple[str, ...], swing, height_tol: float,
+              edge_tol: float) -> MarkerKinetics:
+    """`marker_inverse_dynamics` with its numpy steps compiled: kernels.marker_id.fill (`_filled`), the
+    plate inverse dynamics, kernels.marker_id.finish (`_on_floor`, the known feet, `_masked`)."""
+    lay = _layout(model, feet)
+    q, v, a = (np.ascontiguousarray(x, dtype=float) for x in (q, v, a))
+    n = q.shape[0] if q.ndim == 2 else -1
+    if q.shape != (n, model.nq) or v.shape != (n, model.nv) or a.shape != (n, model.nv):   # the kernels do not check
+        raise MarkerError(f"q, v, a must be (N, {model.nq}), (N, {model.nv}), (N, {model.nv}) for model "
+                          f"{model.name!r}, got {q.shape}, {v.shape}, {a.shape}")
+    fin, qf, vf, af = np.empty((n, model.nv), bool), np.empty_like(q), np.empty_like(v), np.empty_like(a)
+    kernels.entry("marker_id.fill")(q, v, a, lay.q_segment, lay.v_segment, lay.neutral, fin, qf, vf, af)
+    loads = _measured(plates)
+    res = plate_inverse_dynamics(model, qf, vf, af, loads, list(feet), height_tol, edge_tol)
+    sw = np.zeros((n, len(feet)), bool) if swing is None else np.ascontiguousarray(swing, dtype=bool)
+    if sw.shape != (n, len(feet)):
+        raise MarkerError(f"swing must be (N, {len(feet)}) bool for {n} frames, got {sw.shape}")
+    st = tree_state(model, qf)      # the contact points' placements (the plate stage keeps its own)
+    asg = res.assignment
+    ox, oy, ok, oz = _outlines(tuple(np.ascontiguousarray(pl.corners, dtype=float).tobytes() for pl in loads))
+    loaded = np.ascontiguousarray(np.array([pl.loaded for pl in loads], dtype=bool).T)
+    known, bu, td = np.empty((n, len(feet)), bool), np.empty((n, model.nv)), np.empty((n, model.nv))
+    rf, rm = np.empty((n, 3)), np.empty((n, 3))
+    # entry: no type dispatch (~20 µs for 29 arguments); every argument is made here in the kernel's types
+    kernels.entry("marker_id.finish")(
+        contiguous(st.rotation), contiguous(st.position), lay.contact_segment, lay.contact_local, lay.contact_foot,
+        ox, oy, ok, float(np.mean(oz)), float(height_tol), float(edge_tol), asg.weights, asg.on_plate,
+        asg.straddling, asg.shared, loaded, sw, fin, lay.need, lay.below, res.tau_bottom_up, res.tau_top_down,
+        res.residual_force, res.residual_moment, known, bu, td, rf, rm)
+    return MarkerKinetics(bu, td, rf, rm, res.plate_below, res.indeterminate, known, feet, res.foot_wrench)
 
 
 def foot_inverse_dynamics(model: Model, q, v, a, wrenches, feet: tuple[str, ...]) -> MarkerKinetics:

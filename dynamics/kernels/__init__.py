@@ -72,6 +72,14 @@ def _signatures() -> dict:
                                            O2),
         "markers.joint_coordinates": types.none(_array(4), F3, i64, I2, F2, F2, _array(1, dtype="int64"), F1, O2),
         "markers.joint_rates": types.none(F2, types.float64, I2, _array(1, dtype="int64"), O2, O2),
+        "marker_id.fill": types.none(F2, F2, F2, _array(1, dtype="int64"), _array(1, dtype="int64"), F1,
+                                     _array(2, True, "boolean"), O2, O2, O2),
+        "marker_id.finish": types.none(
+            _array(4), F3, _array(1, dtype="int64"), F2, _array(1, dtype="int64"), F2, F2, _array(1, dtype="int64"),
+            types.float64, types.float64, types.float64, F3, _array(3, dtype="boolean"), _array(2, dtype="boolean"),
+            _array(2, dtype="boolean"), _array(2, dtype="boolean"), _array(2, dtype="boolean"),
+            _array(2, dtype="boolean"), _array(2, dtype="boolean"), _array(2, dtype="boolean"), F2, F2, F2, F2,
+            _array(2, True, "boolean"), O2, O2, O2, O2),
     }
 
 
@@ -151,8 +159,9 @@ _entries: dict[str, Callable] = {}
 
 # Kernel modules that inline code of other source files, which numba's cache does not watch (it
 # checks only the kernel's own file): the tree kernels inline every joint type (dynamics/joints),
-# the walker and world kernels ground.py's helpers. Paths relative to the dynamics package.
-_INLINED = {"tree": ("joints",), "walker": ("kernels/ground.py",), "world": ("kernels/ground.py",)}
+# the walker, world and marker_id kernels ground.py's helpers. Paths relative to the dynamics package.
+_INLINED = {"tree": ("joints",), "walker": ("kernels/ground.py",), "world": ("kernels/ground.py",),
+            "marker_id": ("kernels/ground.py",)}
 
 
 def _drop_stale_cache(name: str) -> None:

@@ -547,3 +547,62 @@ def test_compiled_joint_rates_equal_the_numpy_path_in_any_windows(model, mset, h
             joint_rates(model, qh[:2], FS)
         with pytest.raises(MarkerError, match=r"q must be \(N, 33\)"):
             joint_rates(model, qh[:, :-1], FS)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_compiled_marker_inverse_dynamics_equals_the_numpy_path(model, seed):
+    """kernels.marker_id (the known coordinates and the finite input; the feet on the bare floor, which
+    feet's load is known, the torques kept where computable) against the numpy path (`_filled`,
+    `_on_floor`, `_masked`, the numpy plate inverse dynamics) on random input that takes every branch:
+    a coordinate's q, v or a hidden at random in a tenth of the samples; three plates in a row along the
+    walk (gaps of 1 and 20 cm: feet straddle them, step between them onto the bare floor, two feet share
+    one), each loaded at random (70 %) with random wrenches, 10 % of their samples NaN; a height tolerance
+    (8 cm) the feet's points rise above; the feet known in swing at random (or no swing). The same booleans
+    and NaN, every number to 1e-9 relative — on the whole record and in 2-sample batches (the live
+    service's). The truth behind the numpy path: Pinocchio (`test_moments_bottom_up_top_down_and_pinocchio_agree`)
+    and the rules' own tests above."""
+    from dynamics.human15_markers import _filled, _measured, _on_floor
+
+    n, feet = 120, ("foot_l", "foot_r")
+    q, v, a = trajectory(model, n)
+    rng = np.random.default_rng(seed)
+    for x in (q, v, a):
+        x[rng.random(x.shape) < 0.003] = np.nan
+    pts = contact_positions(model, trajectory(model, n)[0], [c for f in feet for c in model.segment(f).contacts])
+    x0, x1 = pts[..., 0].min() - 0.05, pts[..., 0].max() + 0.05
+    y0, y1 = pts[..., 1].min() - 0.05, pts[..., 1].max() + 0.05
+    z = float(np.median(pts[..., 2].min(axis=1))) - 0.01
+    edges = [(x0, x0 + 0.35 * (x1 - x0)), (x0 + 0.35 * (x1 - x0) + 0.01, x0 + 0.6 * (x1 - x0)),
+             (x0 + 0.6 * (x1 - x0) + 0.2, x1)]
+    plates = []
+    for k, (lo, hi) in enumerate(edges):
+        corners = np.array([[hi, y1, z], [lo, y1, z], [lo, y0, z], [hi, y0, z]])
+        f = rng.normal(0, 50, (n, 3)) + [0, 0, 400]
+        m = rng.normal(0, 20, (n, 3))
+        f[rng.random(n) < 0.1] = np.nan
+        plates.append(PlateLoad(f, m, corners, rng.random(n) < 0.7, f"P{k}"))
+    with kernels.use_jit(False):            # every branch is taken: a foot on the floor beside the plates
+        assert _on_floor(model, _filled(model, q, v, a)[1], _measured(plates), feet, 0.08, 0.03).any(axis=0).all()
+    for swing in (None, rng.random((n, 2)) < 0.3):
+        with kernels.use_jit(False):
+            ref = marker_inverse_dynamics(model, q, v, a, plates, feet, swing, 0.08, 0.03)
+        assert ref.foot_known.any() and (~ref.foot_known).any()
+        assert np.isnan(ref.tau_bottom_up[:, 6:]).any() and np.isfinite(ref.tau_bottom_up[:, 6:]).any()
+        assert np.isfinite(ref.residual_force).any() and np.isnan(ref.residual_force).any()
+        scale = np.nanmax(np.abs(ref.tau_bottom_up))
+        with kernels.use_jit(True):
+            whole = marker_inverse_dynamics(model, q, v, a, plates, feet, swing, 0.08, 0.03)
+            parts = [marker_inverse_dynamics(model, q[i:i + 2], v[i:i + 2], a[i:i + 2],
+                                             [PlateLoad(p.force[i:i + 2], p.moment[i:i + 2], p.corners,
+                                                        p.loaded[i:i + 2], p.name) for p in plates],
+                                             feet, None if swing is None else swing[i:i + 2], 0.08, 0.03)
+                     for i in range(0, n, 2)]
+        for rows, got in [(slice(None), whole)] + [(slice(2 * k, 2 * k + 2), p) for k, p in enumerate(parts)]:
+            for name in ("foot_known", "plate_below", "indeterminate"):
+                np.testing.assert_array_equal(getattr(got, name), getattr(ref, name)[rows], err_msg=name)
+            for name in ("tau_bottom_up", "tau_top_down", "residual_force", "residual_moment", "foot_wrench"):
+                np.testing.assert_allclose(getattr(got, name), getattr(ref, name)[rows], rtol=0, atol=1e-9 * scale,
+                                           err_msg=name)
+            assert got.feet == ref.feet
+    with kernels.use_jit(True), pytest.raises(MarkerError, match=r"q, v, a must be \(N, 33\)"):
+        marker_inverse_dynamics(model, q[:, :-1], v, a, plates, feet)
