@@ -417,26 +417,41 @@ def joint_coordinates(model: Model, mset: MarkerSet, fits: SegmentFits, previous
     return q
 
 
+def _rate_tables(model: Model) -> tuple[np.ndarray, np.ndarray, str]:
+    """What the compiled `joint_rates` reads of the model, kept in its workspace (a live stream asks
+    every frame; ~15 µs of Python): each revolute joint's (q, v) index (R, 2) int64; the first free
+    flyer's (2,) int64 (−1: none); the error naming a joint type without rates ('' if none)."""
+    cache = workspace.data(model).plate_id
+    tables = cache.get(("rates",))
+    if tables is None:
+        rev = [(iq, iv) for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v) if seg.joint.type == "revolute"]
+        root, bad = np.array([-1, -1], dtype=np.int64), ""
+        for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
+            if seg.joint.type == "free_flyer" and root[0] < 0:
+                root[:] = iq, iv
+            elif seg.joint.type not in ("revolute", "fixed", "free_flyer"):
+                bad = f"joint_rates: joint type {seg.joint.type!r} of segment {seg.name!r} is not supported"
+                break
+        tables = cache[("rates",)] = (np.array(rev, dtype=np.int64).reshape(-1, 2), root, bad)
+    return tables
+
+
 def joint_rates(model: Model, q: np.ndarray, fs: float) -> tuple[np.ndarray, np.ndarray]:
     """(v, a) (N, nv) of q (N, nq) sampled at fs Hz (module doc step 3); NaN propagates to the
     neighbours of a NaN sample."""
     q = np.asarray(q, float)
     n = len(q)
-    rev = [(iq, iv) for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v) if seg.joint.type == "revolute"]
     if kernels.enabled():       # kernels.markers.joint_rates: the same differences, loops instead of numpy calls
-        root = np.array([-1, -1], dtype=np.int64)
-        for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v):
-            if seg.joint.type == "free_flyer" and root[0] < 0:
-                root[:] = iq, iv
-            elif seg.joint.type not in ("revolute", "fixed", "free_flyer"):
-                raise MarkerError(f"joint_rates: joint type {seg.joint.type!r} of segment {seg.name!r} is not supported")
+        revs, root, bad = _rate_tables(model)
+        if bad:
+            raise MarkerError(bad)
         _series(q, "x", 3)
         if q.ndim != 2 or q.shape[1] != model.nq:       # the kernel does not check its indices
             raise MarkerError(f"q must be (N, {model.nq}) for model {model.name!r}, got {q.shape}")
         v, a = np.empty((n, model.nv)), np.empty((n, model.nv))
-        kernels.kernel("markers.joint_rates")(np.ascontiguousarray(q), 1.0 / fs, np.array(rev, dtype=np.int64).reshape(-1, 2),
-                                              root, v, a)
+        kernels.kernel("markers.joint_rates")(np.ascontiguousarray(q), 1.0 / fs, revs, root, v, a)
         return v, a
+    rev = [(iq, iv) for seg, iq, iv in zip(model.segments, model.idx_q, model.idx_v) if seg.joint.type == "revolute"]
     v = np.full((n, model.nv), np.nan)
     if rev:             # every revolute coordinate at once (the columns are independent)
         v[:, [iv for _, iv in rev]] = differentiate(q[:, [iq for iq, _ in rev]], fs)

@@ -283,6 +283,12 @@ class TreeService:
         order = np.cumsum([0] + [len(m) + len(c) for m, c in zip(marks, soles)])
         self.mark_cols = np.concatenate([np.arange(o, o + len(m)) for o, m in zip(order, marks)])
         self.sole_cols = np.concatenate([np.arange(o + len(m), o + len(m) + len(c)) for o, m, c in zip(order, marks, soles)])
+        # the support's points: every foot's markers, then every contact point (their columns, their feet); which
+        # foot each marker and contact point is of, as (K, F) and (C, F) bool for one matrix product per test
+        self.sup_cols = np.concatenate([self.mark_cols, self.sole_cols])
+        self.sup_foot = np.concatenate([self.point_foot, self.contact_foot])
+        self.point_of = self.point_foot[:, None] == np.arange(len(self.feet))
+        self.contact_of = self.contact_foot[:, None] == np.arange(len(self.feet))
         # state carried from marker frame to frame
         self.layout: tuple[str, ...] = ()
         self.cols = np.empty(0, dtype=np.intp)
@@ -434,9 +440,8 @@ class TreeService:
             return
         fits = h15.fit_positions(self.plan, pos)
         q = h15.joint_coordinates(self.model, self.mset, fits, self.previous, self.links, self.plan)
-        seen = np.isfinite(q)
-        last = np.where(seen.any(axis=0), q[::-1][np.argmax(seen[::-1], axis=0), np.arange(q.shape[1])], np.nan)
-        self.previous = np.where(np.isfinite(last), last, self.previous)
+        for row in q:       # each coordinate's last finite value (a few rows: two numpy calls each)
+            self.previous = np.where(np.isfinite(row), row, self.previous)
         feet = np.concatenate([np.einsum("nij,kj->nki", fits.rotation[s], p) + fits.translation[s][:, None]
                                for s, p in self.foot_points], axis=1)     # (n, markers + contact points, 3)
         Q = np.concatenate([self.hist_q, q])
@@ -481,9 +486,9 @@ class TreeService:
         so it carries nothing (what `plate_id.assign_plates` counts as off every plate at that tolerance)."""
         above = self.ground_z + self.settings.height_tol_m
         with np.errstate(invalid="ignore"):
-            high_c, high_m = cpos[..., 2] > above, ~(pts[..., 2] <= above)      # an occluded marker says nothing
-        return np.stack([high_c[:, self.contact_foot == k].all(axis=1) & high_m[:, self.point_foot == k].all(axis=1)
-                         for k in range(len(self.feet))], axis=1)
+            low_c, low_m = ~(cpos[..., 2] > above), pts[..., 2] <= above      # an occluded marker says nothing
+        # a foot is in swing unless one of its points is low (bool matrix products: any over the foot's points)
+        return ~((low_c @ self.contact_of) | (low_m @ self.point_of))
 
     def _run(self, samples: list[tuple]) -> None:
         """Steps 4-5 and the outputs for consecutive marker samples."""
@@ -498,8 +503,8 @@ class TreeService:
             known &= kp
             have &= np.isfinite(w).all(axis=1)
             loads.append(PlateLoad(w[:, :3], cross(centre, w[:, :3]) + w[:, 3:6], corners, w[:, 6] >= 0.5, name))
-        placed = np.array([s[4] for s in samples])                          # (n, K + C, 3)
-        pts, cpos = placed[:, self.mark_cols], placed[:, self.sole_cols]
+        sup = np.array([s[4] for s in samples])[:, self.sup_cols]           # (n, K + C, 3)
+        pts, cpos = sup[:, :self.mark_cols.size], sup[:, self.mark_cols.size:]
         kin = h15.marker_inverse_dynamics(m, q, v, a, loads, self.feet, self._swing(cpos, pts),
                                           self.settings.height_tol_m, self.settings.edge_tol_m)
         tau = kin.tau_bottom_up[:, 6:]
@@ -512,21 +517,21 @@ class TreeService:
         n_tot = sum(ld.moment for ld in loads)
         z = zmp_of_wrench(f_tot, n_tot, self.ground_z, self.settings.min_fz_n)
         stance = kin.foot_wrench[:, :, 2] > self.settings.contact_n         # (n, F)
-        sup = np.concatenate([pts, cpos], axis=1)
-        on = (np.concatenate([stance[:, self.point_foot], stance[:, self.contact_foot]], axis=1)
-              & np.isfinite(sup).all(axis=2))
-        margin, nvert = support_margin(np.nan_to_num(sup), on, z.point)
+        placed = np.isfinite(sup).all(axis=2)                               # (n, K + C)
+        margin, nvert = support_margin(sup, stance[:, self.sup_foot] & placed, z.point)   # (only points in contact)
         # a foot whose ground load is unknown (on no plate: the bare floor) may carry weight the plates do
         # not see: the real ZMP and support are unknown, so no margin (NaN) and not valid — never a finite
         # margin of the plates' share alone (the control loop's ZMP guard reads it); nor of the other foot's
         # support alone where a standing foot's place is unknown (its segment not fitted: a marker hidden)
         unknown = ~kin.foot_known.all(axis=1)
-        unplaced = (stance & ~np.stack([np.isfinite(cpos[:, self.contact_foot == k]).all(axis=(1, 2))
-                                        for k in range(len(self.feet))], axis=1)).any(axis=1)
-        margin = np.where(unknown | unplaced, np.nan, margin)
-        zmp = np.column_stack([z.point[:, :2], margin, nvert, z.valid & ~unknown])
+        unplaced = (stance & (~placed[:, self.mark_cols.size:] @ self.contact_of)).any(axis=1)
+        zmp = np.empty((n, len(ZMP_CHANNELS)))
+        zmp[:, :2] = z.point[:, :2]
+        zmp[:, 2] = np.where(unknown | unplaced, np.nan, margin)
+        zmp[:, 3], zmp[:, 4] = nvert, z.valid & ~unknown
         contact = np.concatenate([kin.foot_wrench, kin.foot_known[..., None]], axis=2).reshape(n, -1)
-        torques[~have, :-1] = zmp[~have] = contact[~have] = np.nan     # a plate never seen: nothing is known
+        if not have.all():
+            torques[~have, :-1] = zmp[~have] = contact[~have] = np.nan     # a plate never seen: nothing is known
         th0, td0 = samples[0][5]
         common = dict(rate_hz=self.rate, t=int(t[0]), t_host=th0, t_device=td0)
         latency = (self.clock() - max(recv)) * 1e-9
