@@ -389,8 +389,8 @@ class McuIo:
         if caps.n_motors != self.n:
             raise ValueError(f"{self.port}: the MCU has {caps.n_motors} motors, the robot config {self.n}")
         self.unwrap = StateUnwrapper(caps.cpr)
-        self.link.request(P.Config(watchdog_ms=self.watchdog_ms, stream_hz=0))
-        status = self._status(timeout_s)
+        config = self.link.request(P.Config(watchdog_ms=self.watchdog_ms, stream_hz=0))
+        status = self._status(config.seq, timeout_s)
         if latched:
             self.link.request(P.Estop(reason=1))
             self.estop_pending = False
@@ -404,20 +404,28 @@ class McuIo:
         self.reset_seq = self.link.request(self.P.Reset()).seq
         self.tripped = False
 
-    def _status(self, timeout_s: float) -> int:
-        """The MCU's STATUS_* latch bits from the first HEARTBEAT (status) or STATE (motor flags) received."""
+    def _status(self, config_seq: int, timeout_s: float) -> int:
+        """The MCU's STATUS_* latch bits from the first HEARTBEAT (status) or STATE (motor flags) the MCU
+        sent after acknowledging this session's CONFIG (seq `config_seq`). Not an earlier one: what the
+        MCU queued while no host read its port (up to its transmit buffer, seconds of frames) arrives
+        first, and may predate a latch — a watchdog tripped 1 s after a killed loop's last COMMAND was
+        read as no latch, and the restarted loop RESET it."""
         from firmware_bridge.link import LinkTimeout
 
         P = self.P
         end = time.monotonic() + timeout_s
+        acked = False
         while (left := end - time.monotonic()) > 0 and (f := self.link.recv(left)) is not None:
-            if isinstance(f.msg, P.Heartbeat):
+            if not acked:   # the link's queue is in the MCU's sending order
+                acked = isinstance(f.msg, P.Ack) and f.msg.seq == config_seq
+            elif isinstance(f.msg, P.Heartbeat):
                 return f.msg.status
-            if isinstance(f.msg, P.State):
+            elif isinstance(f.msg, P.State):
                 flags = [m.flags for m in f.msg.motors]
                 return (P.STATUS_ESTOP * any(x & P.FLAG_ESTOP for x in flags)) | \
                     (P.STATUS_WATCHDOG * any(x & P.FLAG_WATCHDOG for x in flags))
-        raise LinkTimeout(f"{self.port}: no HEARTBEAT or STATE within {timeout_s:g} s: the MCU's latches are unknown")
+        raise LinkTimeout(f"{self.port}: no HEARTBEAT or STATE after the ACK of CONFIG within {timeout_s:g} s: the "
+                          "MCU's latches are unknown")
 
     def read(self) -> Measured | None:
         P = self.P

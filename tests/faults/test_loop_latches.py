@@ -272,3 +272,24 @@ def test_a_failed_session_set_up_leaves_no_link_threads():
         os.close(master)
         os.close(slave)
     assert link_threads() == before
+
+
+def test_a_new_session_reads_the_mcus_latches_from_frames_sent_after_its_config():
+    # A loop killed mid-walk stops reading the port; the MCU streams on into its transmit buffer (the
+    # pty holds ~1.6 s of frames, the firmware's buffer the rest) and its watchdog trips later. The next
+    # loop reads that backlog first: frames from before the trip say nothing is latched. Judged from them,
+    # it RESET the MCU the killed loop had left tripped. Truth: the MCU's own latch state.
+    from controller.loop import McuIo
+
+    with VirtualMCU(1, watchdog_ms=3000) as mcu:
+        with Link(mcu.port) as killed:
+            killed.wait_caps(10.0)
+            killed.send(P.Command((P.MotorCommand(P.MODE_TORQUE, 0.0),)))  # arms the watchdog
+            until(lambda: mcu.wd_armed, 10.0, "the watchdog armed")
+        until(lambda: mcu.wd_tripped, 30.0, "the watchdog tripping 3 s after the last COMMAND")
+        io = McuIo(mcu.port, 1_000_000, 1000, 1)
+        try:
+            assert io.mcu_latch is not None and "watchdog tripped" in io.mcu_latch
+            assert mcu.wd_tripped, "the new session RESET a tripped watchdog"
+        finally:
+            io.close()
