@@ -54,7 +54,8 @@ def until(pred, timeout_s: float, what: str, pump=None) -> None:
         code = loop.stop()
         pytest.fail(f"{what}: not within {timeout_s} s (the loop {'was running' if alive else 'had exited'}, exit "
                     f"{code}; its events {loop.causes()}; {len(loop.state)} state frames; its last health "
-                    f"{loop.health}; stderr:\n{(loop.stderr or '')[-3000:]})")
+                    f"{loop.health}; the MCU's thread {'running' if loop.mcu.running else 'DEAD'}, its stats "
+                    f"{loop.mcu.stats}; stderr:\n{(loop.stderr or '')[-3000:]})")
     pytest.fail(f"{what}: not within {timeout_s} s")
 
 
@@ -63,6 +64,7 @@ class Loop:
 
     def __init__(self, rig: dict) -> None:
         args = load_lab(rig["cfg"]).process("loop").args
+        self.mcu = rig["mcu"]
         self.sub = Subscriber([rig["endpoint"]], ["controller/state", "controller/events", "health/loop"])
         self.proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(rig["cfg"]), "--name",
                                       "loop", *args], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
