@@ -52,7 +52,8 @@ overruns); it is stale meanwhile, so no torque is commanded.
 
 **The MCU's latches outlive the loop.** The loop is restarted by the supervisor when it fails; a new loop
 never clears what the MCU latched: when its first session finds the MCU's e-stop latched or its
-watchdog tripped (the loop before it crashed or was killed while commanding), it sends no RESET and
+watchdog tripped (the loop before it crashed or was killed while commanding) — in the first HEARTBEAT
+or STATE after the ACK of its CONFIG, not in the older frames queued while no host read — it sends no RESET and
 latches itself (an ``estop`` event naming the MCU) — only `walklab estop --reset` clears both. An
 ESTOP the MCU does not acknowledge (a timeout, a NACK, the port gone) raises nothing: the loop stays
 latched, an ``mcu_estop_failed`` event says so, and the ESTOP is retried every 0.5 s. A loop asked to
