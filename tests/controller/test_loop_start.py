@@ -12,6 +12,7 @@ against the slew limit the test put below them.
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 import types
 
@@ -23,7 +24,7 @@ from controller.loop import Controller, Measured, ZmpWatch, _start_walk
 from controller.synergies import library
 from controller.synergies.robot import load_robot
 from controller.synergies.select import Request
-from daq.bus import Publisher
+from daq.bus import Publisher, Subscriber
 from daq.frames import Frame
 from daq.ports import free_tcp_ports
 from dynamics.linkage.model import read_crank_legs
@@ -31,12 +32,63 @@ from dynamics.plants.crank import crank_plant, motor_load
 from dynamics.plants.motor import MotorParams
 from firmware_bridge import protocol as P
 from firmware_bridge.virtual import VirtualMCU
-from tests.faults.test_loop_latches import Loop, until
+from daq.health import parse_health
 
-from .test_loop import LAW, ZmpSource, loop_lab, walklab
+from .test_loop import LAW, Bus, ZmpSource, loop_lab, start_loop, until, walklab
 
 MS = 1_000_000
 ZMP_STALE_S = 3.0   # the robot's limits.zmp_stale_s: a loaded machine's stalls (100-200 ms seen) stay far below it
+
+
+class Loop(Bus):
+    """A loop process (test_loop.start_loop) and its controller/state, controller/events and health/loop
+    frames, read on one socket: the loop's publisher's order (an event before the state rows and health
+    frames published after it)."""
+
+    def __init__(self, cfg, endpoint: str, mcu: VirtualMCU) -> None:
+        self.sub = Subscriber([endpoint], ["controller/state", "controller/events", "health/loop"])
+        self.state, self.events, self.mcu = [], [], mcu
+        self.health: dict = {}   # the newest health frame, parsed
+        self.ended: tuple[int, str] | None = None
+        self.proc = start_loop(cfg)
+        assert self.sub.wait_connected(60.0), "the loop process did not come up"
+
+    def pump(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            f = self.sub.recv(timeout_s=0.02)
+            if f is not None and f.stream == "health/loop":
+                self.health = parse_health(f)
+            elif f is not None:
+                (self.events if f.stream == "controller/events" else self.state).append(f)
+
+    def causes(self) -> list[str]:
+        return [f.meta.get("cause") for f in self.events]
+
+    def wait(self, pred, what: str, pump=None, timeout_s: float = 60.0) -> None:
+        """`until` pred, pumping (`pump`, default this loop's); a wait that runs out says what the loop did."""
+        try:
+            until(pred, timeout_s, what, pump or self.pump)
+        except pytest.fail.Exception:
+            alive = self.proc.poll() is None
+            code, err = self.stop()
+            pytest.fail(f"{what}: not within {timeout_s} s (the loop {'was running' if alive else 'had exited'}, "
+                        f"exit {code}; its events {self.causes()}; {len(self.state)} state frames; its last health "
+                        f"{self.health}; the MCU's stats {self.mcu.stats}; stderr:\n{err[-3000:]})")
+
+    def stop(self) -> tuple[int, str]:
+        """Stop the process (if it runs) and close the socket; (its exit status, its stderr); idempotent."""
+        if self.ended is None:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+            try:
+                _, err = self.proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                _, err = self.proc.communicate()
+            self.sub.close()
+            self.ended = (self.proc.returncode, err or "")
+        return self.ended
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +131,7 @@ def lab(robot, tmp_path):
         (tmp_path / "mcu").symlink_to(mcu.port)
         pub = Publisher(dyn)
         made.append((mcu, pub))
-        loop = Loop({"cfg": cfg, "endpoint": endpoint})
+        loop = Loop(cfg, endpoint, mcu)
         made.append(loop)
         return loop, mcu, cfg, pub
 
@@ -109,8 +161,8 @@ def zmp_taken(loop: Loop, pub) -> None:
     publisher after that cycle's events, so every event of that cycle is in `loop.events` by then."""
     seen = loop.health.get("zmp/rejected", {}).get("count", 0)
     pub.publish("dynamics/zmp", np.zeros((1, 1)), kind="zmp", rate_hz=500.0, channels=["ZMPx"], units=["m"])
-    until(lambda: loop.health.get("zmp/rejected", {}).get("count", 0) > seen, 60.0,
-          "the loop reading the ZMP blocks (its zmp/rejected count)", loop.pump)
+    loop.wait(lambda: loop.health.get("zmp/rejected", {}).get("count", 0) > seen,
+              "the loop reading the ZMP blocks (its zmp/rejected count)")
 
 
 def rows(loop: Loop) -> np.ndarray:
@@ -137,14 +189,14 @@ def test_the_initial_request_waits_for_a_fresh_zmp_sample_then_walks(lab):
     loop, mcu, _, pub = lab(["--zmp-guard", "on", "--speed", "0.2", "--reset-on-latch"])
     assert pub.wait_for_subscribers(2, 60.0), "the loop never subscribed to the ZMP stream"
     # fresh measurements, no ZMP: 200 cycles with a measured angle (the start would come at the first of them)
-    until(lambda: measured_rows(loop) >= 200, 60.0, "the loop's measured cycles", loop.pump)
+    loop.wait(lambda: measured_rows(loop) >= 200, "the loop's measured cycles")
     idle(loop, mcu)
     # old samples only: 10 x zmp_stale_s old, read by the loop; then 100 more measured cycles
     for _ in range(5):
         send_zmp(pub, 10 * ZMP_STALE_S)
     zmp_taken(loop, pub)
     n = measured_rows(loop)
-    until(lambda: measured_rows(loop) >= n + 100, 60.0, "the loop's measured cycles after the old ZMP", loop.pump)
+    loop.wait(lambda: measured_rows(loop) >= n + 100, "the loop's measured cycles after the old ZMP")
     idle(loop, mcu)
     assert not any(c.startswith("zmp") for c in loop.causes()), loop.causes()
     # fresh samples: the initial request applied, the MCU takes torque, the guard content
@@ -154,12 +206,12 @@ def test_the_initial_request_waits_for_a_fresh_zmp_sample_then_walks(lab):
         send_zmp(pub, 0.0)
         loop.pump(seconds)
 
-    until(lambda: "request" in loop.causes(), 60.0, "the initial request applied", pump)
+    loop.wait(lambda: "request" in loop.causes(), "the initial request applied", pump)
     ev = loop.events[loop.causes().index("request")]
     assert ev.meta["detail"].startswith("initial request: speed 0.2 m/s") and ev.meta["speed"] == 0.2
     assert ev.t > t_fresh   # on the loop's clock: after the first fresh sample was sent
-    until(lambda: mcu.wd_armed and mcu.mode[0] == P.MODE_TORQUE and rows(loop)[-1, 0] == 1, 60.0,
-          "the loop walking", pump)
+    loop.wait(lambda: mcu.wd_armed and mcu.mode[0] == P.MODE_TORQUE and rows(loop)[-1, 0] == 1, "the loop walking",
+              pump)
     assert not any(c.startswith("zmp") for c in loop.causes()), loop.causes()
 
 
@@ -170,17 +222,17 @@ def test_an_operator_frame_before_the_start_drops_the_initial_request(lab, via):
     the lab; then fresh ZMP samples arrive — and the initial ``--speed 0.2`` must not start the walk."""
     loop, mcu, cfg, pub = lab(["--zmp-guard", "on", "--speed", "0.2", "--reset-on-latch"])
     assert pub.wait_for_subscribers(2, 60.0), "the loop never subscribed to the bus"
-    until(lambda: measured_rows(loop) >= 50, 60.0, "the loop's measured cycles", loop.pump)
+    loop.wait(lambda: measured_rows(loop) >= 50, "the loop's measured cycles")
     if via.startswith("operator"):
         r = walklab("command", "speed", "0", str(cfg), "--timeout", "30")
         assert r.returncode == 0, r.stderr
-        until(lambda: "request" in loop.causes(), 60.0, "the operator's stop event", loop.pump)
+        loop.wait(lambda: "request" in loop.causes(), "the operator's stop event")
         stop = loop.events[loop.causes().index("request")]
         assert stop.meta["speed"] == 0.0 and not stop.meta["detail"].startswith("initial")
     else:
         pub.publish("controller/estop", np.array([[1.0]]), kind="command", rate_hz=0.0, channels=["latch"],
                     units=["1"], meta={"source": "test"})
-        until(lambda: mcu.estop and "estop" in loop.causes(), 60.0, "the e-stop latching the loop and MCU", loop.pump)
+        loop.wait(lambda: mcu.estop and "estop" in loop.causes(), "the e-stop latching the loop and MCU")
     for _ in range(5):
         send_zmp(pub, 0.0)
     zmp_taken(loop, pub)
@@ -190,7 +242,7 @@ def test_an_operator_frame_before_the_start_drops_the_initial_request(lab, via):
         send_zmp(pub, 0.0)
         loop.pump(seconds)
 
-    until(lambda: measured_rows(loop) >= n + 100, 60.0, "the loop's measured cycles with fresh ZMP", pump)
+    loop.wait(lambda: measured_rows(loop) >= n + 100, "the loop's measured cycles with fresh ZMP", pump)
     assert not any(str(f.meta.get("detail", "")).startswith("initial request") for f in loop.events), \
         [f.meta for f in loop.events]
     r = rows(loop)
@@ -211,20 +263,20 @@ def test_a_refused_initial_request_is_a_rejected_event_and_the_loop_runs_on(lab,
     assert n == 1
     slow.write_text(text)
     loop, mcu, cfg, _ = lab(["--speed", "0.2"], slow)
-    until(lambda: "rejected" in loop.causes() or loop.proc.poll() is not None, 60.0, "the initial request's refusal",
-          loop.pump)
+    loop.wait(lambda: "rejected" in loop.causes() or loop.proc.poll() is not None, "the initial request's refusal")
     if loop.proc.poll() is not None:
-        pytest.fail(f"the loop exited ({loop.proc.returncode}): {loop.proc.communicate(timeout=30)[1][-2000:]}")
+        code, err = loop.stop()
+        pytest.fail(f"the loop exited ({code}): {err[-2000:]}")
     ev = loop.events[loop.causes().index("rejected")]
     detail = ev.meta["detail"]
     assert detail.startswith("initial request: nominals ") and "reach the setpoint slew limits" in detail, detail
     assert f"[{peak / 2:.6g}]" in detail.replace(" ", "")
     n = measured_rows(loop)
-    until(lambda: measured_rows(loop) >= n + 100, 60.0, "the loop's cycles after the refusal", loop.pump)
+    loop.wait(lambda: measured_rows(loop) >= n + 100, "the loop's cycles after the refusal")
     idle(loop, mcu)
     r = walklab("estop", str(cfg), "--timeout", "30")   # still serving its operator
     assert r.returncode == 0, r.stderr
-    until(lambda: mcu.estop, 30.0, "the MCU's e-stop", loop.pump)
+    loop.wait(lambda: mcu.estop, "the MCU's e-stop")
     assert loop.proc.poll() is None
 
 
@@ -242,13 +294,13 @@ def test_the_shadow_loop_starts_at_its_first_measured_cycle_on_the_data_clock(la
         zpub.publish("encoder/crank", np.column_stack([2.0 * ts, np.full(10, 2.0), np.zeros(10)]), kind="encoder",
                      rate_hz=1000.0, channels=["angle", "velocity", "current"], units=["rad", "rad/s", "A"],
                      t_host=t, t=t)
-    until(lambda: len(loop.state) >= 5, 60.0, "the shadow loop's cycles", loop.pump)
+    loop.wait(lambda: len(loop.state) >= 5, "the shadow loop's cycles")
     # the ZMP of those samples arrives only now, after the loop's cycles ran
     for k in range(20):
         t = T0 + 10 * k * MS
         zpub.publish("dynamics/zmp", np.tile([0.0, 0.0, 0.05, 4.0, 1.0], (10, 1)), kind="zmp", rate_hz=1000.0,
                      channels=ZmpSource.CHANNELS, units=ZmpSource.UNITS, t_host=t, t=t)
-    until(lambda: "request" in loop.causes(), 60.0, "the initial request", loop.pump)
+    loop.wait(lambda: "request" in loop.causes(), "the initial request")
     ev = loop.events[loop.causes().index("request")]
     assert ev.meta["detail"].startswith("initial request: speed 0.2 m/s")
     assert ev.t == T0 and ev.t == loop.state[0].t     # the first cycle, on the data's clock
