@@ -127,12 +127,14 @@ def lab(robot, tmp_path):
         plant = crank_plant(read_crank_legs("jansen_walker"), ground_penetration=0.008, law=LAW)
         mcu = VirtualMCU(1, motor=MotorParams(), control_hz=1000, stream_hz=500, watchdog_ms=1000,
                          load=lambda t, th, om: motor_load(plant, th, om))
-        mcu.start()
-        (tmp_path / "mcu").symlink_to(mcu.port)
         pub = Publisher(dyn)
         made.append((mcu, pub))
         loop = Loop(cfg, endpoint, mcu)
         made.append(loop)
+        # the MCU's port appears once this test reads the loop's outputs (the loop waits for it, as for a USB
+        # device plugged in late): no cycle runs before, so no event is published before this test can see it
+        mcu.start()
+        (tmp_path / "mcu").symlink_to(mcu.port)
         return loop, mcu, cfg, pub
 
     try:
