@@ -66,13 +66,22 @@ class Loop:
         args = load_lab(rig["cfg"]).process("loop").args
         self.mcu = rig["mcu"]
         self.sub = Subscriber([rig["endpoint"]], ["controller/state", "controller/events", "health/loop"])
-        self.proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(rig["cfg"]), "--name",
-                                      "loop", *args], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.state: list = []
-        self.events: list = []
-        self.health: dict = {}  # the newest health frame, parsed
-        assert self.sub.wait_connected(60.0), "the loop process did not come up"
+        # The MCU's port appears once this subscriber has joined (the loop waits for it): a loop that finds
+        # the MCU latched publishes its estop event at its first cycle, and the bus never replays events
+        # to a late joiner (daq.bus: only sampled streams) — 2 clean-clone suites of ~10 lost it that way
+        port = rig["port"]
+        if os.path.lexists(port):
+            os.unlink(port)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(rig["cfg"]),
+                                          "--name", "loop", *args], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            self.state: list = []
+            self.events: list = []
+            self.health: dict = {}  # the newest health frame, parsed
+            assert self.sub.wait_connected(60.0), "the loop process did not come up"
+        finally:
+            os.symlink(self.mcu.port, port)
 
     def pump(self, seconds: float) -> None:
         end = time.monotonic() + seconds
