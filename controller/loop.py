@@ -68,8 +68,10 @@ The cycles follow the data's clock, not the host's: cycle k runs at lab time t_k
 the first encoder sample's time) once every actuator's stream covers t_k — or once the newest sample of
 any actuator is more than `BusState.HOLD_S` ahead (the lagging one is then stale: a stream that
 stopped) —, with each actuator's newest sample at or before t_k, and a measurement's age the data time
-since it; operator frames take effect at the first cycle at or after their ``t``. So a replay at any
-speed computes the same cycles. (The streams of two actuators do not arrive in step: a device daemon
+since it; operator frames take effect at the first cycle at or after their ``t``. Under the ZMP guard a
+cycle also waits for the ``dynamics/zmp`` stream to cover t_k (or for the encoders to be `BusState.HOLD_S`
+past it: the stream stopped), since a replay's recomputed ZMP arrives after its encoder samples. So a
+replay at any speed computes the same cycles. (The streams of two actuators do not arrive in step: a device daemon
 that fell behind publishes one motor's blocks of a batch before the other's — 330 ms apart in a
 recording of the simulated world on a loaded machine.)
 The ``jitter`` column is NaN (there is no deadline).
@@ -82,6 +84,7 @@ import argparse
 import logging
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
@@ -561,6 +564,11 @@ class BusState:
         if self.next is None and t.size:
             self.next = int(t[0])
 
+    @property
+    def newest(self) -> int | None:
+        """The newest sample time of any actuator [ns] (None before the first)."""
+        return max((int(t[-1]) for t in self.t if t.size), default=None)
+
     def cycles(self):
         """Yield (t_k [ns], Measured or None) for every cycle the samples now cover (class doc)."""
         newest = [int(t[-1]) for t in self.t if t.size]
@@ -603,6 +611,7 @@ class ZmpWatch:
         self.m = np.empty(0)
         self.newest: int | None = None
         self.rejected_log = LogThrottle(log, clock=host_clock)  # `_feed_zmp`'s lines, a second apart at least
+        self.covered: int | None = None  # the newest sample time fed, margin or not (how far the stream got)
 
     def feed(self, frame) -> None:
         """Take one ``dynamics/zmp`` frame (ValueError if it has no margin channel or sample times)."""
@@ -611,6 +620,8 @@ class ZmpWatch:
             raise ValueError(f"{frame.stream}: channels {ch}: expected 'margin'")
         t = frame.sample_times(self.clock)
         m = np.asarray(frame.data[:, ch.index("margin")], dtype=float)
+        if t.size:
+            self.covered = int(t[-1]) if self.covered is None else max(self.covered, int(t[-1]))
         ok = np.ones(m.shape, bool) if self.unknown_ok else np.isfinite(m)
         self.t = np.concatenate([self.t, t[ok]])[-self.KEEP:]
         self.m = np.concatenate([self.m, m[ok]])[-self.KEEP:]
@@ -868,6 +879,7 @@ def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, r
     operator = subscriber_for(ctx.lab, [o.operator], [REQUEST_STREAM, ESTOP_STREAM], expect=())
     states = _States(ctx, cfg.actuators, o.block, rate)
     pending: list = []  # operator frames, applied at the first cycle at or after their t
+    ready: deque = deque()  # cycles the encoder streams cover, waiting for the ZMP stream to cover them too
     rejected_log = LogThrottle(log)  # a bad encoder stream repeats it every frame: a line a second
     h = ctx.health
     try:
@@ -883,14 +895,20 @@ def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, r
                 continue
             if f.stream == ZMP_STREAM:
                 _feed_zmp(ctx, zmp, f)
-                continue
-            try:
-                state.feed(f)
-            except ValueError as exc:
-                h.count("encoder/rejected")
-                rejected_log.log("%s", exc)
-                continue
-            for t, meas in state.cycles():
+            else:
+                try:
+                    state.feed(f)
+                except ValueError as exc:
+                    h.count("encoder/rejected")
+                    rejected_log.log("%s", exc)
+                    continue
+                ready.extend(state.cycles())
+            # the guard's input on the data's clock too: a cycle runs once the ZMP stream covers it, or once the
+            # encoders are HOLD_S past it (the stream stopped or never came: the guard finds it stale) — a replay's
+            # recomputed ZMP arrives after its encoder samples (the guard latched zmp_stale at the first cycle)
+            while ready and (zmp is None or (zmp.covered is not None and zmp.covered >= ready[0][0])
+                             or state.newest - ready[0][0] > state.hold_ns):
+                t, meas = ready.popleft()
                 h.count("loop/cycles")
                 due = [g for g in pending if g.t is None or g.t <= t]
                 for g in due:
@@ -898,9 +916,9 @@ def _run_shadow(ctx, o: argparse.Namespace, cfg: RobotConfig, ctl: Controller, r
                     _operator(ctx, ctl, None, g, t)
                     initial = None
                 new = zmp.take(t) if zmp else None
-                # on the data's clock: the first cycle with a measurement (not the ZMP frames' arrival: a replay's
-                # cycles must not depend on how its streams interleave)
-                initial = _start_walk(ctx, ctl, initial, t, meas, None)
+                # on the data's clock: the first cycle with a fresh measurement and, under the guard, a fresh ZMP
+                # sample (as live), whatever order the streams arrive in
+                initial = _start_walk(ctx, ctl, initial, t, meas, zmp)
                 out = ctl.update(t, meas, new, zmp.newest if zmp else None)
                 _events(ctx, out, None, t)
                 states.add(t, math.nan, out, meas)

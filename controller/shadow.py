@@ -29,8 +29,9 @@ The data's clock, not the host's, decides what is stale in a replay:
   does not advance for `STALL_S` (host time: an input missing from the recording) stops pacing until
   it advances again.
 
-The control loop's shadow cycles follow the encoder samples' times (controller/loop.py), so its
-results do not depend on the replay's speed either.
+The control loop's shadow cycles follow the encoder samples' times, and under the ZMP guard wait for the
+recomputed ZMP to cover them too (controller/loop.py), so its results do not depend on the replay's speed
+either.
 """
 from __future__ import annotations
 

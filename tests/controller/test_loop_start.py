@@ -282,11 +282,13 @@ def test_a_refused_initial_request_is_a_rejected_event_and_the_loop_runs_on(lab,
     assert loop.proc.poll() is None
 
 
-def test_the_shadow_loop_starts_at_its_first_measured_cycle_on_the_data_clock(lab):
-    """``--shadow --zmp-guard on --speed 0.2``: the initial request is applied at the first cycle with a
-    measurement, t_first = the first encoder sample's time on the data's clock (1000 s from the host's) —
-    not when the ZMP stream's frames happen to arrive (here: only after the loop has run its first cycles), so
-    a replay's start does not depend on how its streams interleave."""
+def test_the_shadow_loop_starts_on_the_data_clock_whatever_order_its_streams_arrive_in(lab):
+    """``--shadow --zmp-guard on --speed 0.2``: the encoder samples of 0.2 s arrive first, their ZMP samples
+    only after them (a replay's ZMP is recomputed from its inputs: it comes later). The cycles wait for the
+    ZMP stream to cover them, so the initial request is applied at the first cycle with a fresh measurement
+    and a fresh ZMP sample on the data's clock (1000 s from the host's): t_first, the first encoder sample's
+    time, where the ZMP sample of that time is — and the guard never finds its input missing (the loop ran
+    its cycles before the ZMP arrived and latched ``zmp_stale`` at the first)."""
     loop, mcu, _, zpub = lab(["--shadow", "--zmp-guard", "on", "--speed", "0.2"])
     T0 = 10**12
     assert zpub.wait_for_subscribers(1, 60.0), "the shadow loop never subscribed"
@@ -296,16 +298,19 @@ def test_the_shadow_loop_starts_at_its_first_measured_cycle_on_the_data_clock(la
         zpub.publish("encoder/crank", np.column_stack([2.0 * ts, np.full(10, 2.0), np.zeros(10)]), kind="encoder",
                      rate_hz=1000.0, channels=["angle", "velocity", "current"], units=["rad", "rad/s", "A"],
                      t_host=t, t=t)
-    loop.wait(lambda: len(loop.state) >= 5, "the shadow loop's cycles")
-    # the ZMP of those samples arrives only now, after the loop's cycles ran
+    # the ZMP of those samples, after them on the same socket (the loop reads them in this order)
     for k in range(20):
         t = T0 + 10 * k * MS
         zpub.publish("dynamics/zmp", np.tile([0.0, 0.0, 0.05, 4.0, 1.0], (10, 1)), kind="zmp", rate_hz=1000.0,
                      channels=ZmpSource.CHANNELS, units=ZmpSource.UNITS, t_host=t, t=t)
     loop.wait(lambda: "request" in loop.causes(), "the initial request")
+    loop.wait(lambda: sum(f.data.shape[0] for f in loop.state) >= 50, "the shadow loop's cycles")
     ev = loop.events[loop.causes().index("request")]
     assert ev.meta["detail"].startswith("initial request: speed 0.2 m/s")
     assert ev.t == T0 and ev.t == loop.state[0].t     # the first cycle, on the data's clock
+    assert set(loop.causes()) <= {"request", "fresh"}, loop.causes()  # no zmp_stale: its input at every cycle
+    walking = np.concatenate([f.data[:, 0] for f in loop.state])
+    assert walking.all()
     assert mcu.stats.rx_frames == 0                   # shadow: nothing reached the MCU
 
 

@@ -294,3 +294,38 @@ def test_walklab_run_exo_world_live_torques_and_zmp_agree_with_the_worlds_truth(
         assert row[ech.index("absolute")] == pytest.approx(sum(row[ech.index(f"absolute:{j}")] for j in actuated))
         compared += 1
     assert compared >= 3, compared
+
+
+def test_walklab_replay_shadow_of_the_exo_lab_recomputes_the_tree_dynamics_and_its_loop_walks_guarded(tmp_path):
+    """`walklab replay --shadow --fast` of an 8 s recording of the exoskeleton lab: its torques process computes
+    the tree model's dynamics again from the replayed markers and plates. Truth: the live run's own outputs in the
+    recording — the same code on the same inputs: every torque, ZMP and contact sample both computed is the same
+    number, and every sample computed live is computed again (live, a sample may be held on the host's clock;
+    not in a replay). The guarded shadow loop reads the recomputed ZMP on the data's clock: it walks, with no
+    safety event (the recomputed ZMP arrives after the encoder samples it belongs with, and the loop latched
+    `zmp_stale` at its first cycle)."""
+    from tests.controller.test_shadow import series
+
+    cfg = private_lab(tmp_path)
+    rec, out = tmp_path / "s.mcap", tmp_path / "s.shadow.mcap"
+    run = subprocess.run([sys.executable, "-m", "controller.cli", "run", str(cfg), "--duration", "8", "--record",
+                          str(rec)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rep = subprocess.run([sys.executable, "-m", "controller.cli", "replay", str(rec), "--shadow", "--fast", "--quiet",
+                          "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert rep.returncode == 0, rep.stdout[-3000:] + rep.stderr[-3000:]
+    live, again = frames(rec), frames(out)
+    for stream in ("dynamics/torques", "dynamics/zmp", "dynamics/contact"):
+        t1, a, _ = series(live[stream])
+        t2, b, _ = series(again[stream])
+        common, i1, i2 = np.intersect1d(t1, t2, return_indices=True)
+        fa, fb = np.isfinite(a[i1]).all(axis=1), np.isfinite(b[i2]).all(axis=1)
+        why = f"{stream}: live {t1.size} samples ({int(fa.sum())} finite), replay {t2.size} ({int(fb.sum())}), common {common.size}"
+        assert common.size == t1.size and fa.sum() > 0.3 * t1.size, why
+        assert not (fa & ~fb).any(), why
+        np.testing.assert_allclose(b[i2][fa], a[i1][fa], rtol=1e-12, atol=1e-9, err_msg=why)
+    causes = [d["meta"]["cause"] for d in again["controller/events"]]
+    assert set(causes) <= {"fresh", "request"} and "request" in causes, causes
+    t_s, st, ch = series(again["controller/state"])
+    walking = st[:, ch.index("walking")] == 1
+    assert np.all(np.diff(t_s) == t_s[1] - t_s[0]) and walking.sum() > 0.5 * t_s.size, (walking.sum(), t_s.size)
