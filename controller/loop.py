@@ -650,19 +650,26 @@ def _feed_zmp(ctx, watch: ZmpWatch, frame) -> None:
 
 
 def _connect(ctx, mcu, n_motors: int) -> McuIo | None:
-    """Open the MCU, retrying every 0.2 s while it is absent or silent (a USB device plugged in late;
-    health state "connecting", ``mcu/open_failures`` counted); each failure is logged, the first at
-    once and then at most one line every 10 s; None if asked to stop meanwhile."""
+    """Open the MCU, retrying every 0.2 s while it is absent or silent (a USB device plugged in late, a
+    simulated world still starting; health state "connecting", ``mcu/open_failures`` counted). The first
+    failure is logged at INFO; after 10 s of them a WARNING says why, then at most one line every 10 s.
+    None if asked to stop meanwhile."""
     from firmware_bridge.link import LinkError
 
     failures = LogThrottle(log, 10.0, clock=ctx.clock)
+    first: int | None = None
     while not ctx.stopping:
         try:
             return McuIo(mcu.port, mcu.baud, mcu.watchdog_ms, n_motors)
         except LinkError as exc:
             ctx.health.state = "connecting"
             ctx.health.count("mcu/open_failures")
-            failures.log("%s; retrying", exc)
+            now = ctx.clock()
+            if first is None:
+                first = now
+                log.info("%s; retrying", exc)
+            elif now - first >= 10_000_000_000:
+                failures.log("%s; retrying for %.0f s", exc, (now - first) * 1e-9)
             ctx.sleep_until(time.monotonic_ns() + 200_000_000)
     return None
 

@@ -304,3 +304,34 @@ def test_a_new_session_reads_the_mcus_latches_from_frames_sent_after_its_config(
             assert mcu.wd_tripped, "the new session RESET a tripped watchdog"
         finally:
             io.close()
+
+
+def test_a_loop_whose_mcu_never_appears_says_why(rig, tmp_path):
+    # a loop retries an absent port every 0.2 s (a device plugged in late, a simulated world still starting):
+    # the first failure at INFO, then after 10 s a WARNING naming the port and the error (it said nothing:
+    # a loop stuck connecting was silent). Truth: the process's own stderr and its health counter.
+    cfg = tmp_path / "lab.toml"
+    absent = tmp_path / "no-such-mcu"
+    cfg.write_text(rig["cfg"].read_text().replace(f'port = "{rig["port"]}"', f'port = "{absent}"'))
+    args = load_lab(cfg).process("loop").args
+    sub = Subscriber([rig["endpoint"]], ["health/loop"])
+    proc = subprocess.Popen([sys.executable, "-m", "controller.proc", "--config", str(cfg), "--name", "loop", *args],
+                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert sub.wait_connected(60.0), "the loop process did not come up"
+        failures, end = 0, time.monotonic() + 120.0
+        while failures < 60 and time.monotonic() < end:  # 60 tries of 0.2 s: past the 10 s
+            f = sub.recv(timeout_s=0.5)
+            if f is not None:
+                failures = parse_health(f).get("mcu/open_failures", {}).get("count", 0)
+        assert failures >= 60, f"{failures} open failures counted in 120 s"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        sub.close()
+    assert proc.returncode == 0, err[-2000:]
+    lines = [ln for ln in err.splitlines() if str(absent) in ln]
+    assert lines and " INFO " in lines[0] and "retrying" in lines[0], err[-2000:]
+    warned = [ln for ln in lines if " WARNING " in ln]
+    assert warned and "No such file or directory" in warned[0] and "retrying for" in warned[0], err[-2000:]
