@@ -175,30 +175,34 @@ def cpu_watch(root: Any, running: Any, poll_s: float = 2.0,
               sched: dict[str, str] | None = None) -> dict[str, float]:
     """CPU % of one core per process under `root` (psutil.Process) over `seconds` of wall time: each process's
     CPU time at its last sight minus at its first, over the wall time between them (a restarted process:
-    both lives added under its name); until `running()` is False. `sched`, if given, receives each
-    process's scheduling at its first sight (``SCHED_FIFO 10`` or ``nice 0``, the kernel's report)."""
+    both lives added under its name), under its name at its last sight (a child seen between its fork and
+    its exec has its parent's command line: the torques process once counted as the supervisor); until
+    `running()` is False. `sched`, if given, receives each name's scheduling at its first sight under that
+    name (``SCHED_FIFO 10`` or ``nice 0``, the kernel's report)."""
     import psutil
 
-    first: dict[int, tuple[str, float, float]] = {}
-    last: dict[int, tuple[float, float]] = {}
+    first: dict[int, tuple[float, float]] = {}
+    last: dict[int, tuple[str, float, float]] = {}
     while running():
         for p in [root] + root.children(recursive=True):
             try:
                 c = p.cpu_times()
                 cpu, now = c.user + c.system, time.monotonic()
-                if p.pid not in first:
-                    first[p.pid] = (_name(p), cpu, now)
-                    if sched is not None:
-                        fifo = os.sched_getscheduler(p.pid) == os.SCHED_FIFO
-                        sched[first[p.pid][0]] = (f"SCHED_FIFO {os.sched_getparam(p.pid).sched_priority}" if fifo
-                                                  else f"nice {os.getpriority(os.PRIO_PROCESS, p.pid)}")
-                last[p.pid] = (cpu, now)
+                name = _name(p)
+                if name == "?" and p.pid in last:  # it ended between two reads: the name it had
+                    name = last[p.pid][0]
+                first.setdefault(p.pid, (cpu, now))
+                if sched is not None and name not in sched:
+                    fifo = os.sched_getscheduler(p.pid) == os.SCHED_FIFO
+                    sched[name] = (f"SCHED_FIFO {os.sched_getparam(p.pid).sched_priority}" if fifo
+                                   else f"nice {os.getpriority(os.PRIO_PROCESS, p.pid)}")
+                last[p.pid] = (name, cpu, now)
             except (psutil.Error, ProcessLookupError):
                 pass
         time.sleep(poll_s)
     out: dict[str, float] = {}
-    for pid, (name, c0, w0) in first.items():
-        c1, w1 = last[pid]
+    for pid, (c0, w0) in first.items():
+        name, c1, w1 = last[pid]
         if w1 > w0:
             out[name] = out.get(name, 0.0) + 100.0 * (c1 - c0) / (w1 - w0)
     return out
